@@ -1,0 +1,126 @@
+"""Rule IR: what `dsl.check` produces and `rewrite.emit` and `verify` consume.
+
+A checked rule is fully explicit: `:c` and `for` are expanded, every operator node lists all of
+its input slots (absent optional inputs are `Absent`) and all of its attributes (an attribute
+the rule did not write is its op-table default, or, under `:attrs @rest`, the capture
+`Capture("rest.NAME")`). Nothing here refers back to the parser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+
+@dataclass(frozen=True)
+class Span:
+    """A location in a `.rules` file: 1-based line and column."""
+
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True)
+class Capture:
+    """`@name`: binds a value (tensor or attribute) on the left, refers to it on the right."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Wildcard:
+    """`_`: matches anything, binds nothing."""
+
+
+@dataclass(frozen=True)
+class Absent:
+    """An optional operator input that is not present."""
+
+
+@dataclass(frozen=True)
+class Literal:
+    """An attribute value written in the rule: int, float, str, or tuple of ints/floats."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Call:
+    """A computed attribute value in a result: a registered builder applied to arguments."""
+
+    fn: str
+    args: tuple["AttrExpr", ...]
+
+
+@dataclass(frozen=True)
+class OpNode:
+    """An operator application. `args` has one entry per op-table input slot; `attrs` has one
+    `(name, value)` entry per op-table attribute, in op-table order. `bind` is the capture
+    name of `(Op@name ...)`, which binds the whole application (left side only)."""
+
+    op: str
+    args: tuple["Term", ...]
+    attrs: tuple[tuple[str, "AttrExpr"], ...]
+    bind: str | None = None
+
+
+Term = Union[OpNode, Capture, Wildcard, Absent]
+AttrExpr = Union[Literal, Capture, Wildcard, Call]
+
+
+@dataclass(frozen=True)
+class Guard:
+    """`(if (fn args...))`: a registered predicate over captures and literals."""
+
+    fn: str
+    args: tuple[AttrExpr, ...]
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One directed rewrite `lhs -> rhs`, valid when every guard holds.
+
+    name: kebab-case, unique in its rule set (`for` and `:c` expansion add suffixes).
+    kind: `simplify` (directed) or `equal` (an identity; it compiles to both directions).
+    ruleset: the `(ruleset NAME)` in force where the rule was written.
+    fp: numeric class: `exact`, `reassoc` or `approx`.
+    term_captures / attr_captures: the captures bound on the left, split by what they bind.
+    """
+
+    name: str
+    kind: str
+    lhs: Term
+    rhs: Term
+    guards: tuple[Guard, ...]
+    ruleset: str
+    fp: str
+    span: Span
+    term_captures: tuple[str, ...]
+    attr_captures: tuple[str, ...]
+
+    @property
+    def needs_host(self) -> bool:
+        """True if the rule has guards or computed values, so its matches go through Python."""
+        return bool(self.guards) or _has_call(self.rhs)
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """The rules of one or more `.rules` files, in source order."""
+
+    rules: tuple[Rule, ...]
+    files: tuple[str, ...]
+
+    def names(self) -> list[str]:
+        return [r.name for r in self.rules]
+
+
+def _has_call(t: Term) -> bool:
+    if isinstance(t, OpNode):
+        return any(isinstance(v, Call) for _, v in t.attrs) or any(_has_call(a) for a in t.args)
+    return False

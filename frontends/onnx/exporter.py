@@ -1,0 +1,101 @@
+"""TermGraph -> ONNX.
+
+Graph inputs and outputs keep their names, value infos and order; untouched nodes keep their
+names and everything else on their `NodeProto`; opaque nodes are copied with renamed
+inputs/outputs. The model's opset imports, functions and metadata are kept; the IR version is
+capped at `MAX_IR_VERSION`, the newest that onnxruntime 1.31 loads (onnx 1.23's default, IR 14,
+is rejected by it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from rewrite.graph import ABSENT, Node, TermGraph
+from rewrite.ops import NONE, OPS
+
+MAX_IR_VERSION = 13
+MAX_OPSET = 26
+
+
+def export_model(g: TermGraph) -> onnx.ModelProto:
+    """Build a ModelProto from `g`, using `g.meta` (the imported model) as the template.
+
+    Raises ValueError if `g.meta` is not an `onnx.ModelProto`.
+    """
+    src = g.meta
+    if not isinstance(src, onnx.ModelProto):
+        raise ValueError("TermGraph has no ONNX model to export against (meta is not a ModelProto)")
+    name = lambda vid: "" if vid == ABSENT else g.values[vid].name  # noqa: E731
+    nodes = [export_node(n, name) for n in g.nodes]
+    used = {i for n in nodes for i in n.input} | {name(v) for v in g.outputs}
+    inits = [
+        numpy_helper.from_array(np.asarray(arr), name(vid))
+        for vid, arr in g.constants.items()
+        if name(vid) in used
+    ]
+    nodes += _output_identities(g, src.graph, nodes)
+    graph = helper.make_graph(
+        nodes,
+        src.graph.name,
+        list(src.graph.input[i] for i in range(len(src.graph.input)) if src.graph.input[i].name not in _init_names(src)),
+        list(src.graph.output),
+        initializer=inits,
+        doc_string=src.graph.doc_string,
+    )
+    model = helper.make_model(graph, opset_imports=list(src.opset_import), functions=list(src.functions))
+    model.ir_version = min(src.ir_version, MAX_IR_VERSION)
+    for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(model, field, getattr(src, field))
+    model.metadata_props.extend(src.metadata_props)
+    return model
+
+
+def _init_names(src: onnx.ModelProto) -> set[str]:
+    return {i.name for i in src.graph.initializer}
+
+
+def export_node(n: Node, name) -> onnx.NodeProto:
+    """One NodeProto for `n`; `name(value_id)` gives value names. Attributes equal to their
+    op-table default are left out, as ONNX writers do."""
+    inputs = [name(v) for v in n.inputs]
+    while inputs and inputs[-1] == "":
+        inputs.pop()
+    outputs = [name(v) for v in n.outputs]
+    if n.payload is not None:  # the original node, untouched: keep its proto, rename values
+        proto = onnx.NodeProto()
+        proto.CopyFrom(n.payload)
+        del proto.input[:], proto.output[:]
+        proto.input.extend(inputs)
+        proto.output.extend(outputs)
+        return proto
+    spec = OPS.get(n.op)
+    attrs = {}
+    for a, v in n.attrs:
+        aspec = spec.attr_index[a]
+        if v is None or (aspec.default is not NONE and _equal(v, aspec.default)):
+            continue
+        attrs[a] = list(v) if isinstance(v, tuple) else v
+    return helper.make_node(n.op, inputs, outputs, name=n.name or None, **attrs)
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return tuple(a) == tuple(b)
+    return a == b
+
+
+def _output_identities(g: TermGraph, src_graph: onnx.GraphProto, nodes) -> list[onnx.NodeProto]:
+    """Identity nodes for graph outputs whose value lost its name (the output became another
+    value, e.g. after Identity elimination), so output names never change."""
+    produced = {o for n in nodes for o in n.output}
+    out = []
+    for vid, vi in zip(g.outputs, src_graph.output):
+        have = g.values[vid].name
+        if have != vi.name:
+            out.append(helper.make_node("Identity", [have], [vi.name], name=f"{vi.name}_identity"))
+        elif have not in produced and vid not in g.constants and vid not in g.inputs:
+            raise ValueError(f"graph output {have!r} is produced by no node")
+    return out

@@ -1,0 +1,186 @@
+"""ONNX -> TermGraph.
+
+Initializers and `Constant` nodes become constants (identical small constants are shared, so
+the e-graph sees one value); shapes and dtypes come from ONNX shape inference with data
+propagation; every node whose op is in the op table at the model's opset becomes a matchable
+node with all attributes canonical (defaults filled in). Everything else is opaque and comes back
+out unchanged: unknown ops, custom domains, ops with subgraph attributes (If, Loop, Scan),
+random or effectful ops, and ops with more than one used output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from rewrite.graph import ABSENT, Node, TermGraph, Value
+from rewrite.ops import NONE, OPS, REQUIRED, OpSpec
+from rewrite.types import TensorType
+
+_DEDUP_MAX_BYTES = 1 << 16  # constants up to this size are shared when byte-identical
+
+
+class ImportError_(ValueError):
+    """The model cannot be imported (e.g. no default-domain opset)."""
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's default-domain opset version. Raises ImportError_ if there is none."""
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return imp.version
+    raise ImportError_("model has no default-domain (ai.onnx) opset import")
+
+
+def import_model(model: onnx.ModelProto) -> TermGraph:
+    """Import an ONNX model. The model is not modified.
+
+    Returns a TermGraph whose `meta` is the original model (for export). Raises ImportError_
+    when the model has no default-domain opset.
+    """
+    opset = default_opset(model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # shape inference is best-effort: unknown shapes are sound
+        inferred = model
+    b = _Builder(opset, _types_of(inferred.graph))
+    g = model.graph
+    for init in g.initializer:
+        b.constant(init.name, numpy_helper.to_array(init))
+    inputs = tuple(b.value(i.name) for i in g.input if i.name not in b.const_names)
+    for n in g.node:
+        b.node(n)
+    outputs = tuple(b.value(o.name) for o in g.output)
+    return TermGraph(
+        values=tuple(b.values),
+        nodes=tuple(b.nodes),
+        inputs=inputs,
+        outputs=outputs,
+        constants=b.constants,
+        opset=opset,
+        meta=model,
+    )
+
+
+def _types_of(graph: onnx.GraphProto) -> dict[str, TensorType]:
+    types = {}
+    for vi in [*graph.input, *graph.value_info, *graph.output]:
+        types[vi.name] = _tensor_type(vi.type)
+    for init in graph.initializer:
+        types[init.name] = TensorType(init.data_type, tuple(int(d) for d in init.dims))
+    return types
+
+
+def _tensor_type(tp: onnx.TypeProto) -> TensorType:
+    if not tp.HasField("tensor_type"):
+        return TensorType()
+    tt = tp.tensor_type
+    if not tt.HasField("shape"):
+        return TensorType(tt.elem_type, None)
+    dims = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return TensorType(tt.elem_type, tuple(dims))
+
+
+class _Builder:
+    def __init__(self, opset: int, types: dict[str, TensorType]):
+        self.opset, self.types = opset, types
+        self.values: list[Value] = []
+        self.ids: dict[str, int] = {}
+        self.nodes: list[Node] = []
+        self.constants: dict[int, np.ndarray] = {}
+        self.const_names: set[str] = set()
+        self._by_digest: dict[tuple, int] = {}
+
+    def value(self, name: str) -> int:
+        if not name:
+            return ABSENT
+        vid = self.ids.get(name)
+        if vid is None:
+            vid = self.ids[name] = len(self.values)
+            self.values.append(Value(name, self.types.get(name, TensorType())))
+        return vid
+
+    def constant(self, name: str, array: np.ndarray) -> None:
+        self.const_names.add(name)
+        if array.nbytes <= _DEDUP_MAX_BYTES and array.dtype != object:
+            key = (array.dtype.str, array.shape, hashlib.sha1(array.tobytes()).hexdigest())
+            if key in self._by_digest:  # an alias: later references resolve to the first one
+                self.ids[name] = self._by_digest[key]
+                return
+        vid = self.value(name)
+        self.values[vid] = Value(name, TensorType(helper.np_dtype_to_tensor_dtype(array.dtype), array.shape))
+        self.constants[vid] = array
+        if array.nbytes <= _DEDUP_MAX_BYTES and array.dtype != object:
+            self._by_digest[key] = vid
+
+    def node(self, n: onnx.NodeProto) -> None:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1:
+            array = _constant_value(n)
+            if array is not None:
+                self.constant(n.output[0], array)
+                return
+        inputs = tuple(self.value(i) for i in n.input)
+        spec = OPS.get(n.op_type, self.opset) if n.domain in ("", "ai.onnx") else None
+        attrs = _canonical_attrs(n, spec, inputs, self) if spec else None
+        used_outputs = [o for o in n.output if o]
+        if attrs is None or len(used_outputs) != 1 or n.output[0] == "":
+            outputs = tuple(self.value(o) for o in n.output)
+            self.nodes.append(Node(n.op_type, inputs, outputs, (), True, n.name, n.domain, n))
+            return
+        pad = (ABSENT,) * (spec.arity - len(inputs))
+        out = (self.value(n.output[0]),)
+        self.nodes.append(Node(n.op_type, inputs + pad, out, attrs, False, n.name, "", n))
+
+
+def _constant_value(n: onnx.NodeProto) -> np.ndarray | None:
+    a = n.attribute[0] if len(n.attribute) == 1 else None
+    if a is None or a.name == "sparse_value" or a.name.startswith("value_string"):
+        return None
+    value = helper.get_attribute_value(a)
+    if a.name == "value":
+        return numpy_helper.to_array(value)
+    dtype = np.float32 if a.name.startswith("value_float") else np.int64
+    return np.asarray(value, dtype=dtype)
+
+
+def _canonical_attrs(n: onnx.NodeProto, spec: OpSpec, inputs, b: _Builder):
+    """All attributes of `spec` as canonical Python values, or None if the node must be opaque."""
+    if spec.random or spec.effectful or len(n.input) > spec.arity or len(n.input) < spec.n_required:
+        return None
+    given = {}
+    for a in n.attribute:
+        if a.name not in spec.attr_index or a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            return None
+        given[a.name] = _python_value(helper.get_attribute_value(a))
+    out = []
+    for a in spec.attrs:
+        v = given.get(a.name, a.default)
+        if v is REQUIRED:
+            return None
+        out.append((a.name, v if v is not NONE else None))
+    if n.op_type == "Transpose" and dict(out)["perm"] is None:
+        rank = b.values[inputs[0]].type.rank if inputs[0] != ABSENT else None
+        if rank is None:
+            return None
+        out = [("perm", tuple(range(rank - 1, -1, -1)))]
+    return tuple(out)
+
+
+def _python_value(v):
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, (list, tuple)):
+        return tuple(_python_value(x) for x in v)
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    return v

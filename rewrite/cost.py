@@ -1,0 +1,79 @@
+"""Cost model: estimated run time of one node on a CPU, in nanoseconds.
+
+cost = OVERHEAD_NS + FLOPs * NS_PER_FLOP + bytes moved * NS_PER_BYTE
+
+- OVERHEAD_NS, the fixed cost of launching any kernel (onnxruntime's per-node dispatch on CPU
+  is a few microseconds).
+- FLOPs from the op's cost class (`OpSpec.cost`): 2*M*N*K for MatMul/Gemm (a multiply-add is 2
+  FLOPs), 2*N*C_out*prod(out spatial)*C_in/group*prod(kernel) for Conv, one per output element
+  for elementwise ops, a few per element for reductions and normalizations.
+- bytes: all inputs read plus the output written, for ops that touch data; views (Reshape,
+  Squeeze, Unsqueeze, Flatten) and shape queries pay the overhead only.
+When a shape is unknown, `UNKNOWN_BYTES` stands in for its size. Constant-only subgraphs cost 0
+in extraction, because they are folded away afterwards (see `rewrite.extract`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rewrite.ops import OPS
+from rewrite.types import TensorType
+
+OVERHEAD_NS = 2000.0
+NS_PER_FLOP = 0.05  # ~20 GFLOP/s sustained on 2 cores
+NS_PER_BYTE = 0.1  # ~10 GB/s memory bandwidth
+UNKNOWN_BYTES = 4096
+_PER_ELEMENT = {"elementwise": 1, "reduce": 2, "normalize": 8, "pool": 4}
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The cost model's constants; `node_cost` is its only formula. Units: nanoseconds."""
+
+    overhead_ns: float = OVERHEAD_NS
+    ns_per_flop: float = NS_PER_FLOP
+    ns_per_byte: float = NS_PER_BYTE
+
+    def node_cost(self, op: str, attrs, inputs: tuple[TensorType | None, ...], out: TensorType) -> float:
+        """Estimated nanoseconds for `op` reading `inputs` (None = absent) and writing `out`.
+
+        Opaque ops (not in the op table) are charged the overhead plus their output bytes.
+        """
+        spec = OPS.get(op)
+        klass = spec.cost if spec else "opaque"
+        if klass in ("view", "shape", "free"):
+            return self.overhead_ns
+        flops = _flops(klass, attrs, inputs, out)
+        moved = _bytes(out) + (sum(_bytes(t) for t in inputs if t is not None) if spec else 0)
+        return self.overhead_ns + flops * self.ns_per_flop + moved * self.ns_per_byte
+
+
+def _bytes(t: TensorType) -> int:
+    n = t.nbytes
+    return UNKNOWN_BYTES if n is None else n
+
+
+def _numel(t: TensorType | None) -> int:
+    if t is None:
+        return 0
+    n = t.numel
+    return UNKNOWN_BYTES // 4 if n is None else n
+
+
+def _flops(klass: str, attrs, inputs, out: TensorType) -> float:
+    if klass in _PER_ELEMENT:
+        return _PER_ELEMENT[klass] * max(_numel(out), _numel(inputs[0]) if inputs else 0)
+    if klass in ("matmul", "gemm"):
+        a = inputs[0]
+        k = a.shape[-1] if a is not None and a.static and a.rank else None
+        if klass == "gemm" and k is not None and dict(attrs).get("transA"):
+            k = a.shape[0]
+        return 2.0 * _numel(out) * (k if isinstance(k, int) else 64)
+    if klass == "conv":
+        w = inputs[1]
+        per_out = int(np.prod(w.shape[1:])) if w is not None and w.static else 64
+        return 2.0 * _numel(out) * per_out
+    return 0.0

@@ -1,0 +1,219 @@
+"""The e-graph: a TermGraph loaded into egglog, and snapshots of it read back into Python.
+
+Import is bulk (DESIGN.md, measured egglog facts): every node becomes one row of a per-op
+relation, written as a tab-separated file that egglog reads with `input`, and one pass of the
+`load` ruleset builds all terms. Loading one command per node is superlinear and is never done.
+
+A `Snapshot` is the e-graph frozen into rows (`EGraph.freeze`): e-nodes with their e-class,
+handles (imported value -> e-class), and the rows of host-rule match relations. E-classes are
+small ints local to one snapshot.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import egglog.bindings as egg
+
+from rewrite.graph import ABSENT, TermGraph
+from rewrite.infer import infer_type
+from rewrite.ops import OPS, decode_attr, encode_attr
+from rewrite.types import UNKNOWN, ClassInfo, TensorType
+
+_STRUCTURAL = {"T", "Leaf", "Absent"}
+
+
+class EGraphError(RuntimeError):
+    """egglog rejected a program (a bug in emitted text or an unsound rule)."""
+
+
+class EGraph:
+    """An egglog e-graph holding one TermGraph, with the op schema and compiled rules loaded.
+
+    graph: the imported graph (its value ids are the handles `(T i)`).
+    program: the egglog text of the rules (`rewrite.emit.emit`).
+    """
+
+    def __init__(self, graph: TermGraph, program: str):
+        from rewrite.emit import schema  # noqa: PLC0415 (emit imports dsl; keep import light)
+
+        self.graph = graph
+        self.egg = egg.EGraph()
+        self.run(schema())
+        self._load(graph)
+        self.run(program)
+
+    def run(self, text: str) -> list:
+        """Run egglog commands; raises EGraphError with egglog's message on failure."""
+        try:
+            return self.egg.run_program(*self.egg.parse_program(text))
+        except egg.EggSmolError as e:
+            raise EGraphError(str(e)) from None
+
+    def sizes(self) -> dict[str, int]:
+        """Rows per egglog function/relation."""
+        return dict(self.run("(print-size)")[-1].sizes)
+
+    def enode_count(self) -> int:
+        """E-nodes (op applications and leaves; handles not counted)."""
+        s = self.sizes()
+        return sum(n for name, n in s.items() if name in OPS or name == "Leaf")
+
+    def _load(self, g: TermGraph) -> None:
+        rows: dict[str, list[str]] = {"LeafRow": []}
+        leaves = set(g.inputs) | set(g.constants)
+        for n in g.nodes:
+            if n.opaque:
+                leaves.update(n.outputs)
+                continue
+            spec = OPS.get(n.op)
+            cells = [str(n.outputs[0]), *(str(i) for i in n.inputs)]
+            cells += [encode_attr(spec.attr_index[a].kind, v) for a, v in n.attrs]
+            rows.setdefault(f"{n.op}Row", []).append("\t".join(cells))
+        rows["LeafRow"] = [str(v) for v in sorted(leaves)]
+        with tempfile.TemporaryDirectory(prefix="rewrite-load-") as tmp:
+            cmds = [f"(union (T {ABSENT}) (Absent))"]
+            for rel, lines in rows.items():
+                if not lines:
+                    continue
+                path = Path(tmp) / f"{rel}.tsv"
+                path.write_text("\n".join(lines) + "\n")
+                cmds.append(f'(input {rel} "{path}")')
+            cmds.append("(run load 1)")
+            self.run("\n".join(cmds))
+
+    def snapshot(self, relations: tuple[str, ...] = ()) -> "Snapshot":
+        """Freeze the e-graph into a Snapshot; `relations` are the match relations to read."""
+        return Snapshot.read(self, relations)
+
+
+@dataclass(frozen=True)
+class ENode:
+    """One e-node: op name, child e-classes, attribute strings, and for a Leaf its value id."""
+
+    op: str
+    children: tuple[int, ...]
+    attrs: tuple[str, ...] = ()
+    leaf: int = -1
+
+
+@dataclass(eq=False)
+class Snapshot:
+    """The e-graph as rows. classes: e-class -> its e-nodes. handle: value id -> e-class."""
+
+    graph: TermGraph
+    nodes: list[tuple[int, ENode]]
+    classes: dict[int, list[ENode]]
+    handle: dict[int, int]
+    handles_of: dict[int, list[int]]
+    rows: dict[str, list[tuple]]
+    _types: dict[int, TensorType] = field(default_factory=dict)
+    _reps: dict[int, str] = field(default_factory=dict)
+
+    @staticmethod
+    def read(eg: EGraph, relations: tuple[str, ...]) -> "Snapshot":
+        frozen = eg.egg.freeze().functions
+        ids: dict = {}
+        cid = lambda v: ids.setdefault(v, len(ids))  # noqa: E731
+        i64, string = eg.egg.value_to_i64, eg.egg.value_to_string
+        nodes: list[tuple[int, ENode]] = []
+        handle: dict[int, int] = {}
+        for name, fn in frozen.items():
+            if name == "T":
+                for r in fn.rows:
+                    handle[i64(r.inputs[0])] = cid(r.output)
+            elif name == "Leaf":
+                nodes += [(cid(r.output), ENode("Leaf", (), (), i64(r.inputs[0]))) for r in fn.rows]
+            elif name == "Absent":
+                nodes += [(cid(r.output), ENode("Absent", ())) for r in fn.rows]
+            elif name in OPS:
+                n_in = OPS.get(name).arity
+                for r in fn.rows:
+                    kids = tuple(cid(v) for v in r.inputs[:n_in])
+                    attrs = tuple(string(v) for v in r.inputs[n_in:])
+                    nodes.append((cid(r.output), ENode(name, kids, attrs)))
+        rows = {}
+        for rel in relations:
+            fn = frozen.get(rel)
+            sorts = fn.input_sorts if fn else []
+            rows[rel] = [
+                tuple(cid(v) if s == "Term" else string(v) for s, v in zip(sorts, r.inputs))
+                for r in (fn.rows if fn else [])
+            ]
+        classes: dict[int, list[ENode]] = {}
+        for c, n in nodes:
+            classes.setdefault(c, []).append(n)
+        handles_of: dict[int, list[int]] = {}
+        for v, c in handle.items():
+            handles_of.setdefault(c, []).append(v)
+        return Snapshot(eg.graph, nodes, classes, handle, handles_of, rows)
+
+    # ---- facts about e-classes -------------------------------------------------------------
+
+    def type_of(self, c: int) -> TensorType:
+        """The e-class's tensor type: an imported value's type if it holds one, else inferred
+        from one of its e-nodes by the op table's shape rule."""
+        t = self._types.get(c)
+        if t is None:
+            self._types[c] = UNKNOWN  # cycle guard
+            t = self._infer(c)
+            self._types[c] = t
+        return t
+
+    def _infer(self, c: int) -> TensorType:
+        for v in self.handles_of.get(c, ()):
+            t = self.graph.values[v].type if v != ABSENT else UNKNOWN
+            if t.shape is not None or t.dtype:
+                return t
+        for n in self.classes.get(c, ()):
+            if n.op in ("Leaf", "Absent"):
+                continue
+            t = self.infer_enode(n)
+            if t.shape is not None:
+                return t
+        return UNKNOWN
+
+    def infer_enode(self, n: ENode) -> TensorType:
+        """Type of e-node `n` computed from its children's types (op table shape rule)."""
+        spec = OPS.get(n.op)
+        attrs = tuple((a.name, decode_attr(a.kind, s)) for a, s in zip(spec.attrs, n.attrs))
+        ins = tuple(None if self.is_absent(k) else self.type_of(k) for k in n.children)
+        vals = tuple(None if self.is_absent(k) else self.value_of(k) for k in n.children)
+        return infer_type(n.op, attrs, ins, vals)
+
+    def is_absent(self, c: int) -> bool:
+        return self.handle.get(ABSENT) == c
+
+    def value_of(self, c: int):
+        """The imported constant held by e-class `c`, or None."""
+        for n in self.classes.get(c, ()):
+            if n.op == "Leaf" and n.leaf in self.graph.constants:
+                return self.graph.constants[n.leaf]
+        return None
+
+    def info(self, c: int) -> ClassInfo:
+        """What guards see of e-class `c`."""
+        return ClassInfo(self.type_of(c), self.value_of(c))
+
+    def rep(self, c: int, depth: int = 0) -> str:
+        """egglog text of a term in e-class `c`: a handle `(T i)` when the class has one, else
+        an e-node over its children's representatives. Raises EGraphError if none is found."""
+        r = self._reps.get(c)
+        if r is not None:
+            return r
+        hs = self.handles_of.get(c)
+        if hs:
+            r = f"(T {min(hs)})"
+        elif depth > 50:
+            raise EGraphError(f"e-class {c} has no finite term")
+        else:
+            n = min(self.classes[c], key=lambda n: len(n.children))
+            from rewrite.emit import egg_string  # noqa: PLC0415
+
+            kids = " ".join(self.rep(k, depth + 1) for k in n.children)
+            r = f"({n.op} {kids} {' '.join(egg_string(a) for a in n.attrs)})"
+        self._reps[c] = r
+        return r
+

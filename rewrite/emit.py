@@ -1,0 +1,178 @@
+"""Rule IR -> egglog program text.
+
+The e-graph has one sort, `Term`. Every op of the op table is a constructor with one `Term`
+argument per input slot and one `String` per attribute (canonical attribute strings, see
+`rewrite.ops.encode_attr`), so a rule's attribute literal (e.g. a default) is an egglog
+literal and matching on it runs in Rust. `(T i)` is the handle of imported value `i`,
+`(Leaf i)` an imported input, constant or opaque output, `(Absent)` a missing optional input.
+
+A rule without guards or builders compiles to a plain egglog rule. A rule with them compiles to
+a rule that records each match as a row of its own relation (the matched root, then the term
+captures, then the attribute captures); the engine reads new rows between iterations,
+evaluates guards and builders in Python and adds the results (`rewrite.saturate`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet, Term, Wildcard
+from rewrite.ops import OPS, encode_attr
+
+COMBINED = "all-rules"
+
+
+def schema() -> str:
+    """The egglog declarations for the e-graph: sorts, op constructors, import relations and the
+    `load` ruleset that turns import rows into terms in one pass (bulk import)."""
+    lines = [
+        "(datatype Term)",
+        "(constructor T (i64) Term)        ; handle of imported value i",
+        "(constructor Leaf (i64) Term)     ; graph input, constant or opaque output",
+        "(constructor Absent () Term)      ; missing optional input",
+        "(ruleset load)",
+        "(relation LeafRow (i64))",
+        "(rule ((LeafRow v)) ((union (T v) (Leaf v))) :ruleset load)",
+    ]
+    for name in OPS.names():
+        spec = OPS.get(name)
+        sig = " ".join(["Term"] * spec.arity + ["String"] * len(spec.attrs))
+        lines.append(f"(constructor {name} ({sig}) Term)")
+        ins = [f"a{i}" for i in range(spec.arity)]
+        ats = [f"s{i}" for i in range(len(spec.attrs))]
+        row = " ".join(["v", *ins, *ats])
+        term = " ".join([name, *(f"(T {a})" for a in ins), *ats])
+        lines.append(f"(relation {name}Row ({' '.join(['i64'] * (1 + spec.arity) + ['String'] * len(spec.attrs))}))")
+        lines.append(f"(rule (({name}Row {row})) ((union (T v) ({term}))) :ruleset load)")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class HostRule:
+    """A rule whose matches are finished in Python: its match relation and column layout."""
+
+    rule: Rule
+    relation: str
+    columns: tuple[str, ...]  # capture names after the root column
+
+
+def relation_name(rule: Rule) -> str:
+    return "match-" + re.sub(r"[^A-Za-z0-9_-]", "_", rule.name)
+
+
+def host_rule(rule: Rule) -> HostRule:
+    return HostRule(rule, relation_name(rule), rule.term_captures + rule.attr_captures)
+
+
+def emit(rules: RuleSet) -> str:
+    """The egglog text for `rules`: ruleset declarations, then one block per rule (a comment
+    with the rule's name and `file:line`, then the egglog rule), then the combined ruleset that
+    saturation runs. `equal` rules give two blocks, one per direction."""
+    rulesets = list(dict.fromkeys(r.ruleset for r in rules.rules)) or ["default"]
+    out = [f"(ruleset {rs})" for rs in rulesets]
+    for r in rules.rules:
+        out.append("")
+        out.append(emit_rule(r))
+    out.append("")
+    out.append(f"(unstable-combined-ruleset {COMBINED} {' '.join(rulesets)})")
+    return "\n".join(out) + "\n"
+
+
+def emit_rule(r: Rule) -> str:
+    """One rule as an egglog block (see `emit`)."""
+    head = f";; {r.name}  ({r.span.file}:{r.span.line})"
+    if r.needs_host:
+        h = host_rule(r)
+        sig = " ".join(["Term"] + ["Term"] * len(r.term_captures) + ["String"] * len(r.attr_captures))
+        cols = " ".join(["root", *(_var(c) for c in h.columns)])
+        guards = " ".join(f"({g.fn} ...)" for g in r.guards)
+        return "\n".join(
+            [
+                head + (f"  guards: {guards}" if guards else "  builders"),
+                f"(relation {h.relation} ({sig}))",
+                f"(rule ({_query(r.lhs)})",
+                f"      (({h.relation} {cols}))",
+                f'      :ruleset {r.ruleset} :name "{r.name}")',
+            ]
+        )
+    blocks = [_plain(r.name, r.lhs, r.rhs, r.ruleset, head)]
+    if r.kind == "equal":
+        blocks.append(_plain(f"{r.name} (reverse)", r.rhs, r.lhs, r.ruleset, head + " reverse"))
+    return "\n".join(blocks)
+
+
+def _plain(name: str, lhs: Term, rhs: Term, ruleset: str, head: str) -> str:
+    return "\n".join(
+        [
+            head,
+            f"(rule ({_query(lhs)})",
+            f"      ((union root {term_text(rhs, _var, _attr_pattern)}))",
+            f'      :ruleset {ruleset} :name "{name}")',
+        ]
+    )
+
+
+def _query(lhs: Term) -> str:
+    """Query atoms binding `root` to the left side; `Op@name` binds become extra atoms."""
+    atoms: list[str] = []
+    atoms.insert(0, f"(= root {_pattern(lhs, atoms)})")
+    return " ".join(atoms)
+
+
+def _pattern(t: Term, atoms: list[str]) -> str:
+    if isinstance(t, OpNode):
+        text = _apply(t, lambda a: _pattern(a, atoms), _attr_pattern)
+        if t.bind:
+            atoms.append(f"(= {_var(t.bind)} {text})")
+            return _var(t.bind)
+        return text
+    return _leaf(t, _var)
+
+
+def term_text(t: Term, var, attr) -> str:
+    """egglog text of a result term. `var(name)` renders a term capture and `attr(value, kind)`
+    an attribute (`Literal`, `Capture` or `Call`): egglog variables when emitting rules, an
+    e-class's term and concrete literals when the host applies a match."""
+    if isinstance(t, OpNode):
+        return _apply(t, lambda a: term_text(a, var, attr), attr)
+    return _leaf(t, var)
+
+
+def _apply(t: OpNode, arg, attr) -> str:
+    spec = OPS.get(t.op)
+    kinds = {a.name: a.kind for a in spec.attrs}
+    parts = [t.op, *(arg(a) for a in t.args), *(attr(v, kinds[n]) for n, v in t.attrs)]
+    return "(" + " ".join(parts) + ")"
+
+
+def _leaf(t: Term, var) -> str:
+    if isinstance(t, Capture):
+        return var(t.name)
+    if isinstance(t, Wildcard):
+        return "_"
+    if isinstance(t, Absent):
+        return "(Absent)"
+    raise TypeError(f"not a term: {t!r}")
+
+
+def _attr_pattern(v, kind: str) -> str:
+    """An attribute in emitted rule text: a literal string, a variable or `_`."""
+    if isinstance(v, Literal):
+        return egg_string(encode_attr(kind, v.value))
+    if isinstance(v, Capture):
+        return _var(v.name)
+    if isinstance(v, Wildcard):
+        return "_"
+    raise TypeError(f"builder call {v!r} cannot be emitted as egglog (host rules only)")
+
+
+def _var(name: str) -> str:
+    return "v_" + name.replace(".", "_") if name in _RESERVED or name[0].isupper() else name.replace(".", "__")
+
+
+_RESERVED = {"root", "T", "Leaf", "Absent"}
+
+
+def egg_string(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,207 @@
+"""Extraction: choose one e-node per needed e-class, minimizing DAG cost, and build a TermGraph.
+
+DAG cost counts a shared e-class once, however many users it has (egglog's built-in extractor
+counts it once per use, see DESIGN.md). The algorithm, in the spirit of extraction-gym's
+DAG-greedy extractors (github.com/egraphs-good/extraction-gym):
+
+1. constant analysis: an e-class is constant when it holds an imported constant, or an e-node
+   of a foldable op whose inputs are all constant (or a Shape of a statically shaped value) and
+   whose result is not too large to store; constant e-classes cost nothing (folded later);
+2. tree-cost greedy: each e-class takes its cheapest e-node, children's costs added, computed
+   to a fixpoint with a worklist (e-graphs have cycles, e.g. after x == Identity(x));
+3. DAG refinement: recompute with e-classes already needed by the current choice counted as
+   free, which is what sharing means, then keep whichever choice has the lower true DAG cost
+   (and no cycle).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+
+from rewrite.cost import CostModel
+from rewrite.egraph import ENode, Snapshot
+from rewrite.graph import ABSENT, TermGraph
+from rewrite.ops import OPS, decode_attr
+from rewrite.rebuild import build_graph
+
+FOLD_MAX_ELEMENTS = 1 << 16  # a computed constant larger than this (and its inputs) stays an op
+_EPS = 1.0  # cost of a foldable e-node: near zero, positive so that choices stay acyclic
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """The chosen e-node per e-class and the DAG cost (ns) of the selection and of the input."""
+
+    graph: TermGraph
+    cost: float
+    input_cost: float
+
+
+class _Costs:
+    """Per-e-node data: children (opaque leaves get their node's inputs) and own cost."""
+
+    def __init__(self, snap: Snapshot, model: CostModel):
+        self.snap, self.model = snap, model
+        g = snap.graph
+        self.opaque_of = {v: i for i, n in enumerate(g.nodes) if n.opaque for v in n.outputs}
+        self.enodes: list[tuple[int, ENode]] = snap.nodes
+        self.kids: list[tuple[int, ...]] = []
+        self.group: list[int] = []  # opaque node index, or -1
+        for c, n in self.enodes:
+            if n.op == "Leaf" and n.leaf in self.opaque_of:
+                idx = self.opaque_of[n.leaf]
+                node = g.nodes[idx]
+                self.kids.append(tuple(snap.handle[i] for i in node.inputs if i != ABSENT))
+                self.group.append(idx)
+            else:
+                self.kids.append(tuple(k for k in n.children if not snap.is_absent(k)))
+                self.group.append(-1)
+        self.constant = self._constant_classes()
+        self.own = [self._own(i) for i in range(len(self.enodes))]
+
+    def _own(self, i: int) -> float:
+        c, n = self.enodes[i]
+        if n.op in ("Leaf", "Absent"):
+            if self.group[i] < 0:
+                return 0.0
+            node = self.snap.graph.nodes[self.group[i]]
+            out = self.snap.graph.values[node.outputs[0]].type if node.outputs else None
+            return self.model.node_cost(node.op, (), (), out) if out else self.model.overhead_ns
+        if c in self.constant and self._foldable(i):
+            return _EPS
+        ins = tuple(self.snap.type_of(k) for k in self.kids[i])
+        spec = OPS.get(n.op)
+        attrs = tuple((a.name, decode_attr(a.kind, s)) for a, s in zip(spec.attrs, n.attrs))
+        return self.model.node_cost(n.op, attrs, ins, self.snap.type_of(c))
+
+    def _foldable(self, i: int) -> bool:
+        c, n = self.enodes[i]
+        if n.op == "Leaf":
+            return n.leaf in self.snap.graph.constants
+        if n.op == "Absent" or OPS.get(n.op).random:
+            return False
+        out = self.snap.type_of(c)
+        if n.op in ("Shape", "Size"):
+            return self.snap.type_of(self.kids[i][0]).static
+        if not all(k in self.constant for k in self.kids[i]):
+            return False
+        limit = max([FOLD_MAX_ELEMENTS] + [self.snap.type_of(k).numel or 0 for k in self.kids[i]])
+        return out.numel is not None and out.numel <= limit
+
+    def _constant_classes(self) -> set[int]:
+        self.constant: set[int] = set()
+        parents: dict[int, list[int]] = {}
+        for i, ks in enumerate(self.kids):
+            for k in ks:
+                parents.setdefault(k, []).append(i)
+        work = list(range(len(self.enodes)))
+        while work:
+            i = work.pop()
+            c = self.enodes[i][0]
+            if c not in self.constant and self._foldable(i):
+                self.constant.add(c)
+                work.extend(parents.get(c, ()))
+        return self.constant
+
+
+def extract(snap: Snapshot, model: CostModel | None = None) -> Extraction:
+    """Extract the cheapest graph from `snap` for the graph outputs of `snap.graph`.
+
+    Returns the extracted TermGraph with its DAG cost and the DAG cost of the input graph
+    (both in the cost model's nanoseconds; constant-only subgraphs of the extracted graph cost
+    nothing since they are folded, while the input is charged as it stands).
+    """
+    costs = _Costs(snap, model or CostModel())
+    roots = [snap.handle[v] for v in snap.graph.outputs]
+    choice = _greedy(costs, free=set())
+    best, best_cost = choice, _dag_cost(costs, choice, roots)
+    for _ in range(2):
+        needed = _reachable(costs, best, roots)
+        cand = _greedy(costs, free=needed)
+        if _reachable(costs, cand, roots, check_cycles=True) is None:
+            break
+        cand_cost = _dag_cost(costs, cand, roots)
+        if cand_cost >= best_cost:
+            break
+        best, best_cost = cand, cand_cost
+    graph = build_graph(costs, best, roots)
+    return Extraction(graph, best_cost, input_cost(snap.graph, model or CostModel()))
+
+
+def _greedy(costs: _Costs, free: set[int]) -> dict[int, int]:
+    """Tree-cost fixpoint (Knuth's generalization of Dijkstra): class -> chosen e-node index."""
+    best: dict[int, float] = {}
+    choice: dict[int, int] = {}
+    parents: dict[int, list[int]] = {}
+    for i, ks in enumerate(costs.kids):
+        for k in ks:
+            parents.setdefault(k, []).append(i)
+    heap = [(costs.own[i], i) for i, ks in enumerate(costs.kids) if not ks]
+    heapq.heapify(heap)
+    counter = itertools.count()
+    heap = [(c, next(counter), i) for c, i in heap]
+    while heap:
+        cost, _, i = heapq.heappop(heap)
+        c = costs.enodes[i][0]
+        if c in best:
+            continue
+        best[c], choice[c] = cost, i
+        for p in parents.get(c, ()):
+            pc = costs.enodes[p][0]
+            if pc in best or any(k not in best for k in costs.kids[p]):
+                continue
+            total = costs.own[p] + sum(0.0 if k in free else best[k] for k in set(costs.kids[p]))
+            heapq.heappush(heap, (total, next(counter), p))
+    return choice
+
+
+def _reachable(costs: _Costs, choice: dict[int, int], roots, check_cycles=False):
+    """E-classes used by `choice` from `roots` (iterative DFS); None if check_cycles finds one."""
+    state: dict[int, int] = {}  # 1 = on stack, 2 = done
+    for r in roots:
+        stack = [(r, False)]
+        while stack:
+            c, leaving = stack.pop()
+            if leaving:
+                state[c] = 2
+                continue
+            s = state.get(c)
+            if s == 2:
+                continue
+            if s == 1:
+                if check_cycles:
+                    return None
+                continue
+            if c not in choice:
+                raise ValueError(f"e-class {c} has no finite e-node")
+            state[c] = 1
+            stack.append((c, True))
+            stack.extend((k, False) for k in costs.kids[choice[c]] if state.get(k) != 2)
+    return set(state)
+
+
+def _dag_cost(costs: _Costs, choice: dict[int, int], roots) -> float:
+    total, groups = 0.0, set()
+    for c in _reachable(costs, choice, roots):
+        i = choice[c]
+        g = costs.group[i]
+        if g >= 0:
+            if g in groups:
+                continue
+            groups.add(g)
+        total += costs.own[i]
+    return total
+
+
+def input_cost(g: TermGraph, model: CostModel) -> float:
+    """DAG cost (ns) of a TermGraph as it stands: every node paid once, nothing folded."""
+    total = 0.0
+    for n in g.nodes:
+        ins = tuple(g.values[i].type for i in n.inputs if i != ABSENT)
+        out = g.values[n.outputs[0]].type if n.outputs else None
+        total += model.node_cost(n.op, n.attrs if not n.opaque else (), ins if not n.opaque else (), out)
+    return total
+
+

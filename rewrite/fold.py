@@ -1,0 +1,109 @@
+"""Constant folding after extraction, and dead-node removal.
+
+A node is folded when every input is a constant (or, for Shape/Size, the input's shape is
+static) and its result is not much larger than its inputs (`FOLD_MAX_ELEMENTS`), the same
+test extraction used to price constant e-classes at zero. All foldable nodes are evaluated in
+one batch by `onnx.reference.ReferenceEvaluator` (the ONNX reference implementation), and their
+outputs become constants. Random ops and ops with subgraphs are never folded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from rewrite.extract import FOLD_MAX_ELEMENTS
+from rewrite.graph import ABSENT, Node, TermGraph
+from rewrite.ops import OPS
+from rewrite.types import TensorType, onnx_dtype
+
+_NEVER = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+          "Bernoulli", "If", "Loop", "Scan", "SequenceMap"}
+
+
+def fold(g: TermGraph) -> TermGraph:
+    """Fold constant-only nodes of `g` into constants and drop nodes nothing uses.
+
+    Returns a new TermGraph (the input is not changed). Raises nothing: a batch the reference
+    evaluator cannot run is left unfolded.
+    """
+    consts = dict(g.constants)
+    values = list(g.values)
+    folded: list[Node] = []
+    for n in g.nodes:
+        if not _foldable(n, g, consts):
+            continue
+        if n.op in ("Shape", "Size") and n.inputs[0] not in consts:
+            consts[n.outputs[0]] = _shape_value(n, g.values[n.inputs[0]].type)
+        else:
+            folded.append(n)
+            for o in n.outputs:
+                consts[o] = None  # value computed below
+    if folded:
+        try:
+            results = _evaluate(folded, g, consts)
+        except Exception:  # leave the graph unfolded rather than fail the whole optimization
+            return prune(g)
+        consts.update(results)
+    for vid, arr in consts.items():
+        if arr is not None and vid not in g.constants:
+            values[vid] = type(values[vid])(values[vid].name, TensorType(onnx_dtype(arr.dtype), arr.shape))
+    done = {vid for vid, a in consts.items() if a is not None}
+    nodes = tuple(n for n in g.nodes if not all(o in done for o in n.outputs))
+    kept = {vid: a for vid, a in consts.items() if a is not None}
+    return prune(TermGraph(tuple(values), nodes, g.inputs, g.outputs, kept, g.opset, g.meta))
+
+
+def _foldable(n: Node, g: TermGraph, consts: dict) -> bool:
+    if n.op in _NEVER or (n.opaque and n.domain not in ("", "ai.onnx")):
+        return False
+    if n.opaque and n.payload is not None and any(a.type in (5, 10) for a in n.payload.attribute):
+        return False  # graph-valued attributes
+    spec = OPS.get(n.op)
+    if spec is not None and spec.random:
+        return False
+    if n.op in ("Shape", "Size") and n.inputs and g.values[n.inputs[0]].type.static:
+        return True
+    if not n.outputs or not all(i == ABSENT or i in consts for i in n.inputs):
+        return False
+    out = g.values[n.outputs[0]].type
+    sizes = [g.values[i].type.numel or 0 for i in n.inputs if i != ABSENT]
+    return out.numel is not None and out.numel <= max([FOLD_MAX_ELEMENTS, *sizes])
+
+
+def _shape_value(n: Node, t: TensorType) -> np.ndarray:
+    shape = np.array(t.shape, dtype=np.int64)
+    if n.op == "Size":
+        return np.array(int(np.prod(shape)), dtype=np.int64)
+    start, end = n.attr("start") or 0, n.attr("end")
+    return shape[start:end]
+
+
+def _evaluate(nodes: list[Node], g: TermGraph, consts: dict) -> dict[int, np.ndarray]:
+    from frontends.onnx.exporter import export_node  # noqa: PLC0415
+
+    name = lambda v: "" if v == ABSENT else g.values[v].name  # noqa: E731
+    protos = [export_node(n, name) for n in nodes]
+    produced = {o for n in nodes for o in n.outputs}
+    needed = sorted({i for n in nodes for i in n.inputs if i != ABSENT and i not in produced})
+    inits = [numpy_helper.from_array(np.asarray(consts[i]), name(i)) for i in needed]
+    outs = sorted(produced)
+    graph = helper.make_graph(protos, "fold", [], [helper.make_value_info(name(o), onnx.TypeProto()) for o in outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.opset)])
+    results = ReferenceEvaluator(model).run(None, {})
+    return {o: np.asarray(r) for o, r in zip(outs, results)}
+
+
+def prune(g: TermGraph) -> TermGraph:
+    """Drop nodes whose outputs nothing uses (graph outputs count as uses)."""
+    used = set(g.outputs)
+    keep = []
+    for n in reversed(g.nodes):
+        if any(o in used for o in n.outputs):
+            keep.append(n)
+            used.update(i for i in n.inputs if i != ABSENT)
+    nodes = tuple(reversed(keep))
+    consts = {v: a for v, a in g.constants.items() if v in used}
+    return TermGraph(g.values, nodes, g.inputs, g.outputs, consts, g.opset, g.meta)

@@ -1,0 +1,84 @@
+"""TermGraph: the engine's frontend-neutral graph, the hand-off between every stage.
+
+Values are numbered; nodes read and write value ids. A node whose op is in the op table and
+supported at the graph's opset carries its attributes as canonical Python values (every
+attribute of the op-table spec present, defaults filled in); any other node is opaque: rules
+never match it, and its frontend payload (`Node.payload`, an `onnx.NodeProto` for ONNX) goes
+back out unchanged except for renamed inputs and outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rewrite.types import TensorType
+
+ABSENT = -1  # value id of an absent optional input
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor value: its name in the source graph (or a fresh one) and its type."""
+
+    name: str
+    type: TensorType
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node. inputs/outputs are value ids (ABSENT for a missing optional input).
+
+    attrs: `(name, value)` pairs in op-table order for matchable nodes; empty for opaque ones.
+    opaque: True when rules must not look inside (unknown op, custom domain, subgraphs,
+        random or effectful op, or a signature outside the graph's opset).
+    payload: the frontend's original node (e.g. `onnx.NodeProto`), set only while the node is
+        exactly the original (always for opaque nodes); the exporter then reuses it, keeping
+        its name, doc string and metadata. Nodes created by rewrites have payload None.
+    """
+
+    op: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    attrs: tuple[tuple[str, Any], ...] = ()
+    opaque: bool = False
+    name: str = ""
+    domain: str = ""
+    payload: Any = None
+
+    def attr(self, name: str) -> Any:
+        return dict(self.attrs).get(name)
+
+
+@dataclass(frozen=True, eq=False)
+class TermGraph:
+    """A graph of `Node`s over `Value`s, nodes in topological order.
+
+    values: indexed by value id. inputs/outputs: value ids of the graph's inputs and outputs.
+    constants: value id -> numpy array for initializers and folded constants.
+    opset: default-domain opset. meta: the frontend's model-level data (kept for export).
+    """
+
+    values: tuple[Value, ...]
+    nodes: tuple[Node, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    constants: dict[int, np.ndarray] = field(default_factory=dict)
+    opset: int = 18
+    meta: Any = None
+
+    def producers(self) -> dict[int, Node]:
+        """value id -> the node that writes it."""
+        return {v: n for n in self.nodes for v in n.outputs}
+
+    def op_counts(self) -> dict[str, int]:
+        """op name -> number of nodes, for before/after tables."""
+        counts: dict[str, int] = {}
+        for n in self.nodes:
+            counts[n.op] = counts.get(n.op, 0) + 1
+        return counts
+
+    def type_of(self, vid: int) -> TensorType:
+        return self.values[vid].type

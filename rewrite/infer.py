@@ -1,0 +1,121 @@
+"""Output type (dtype and shape) of one op application: the op table's shape rule.
+
+Elementwise, broadcasting and identity-shaped ops are computed here directly; every other op
+goes to ONNX shape inference (`onnx.shape_inference`, with data propagation) on a one-node
+model, cached by op, attributes, input types and small constant inputs. An unknown result is
+`TensorType()`: guards that need it fail, which is sound.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from rewrite.ops import NONE, OPS
+from rewrite.types import UNKNOWN, TensorType
+
+_SAME = set("Relu Neg Sqrt Erf Tanh Sigmoid Exp Log Abs Reciprocal Floor Ceil Sin Cos Sign "
+            "Identity Dropout LeakyRelu HardSigmoid Gelu Softmax LogSoftmax Not".split())
+_BROADCAST = set("Add Sub Mul Div Pow Mod".split())
+_COMPARE = set("Equal Less Greater LessOrEqual GreaterOrEqual And Or".split())
+_CONST_MAX = 64  # constant inputs up to this many elements take part in inference
+
+
+def infer_type(op: str, attrs, inputs: tuple[TensorType | None, ...], values: tuple) -> TensorType:
+    """Type of `op(inputs)` with canonical `attrs` (tuple of `(name, value)` pairs).
+
+    inputs: one TensorType per input slot, None for an absent optional input.
+    values: one numpy array or None per slot (constant inputs, e.g. Reshape's shape).
+    Returns `TensorType()` when the type cannot be inferred; never raises.
+    """
+    if any(t is not None and t.shape is None and t.dtype == 0 for t in inputs):
+        return UNKNOWN
+    if op in _SAME:
+        return inputs[0]
+    if op in _BROADCAST or op in _COMPARE or op == "Where":
+        ins = [t for t in inputs if t is not None]
+        dtype = TensorProto.BOOL if op in _COMPARE else ins[-1].dtype if op == "Where" else ins[0].dtype
+        if any(t.shape is None for t in ins):
+            return TensorType(dtype, None)
+        try:
+            return TensorType(dtype, _broadcast([t.shape for t in ins]))
+        except ValueError:
+            return UNKNOWN
+    if op == "Cast":
+        return TensorType(dict(attrs)["to"], inputs[0].shape)
+    if op == "CastLike":
+        return TensorType(inputs[1].dtype, inputs[0].shape)
+    key = (op, attrs, inputs, tuple(_freeze(v) for v in values))
+    try:
+        return _onnx_infer(key)
+    except TypeError:  # unhashable attribute (should not happen with canonical attrs)
+        return UNKNOWN
+
+
+def _broadcast(shapes) -> tuple:
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        dims = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0}
+        known = {d for d in dims if d != 1}
+        if not known:
+            out.append(1)
+        elif len(known) == 1:
+            out.append(known.pop())
+        elif all(isinstance(d, int) for d in known):
+            raise ValueError(f"shapes do not broadcast: {shapes}")
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _freeze(v):
+    if v is None or v.size > _CONST_MAX:
+        return None
+    return (v.dtype.str, v.shape, v.tobytes())
+
+
+@lru_cache(maxsize=65536)
+def _onnx_infer(key) -> TensorType:
+    op, attrs, inputs, values = key
+    spec = OPS.get(op)
+    names, inits, vis = [], [], []
+    for i, (t, v) in enumerate(zip(inputs, values)):
+        if t is None:
+            names.append("")
+            continue
+        name = f"in{i}"
+        names.append(name)
+        if v is not None:
+            dtype, shape, raw = v
+            inits.append(numpy_helper.from_array(np.frombuffer(raw, dtype=dtype).reshape(shape), name))
+        vis.append(_value_info(name, t))
+    while names and names[-1] == "":
+        names.pop()
+    kw = {}
+    for a, val in attrs:
+        aspec = spec.attr_index[a]
+        if val is None or (aspec.default is not NONE and val == aspec.default):
+            continue
+        kw[a] = list(val) if isinstance(val, tuple) else val
+    node = helper.make_node(op, names, ["out"], **kw)
+    graph = helper.make_graph([node], "infer", vis, [helper.make_tensor_value_info("out", 0, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:
+        return UNKNOWN
+    for vi in inferred.graph.output:
+        from frontends.onnx.importer import _tensor_type  # noqa: PLC0415
+
+        return _tensor_type(vi.type)
+    return UNKNOWN
+
+
+def _value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
+    shape = None if t.shape is None else [d if d is not None else None for d in t.shape]
+    return helper.make_tensor_value_info(name, t.dtype or TensorProto.FLOAT, shape)

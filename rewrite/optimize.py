@@ -1,0 +1,133 @@
+"""`optimize`: the engine as a straight line of stages.
+
+    select rules -> emit egglog -> import into the e-graph -> saturate -> extract -> fold
+
+The output is never worse than the input under the cost model: if extraction finds nothing
+cheaper, the input graph comes back unchanged (the same object).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from dsl.ir import OpNode, Rule, RuleSet
+from rewrite.cost import CostModel
+from rewrite.egraph import EGraph
+from rewrite.emit import emit, host_rule
+from rewrite.extract import extract
+from rewrite.fold import fold
+from rewrite.graph import TermGraph
+from rewrite.ops import OPS
+from rewrite.saturate import Limits, saturate
+
+FP_CLASSES = ("exact", "reassoc", "approx")
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one optimization did.
+
+    stop_reason: `saturated`, `iteration-limit`, `node-limit` or `time-limit`.
+    seconds: wall-clock seconds per stage (`emit`, `import`, `saturate`, `extract`, `fold`).
+    fired: rule name -> times it fired (matches applied). rejected: host-rule matches whose
+        guard failed. skipped: rules left out, with the reason (opset, numeric class).
+    cost_before/cost_after: DAG cost in the cost model's nanoseconds.
+    """
+
+    stop_reason: str
+    iterations: int
+    enodes: int
+    eclasses: int
+    seconds: dict[str, float]
+    fired: dict[str, int]
+    rejected: dict[str, int]
+    skipped: dict[str, str]
+    nodes_before: int
+    nodes_after: int
+    ops_before: dict[str, int]
+    ops_after: dict[str, int]
+    cost_before: float
+    cost_after: float
+    changed: bool
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """The report as plain JSON-serializable data."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def select(rules: RuleSet, opset: int, fp: tuple[str, ...] = ("exact",)) -> tuple[list[Rule], dict[str, str]]:
+    """Rules usable on a graph of `opset` under the allowed numeric classes, and the skipped
+    ones with a reason."""
+    keep, skipped = [], {}
+    for r in rules.rules:
+        if r.fp not in fp:
+            skipped[r.name] = f"numeric class {r.fp} not allowed"
+            continue
+        missing = sorted({op for op in _ops(r.rhs) | _ops(r.lhs) if OPS.get(op, opset) is None})
+        if missing:
+            skipped[r.name] = f"{', '.join(missing)} not available at opset {opset}"
+            continue
+        keep.append(r)
+    return keep, skipped
+
+
+def optimize(
+    graph: TermGraph,
+    rules: RuleSet,
+    limits: Limits = Limits(),
+    cost: CostModel = CostModel(),
+    fp: tuple[str, ...] = ("exact",),
+) -> tuple[TermGraph, Report]:
+    """Rewrite `graph` with `rules` by equality saturation and cost-based extraction.
+
+    Returns the optimized graph (or `graph` itself when nothing cheaper was found) and a
+    Report. Raises `rewrite.egraph.EGraphError` if egglog rejects the compiled rules and
+    `rewrite.saturate.UnsoundRuleError` if a rule changes a value's type.
+    """
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def stage(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[name] = now - clock
+        clock = now
+
+    chosen, skipped = select(rules, graph.opset, fp)
+    program = emit(RuleSet(tuple(chosen), rules.files))
+    stage("emit")
+    eg = EGraph(graph, program)
+    stage("import")
+    sat, snap = saturate(eg, [host_rule(r) for r in chosen if r.needs_host], limits)
+    stage("saturate")
+    ex = extract(snap, cost)
+    stage("extract")
+    changed = ex.cost < ex.input_cost
+    out = fold(ex.graph) if changed else graph
+    stage("fold")
+    report = Report(
+        stop_reason=sat.stop_reason,
+        iterations=sat.iterations,
+        enodes=sat.enodes,
+        eclasses=len(snap.classes),
+        seconds=seconds,
+        fired=dict(sat.fired),
+        rejected=dict(sat.rejected),
+        skipped=skipped,
+        nodes_before=len(graph.nodes),
+        nodes_after=len(out.nodes),
+        ops_before=graph.op_counts(),
+        ops_after=out.op_counts(),
+        cost_before=ex.input_cost,
+        cost_after=ex.cost if changed else ex.input_cost,
+        changed=changed,
+    )
+    return out, report
+
+
+def _ops(t) -> set[str]:
+    if isinstance(t, OpNode):
+        return {t.op}.union(*(_ops(a) for a in t.args))
+    return set()

@@ -1,0 +1,123 @@
+"""Turn an extraction choice (one e-node per e-class) back into a TermGraph.
+
+Names: a graph input, constant or opaque output keeps its own name; otherwise an e-class takes
+the name of the graph output it computes, else the name of the imported value whose original
+node was chosen, else any imported value's name in the class (it is the same value), else a
+fresh `rw_N` name. A chosen e-node that is exactly an imported node (same op, attributes and
+input e-classes) keeps that node's name and payload, so the exporter reuses its proto.
+"""
+
+from __future__ import annotations
+
+from rewrite.graph import ABSENT, Node, TermGraph, Value
+from rewrite.ops import OPS, decode_attr, encode_attr
+
+
+def build_graph(costs, choice: dict[int, int], roots: list[int]) -> TermGraph:
+    """TermGraph of the e-classes reachable from `roots` under `choice` (see module doc)."""
+    snap = costs.snap
+    g = snap.graph
+    order = _postorder(costs, choice, roots)
+    originals = _original_keys(snap)
+    output_name = {}
+    for vid in g.outputs:
+        output_name.setdefault(snap.handle[vid], g.values[vid].name)
+    values: list[Value] = []
+    vid_of: dict[int, int] = {}
+    taken = {v.name for v in g.values}
+    nodes: list[Node] = []
+    constants = {}
+    emitted_opaque: set[int] = set()
+    fresh = iter(f"rw_{i}" for i in range(10**9))
+
+    def new_value(name: str, c: int) -> int:
+        values.append(Value(name, snap.type_of(c) if c >= 0 else g.values[0].type))
+        return len(values) - 1
+
+    def fresh_name() -> str:
+        name = next(fresh)
+        while name in taken:
+            name = next(fresh)
+        taken.add(name)
+        return name
+
+    for c in order:
+        i = choice[c]
+        n = costs.enodes[i][1]
+        if n.op == "Leaf":
+            group = costs.group[i]
+            if group < 0:
+                vid_of[c] = new_value(g.values[n.leaf].name, c)
+                values[vid_of[c]] = Value(g.values[n.leaf].name, g.values[n.leaf].type)
+                if n.leaf in g.constants:
+                    constants[vid_of[c]] = g.constants[n.leaf]
+                continue
+            if group not in emitted_opaque:
+                emitted_opaque.add(group)
+                nodes.append(_opaque(g.nodes[group], snap, choice, costs, vid_of, values, fresh_name))
+            continue
+        orig = originals.get((n.op, n.attrs, n.children))
+        name = output_name.get(c) or (g.values[orig.outputs[0]].name if orig else None)
+        if name is None:
+            hs = snap.handles_of.get(c)
+            name = g.values[min(hs)].name if hs and min(hs) != ABSENT else fresh_name()
+        vid_of[c] = new_value(name, c)
+        spec = OPS.get(n.op)
+        attrs = tuple((a.name, decode_attr(a.kind, s)) for a, s in zip(spec.attrs, n.attrs))
+        ins = tuple(ABSENT if snap.is_absent(k) else vid_of[k] for k in n.children)
+        keep = orig is not None and name == g.values[orig.outputs[0]].name
+        nodes.append(
+            Node(n.op, ins, (vid_of[c],), attrs, False,
+                 orig.name if keep else "", "", orig.payload if keep else None)
+        )
+    outputs = tuple(vid_of[snap.handle[v]] for v in g.outputs)
+    inputs = tuple(vid_of.get(snap.handle[v], -1) for v in g.inputs)
+    inputs = tuple(v for v in inputs if v >= 0)
+    return TermGraph(tuple(values), tuple(nodes), inputs, outputs, constants, g.opset, g.meta)
+
+
+def _opaque(node: Node, snap, choice, costs, vid_of, values, fresh_name) -> Node:
+    """Re-emit an opaque node; an output whose e-class chose another e-node gets a fresh name."""
+    ins = tuple(ABSENT if v == ABSENT else vid_of[snap.handle[v]] for v in node.inputs)
+    outs = []
+    for v in node.outputs:
+        c = snap.handle.get(v)
+        i = choice.get(c) if c is not None else None
+        mine = i is not None and costs.enodes[i][1].op == "Leaf" and costs.enodes[i][1].leaf == v
+        if mine:
+            values.append(Value(snap.graph.values[v].name, snap.graph.values[v].type))
+            vid_of[c] = len(values) - 1
+        else:
+            values.append(Value(fresh_name() if snap.graph.values[v].name else "", snap.graph.values[v].type))
+        outs.append(len(values) - 1)
+    return Node(node.op, ins, tuple(outs), (), True, node.name, node.domain, node.payload)
+
+
+def _original_keys(snap) -> dict:
+    """(op, attribute strings, input e-classes) -> imported node, for untouched-node detection."""
+    keys = {}
+    for n in snap.graph.nodes:
+        if n.opaque:
+            continue
+        spec = OPS.get(n.op)
+        attrs = tuple(encode_attr(spec.attr_index[a].kind, v) for a, v in n.attrs)
+        kids = tuple(snap.handle[i] for i in n.inputs)
+        keys.setdefault((n.op, attrs, kids), n)
+    return keys
+
+
+def _postorder(costs, choice: dict[int, int], roots: list[int]) -> list[int]:
+    """E-classes in dependency order (children first), iteratively (graphs are deep)."""
+    order, done, stack = [], set(), [(r, False) for r in reversed(roots)]
+    while stack:
+        c, leaving = stack.pop()
+        if leaving:
+            if c not in done:
+                done.add(c)
+                order.append(c)
+            continue
+        if c in done:
+            continue
+        stack.append((c, True))
+        stack.extend((k, False) for k in reversed(costs.kids[choice[c]]) if k not in done)
+    return order

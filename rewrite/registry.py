@@ -1,0 +1,197 @@
+"""Guards and builders: the named host functions that rules may call.
+
+A guard is a predicate used in `(if ...)`; a builder computes an attribute value used in a
+rule's result. Both are plain module-level functions registered by name with the kinds of
+their parameters:
+
+- `term`: a captured tensor value; the function receives a `ClassInfo` (type and, for an
+  imported constant, its value),
+- `attr`: an attribute value (a capture bound to an attribute, or a literal in the rule); the
+  function receives the Python value (int, float, str, tuple), None when absent.
+
+A guard that cannot decide (an unknown shape, a non-constant) returns False: a rule never fires
+on a fact the engine does not know. Builders return None when they cannot build; the match is
+then skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from rewrite.types import ClassInfo
+
+TERM, ATTR = "term", "attr"
+
+
+@dataclass(frozen=True)
+class HostFn:
+    """A registered guard or builder: `name` as written in rules, its parameter kinds."""
+
+    name: str
+    fn: Callable[..., Any]
+    params: tuple[str, ...]
+    kind: str  # "guard" or "builder"
+
+    @property
+    def doc(self) -> str:
+        return (self.fn.__doc__ or "").strip().splitlines()[0] if self.fn.__doc__ else ""
+
+
+GUARDS: dict[str, HostFn] = {}
+BUILDERS: dict[str, HostFn] = {}
+
+
+def guard(name: str, *params: str):
+    """Register a guard under `name` with parameter kinds `params` (TERM or ATTR)."""
+
+    def deco(fn):
+        GUARDS[name] = HostFn(name, fn, params, "guard")
+        return fn
+
+    return deco
+
+
+def builder(name: str, *params: str):
+    """Register a builder under `name` with parameter kinds `params` (TERM or ATTR)."""
+
+    def deco(fn):
+        BUILDERS[name] = HostFn(name, fn, params, "builder")
+        return fn
+
+    return deco
+
+
+# ---- permutations ----------------------------------------------------------------------------
+
+
+@guard("identity-perm", ATTR)
+def identity_perm(perm: tuple[int, ...] | None) -> bool:
+    """True if `perm` is (0, 1, ..., n-1). An absent perm (reverse) is identity only for n<=1,
+    which needs the rank, so it is not accepted here."""
+    return perm is not None and tuple(perm) == tuple(range(len(perm)))
+
+
+@builder("compose-perm", ATTR, ATTR)
+def compose_perm(p: tuple[int, ...] | None, q: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """Perm of Transpose(Transpose(x, p), q) as one Transpose: r[i] = p[q[i]].
+
+    ONNX Transpose: output axis i is input axis perm[i] (ONNX operator spec, Transpose).
+    """
+    if p is None or q is None or len(p) != len(q):
+        return None
+    return tuple(p[i] for i in q)
+
+
+# ---- constants -------------------------------------------------------------------------------
+
+
+@guard("is-constant", TERM)
+def is_constant(x: ClassInfo) -> bool:
+    """True if the value is an imported constant (initializer or Constant node)."""
+    return x.is_constant
+
+
+@guard("all-equal", TERM, ATTR)
+def all_equal(x: ClassInfo, v: Any) -> bool:
+    """True if `x` is a constant whose every element equals `v` (NaN never equals)."""
+    return x.value is not None and x.value.size > 0 and bool(np.all(x.value == v))
+
+
+@guard("same-values", TERM, TERM)
+def same_values(a: ClassInfo, b: ClassInfo) -> bool:
+    """True if `a` and `b` are constants with equal shapes and elements."""
+    return (
+        a.value is not None
+        and b.value is not None
+        and a.value.shape == b.value.shape
+        and bool(np.array_equal(a.value, b.value))
+    )
+
+
+@guard("no-zero-dims", TERM)
+def no_zero_dims(s: ClassInfo) -> bool:
+    """True if `s` is a constant Reshape shape with no 0 entry (0 copies an input dim)."""
+    return s.value is not None and bool(np.all(s.value != 0))
+
+
+# ---- shapes and dtypes -----------------------------------------------------------------------
+
+
+@guard("rank", TERM, ATTR)
+def rank(x: ClassInfo, n: int) -> bool:
+    """True if `x` has rank `n`."""
+    return x.type.rank == n
+
+
+@guard("same-type", TERM, TERM)
+def same_type(a: ClassInfo, b: ClassInfo) -> bool:
+    """True if `a` and `b` have the same dtype and the same fully static shape."""
+    return a.type.static and a.type == b.type
+
+
+@guard("has-dtype", TERM, ATTR)
+def has_dtype(x: ClassInfo, elem_type: int) -> bool:
+    """True if `x`'s ONNX element type is `elem_type` (e.g. a Cast's `to`)."""
+    return bool(x.type.dtype) and x.type.dtype == elem_type
+
+
+@guard("broadcasts-into", TERM, TERM)
+def broadcasts_into(z: ClassInfo, x: ClassInfo) -> bool:
+    """True if broadcasting `z` against `x` gives exactly `x`'s shape (numpy/ONNX
+    multidirectional broadcasting, ONNX docs/Broadcasting.md), so `x op z` is `x`-shaped."""
+    if not (z.type.static and x.type.static):
+        return False
+    try:
+        return np.broadcast_shapes(z.type.shape, x.type.shape) == tuple(x.type.shape)
+    except ValueError:
+        return False
+
+
+_LOSSLESS = {  # ONNX elem type -> types that hold every value of it exactly
+    1: {1, 11},  # float -> float, double
+    10: {10, 1, 11},  # float16 -> float16, float, double
+    16: {16, 1, 11},  # bfloat16 -> bfloat16, float, double
+    11: {11},
+    9: {9, 2, 3, 4, 5, 6, 7, 12, 13, 1, 10, 11, 16},  # bool -> any numeric
+    2: {2, 4, 6, 7, 12, 13, 5, 1, 11, 10, 16},  # uint8
+    3: {3, 5, 6, 7, 1, 11, 10},  # int8
+    4: {4, 6, 7, 12, 13, 1, 11},  # uint16
+    5: {5, 6, 7, 1, 11},  # int16
+    6: {6, 7, 11},  # int32
+    12: {12, 7, 13, 11},  # uint32
+    7: {7},  # int64
+    13: {13},  # uint64
+}
+
+
+@guard("cast-lossless", TERM, ATTR)
+def cast_lossless(x: ClassInfo, to: int) -> bool:
+    """True if casting `x`'s dtype to `to` keeps every value exactly (a widening cast), so a
+    following cast sees the original values."""
+    return x.type.dtype in _LOSSLESS and to in _LOSSLESS[x.type.dtype]
+
+
+@builder("bn-shape", TERM)
+def bn_shape(w: ClassInfo) -> tuple[int, ...] | None:
+    """Shape (-1, 1, ..., 1) that lines a per-output-channel vector up with Conv weight `w`
+    (rank r: r-1 ones), used to fold BatchNormalization's scale into the weight."""
+    r = w.type.rank
+    return None if r is None else (-1,) + (1,) * (r - 1)
+
+
+@guard("channel-bias", TERM, TERM)
+def channel_bias(b: ClassInfo, y: ClassInfo) -> bool:
+    """True if constant `b` added to Conv output `y` (N, C, spatial...) is a per-channel
+    bias: its shape, right-aligned against `y`, is (C, 1, ..., 1) possibly with leading 1s."""
+    if b.value is None or not y.type.static or y.type.rank is None or y.type.rank < 3:
+        return False
+    shape, r = b.value.shape, y.type.rank
+    if len(shape) != r and len(shape) != r - 1:
+        return False
+    if len(shape) == r and shape[0] != 1:
+        return False
+    tail = shape[-(r - 1):]
+    return tail[0] == y.type.shape[1] and all(d == 1 for d in tail[1:])

@@ -1,0 +1,87 @@
+"""Tensor types and per-e-class facts shared by the engine, guards and cost model.
+
+A `TensorType` is an ONNX element type (`onnx.TensorProto.FLOAT`, ...) plus a shape whose
+dimensions are ints (static), strings (symbolic) or None (unknown); `shape is None` means even
+the rank is unknown. A `ClassInfo` is what a guard sees of an e-class: its type and, for a
+constant, its value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """dtype: ONNX TensorProto element type (0 when unknown). shape: dims, or None if unknown."""
+
+    dtype: int = 0
+    shape: tuple[Dim, ...] | None = None
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def static(self) -> bool:
+        """True when every dimension is a known int."""
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def numel(self) -> int | None:
+        """Number of elements, or None if the shape is not static."""
+        return int(np.prod(self.shape, dtype=np.int64)) if self.static else None
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element (4 when the dtype is unknown)."""
+        if not self.dtype:
+            return 4
+        return np.dtype(helper.tensor_dtype_to_np_dtype(self.dtype)).itemsize
+
+    @property
+    def nbytes(self) -> int | None:
+        n = self.numel
+        return None if n is None else n * self.itemsize
+
+    def __str__(self) -> str:
+        name = onnx.TensorProto.DataType.Name(self.dtype).lower() if self.dtype else "?"
+        dims = "?" if self.shape is None else ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{name}[{dims}]"
+
+
+UNKNOWN = TensorType()
+
+
+@dataclass(frozen=True, eq=False)
+class ClassInfo:
+    """What a guard or builder sees of a captured e-class.
+
+    type: the class's tensor type (every e-node of a class has the same type).
+    value: the constant's value (numpy array) when the class holds an imported constant,
+        else None. Computed constants (e.g. a folded BatchNorm weight) have no value until
+        constant folding runs after extraction.
+    """
+
+    type: TensorType
+    value: np.ndarray | None = None
+
+    @property
+    def is_constant(self) -> bool:
+        return self.value is not None
+
+
+def np_dtype(elem_type: int) -> np.dtype:
+    """numpy dtype of an ONNX element type."""
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def onnx_dtype(dtype: np.dtype) -> int:
+    """ONNX element type of a numpy dtype."""
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
