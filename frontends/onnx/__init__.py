@@ -1,0 +1,81 @@
+"""ONNX frontend: load, import, optimize, export, check, save.
+
+`optimize_model` is the whole ONNX path as a function; the `rewrite optimize` CLI is a thin
+shell around it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+
+from frontends.onnx.check import compare
+from frontends.onnx.exporter import MAX_OPSET, export_model
+from frontends.onnx.importer import default_opset, import_model
+
+__all__ = ["ModelError", "load_model", "optimize_model", "save_model", "compare", "import_model", "export_model"]
+
+
+class ModelError(ValueError):
+    """A model file that cannot be used: missing, not ONNX, or rejected by onnx.checker."""
+
+
+def load_model(path: str | os.PathLike) -> onnx.ModelProto:
+    """Read and validate an ONNX model file. Raises ModelError with a one-line reason."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelError(f"{p}: no such file")
+    if not p.is_file():
+        raise ModelError(f"{p}: not a file")
+    try:
+        model = onnx.load(str(p))
+    except Exception as e:  # protobuf raises DecodeError and friends
+        raise ModelError(f"{p}: not an ONNX model ({type(e).__name__})") from None
+    if not model.HasField("graph") or not model.opset_import:
+        raise ModelError(f"{p}: not an ONNX model (no graph or no opset import)")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise ModelError(f"{p}: rejected by onnx.checker: {str(e).strip().splitlines()[0]}") from None
+    try:
+        opset = default_opset(model)
+    except ValueError as e:
+        raise ModelError(f"{p}: {e}") from None
+    if opset > MAX_OPSET:
+        raise ModelError(f"{p}: opset {opset} is newer than onnxruntime supports (<= {MAX_OPSET})")
+    return model
+
+
+def optimize_model(model: onnx.ModelProto, rules, **kw):
+    """Optimize an ONNX model with a RuleSet. Keyword arguments go to `rewrite.optimize`.
+
+    Returns (optimized ModelProto, Report). When nothing cheaper is found the original model
+    object is returned. Raises onnx.checker.ValidationError if the result fails the checker
+    (a bug in the engine, never silently written).
+    """
+    from rewrite.optimize import optimize  # noqa: PLC0415
+
+    graph = import_model(model)
+    out, report = optimize(graph, rules, **kw)
+    if out is graph:
+        return model, report
+    result = export_model(out)
+    onnx.checker.check_model(result, full_check=True)
+    return result, report
+
+
+def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
+    """Write `model` atomically: to a temporary file beside `path`, then renamed over it, so a
+    failure never leaves a partly written file."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(model.SerializeToString())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

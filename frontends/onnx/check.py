@@ -1,0 +1,117 @@
+"""Output check: does the optimized model compute what the original computes?
+
+Both models run under onnxruntime (CPU, its own graph optimizations disabled, so only our
+rewrites are under test) on the same random inputs; every output is compared with a tolerance
+per dtype: |a - b| <= atol + rtol * |b| elementwise (numpy.isclose's rule), NaN equal to NaN.
+Integer and bool outputs must match exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto
+
+# (rtol, atol) per ONNX element type. Rewrites such as BatchNorm folding or MatMul+Add -> Gemm
+# change the order of float operations, so float results differ in the last bits.
+TOLERANCES = {
+    TensorProto.FLOAT: (1e-4, 1e-5),
+    TensorProto.DOUBLE: (1e-9, 1e-12),
+    TensorProto.FLOAT16: (1e-2, 1e-3),
+    TensorProto.BFLOAT16: (4e-2, 1e-2),
+}
+EXACT = (0.0, 0.0)
+DIM_DEFAULT = 2  # size given to symbolic or unknown input dimensions
+
+
+class CheckError(RuntimeError):
+    """A model could not be run under onnxruntime."""
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    """Comparison of one output: max absolute and relative error, the tolerance, the verdict."""
+
+    name: str
+    dtype: str
+    max_abs: float
+    max_rel: float
+    rtol: float
+    atol: float
+    ok: bool
+
+
+def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random feeds for the model's graph inputs (initializers excluded).
+
+    Floats are standard normal; integers are 0 or 1 (valid token ids, masks and indices for
+    any vocabulary); bools are random. Symbolic dimensions take `DIM_DEFAULT`.
+    """
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else DIM_DEFAULT for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dtype, np.floating):
+            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[vi.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feeds[vi.name] = rng.integers(0, 2, shape).astype(dtype)
+    return feeds
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Run `model` under onnxruntime CPU with graph optimizations off. Raises CheckError."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        return sess.run(None, feeds)
+    except Exception as e:  # onnxruntime raises its own exception types
+        raise CheckError(f"onnxruntime could not run the model: {str(e).splitlines()[0]}") from None
+
+
+def compare(original: onnx.ModelProto, optimized: onnx.ModelProto, runs: int = 2, seed: int = 0) -> list[OutputDiff]:
+    """Run both models on `runs` sets of random inputs and compare every output.
+
+    Returns one OutputDiff per output (the worst over all runs). Raises CheckError when either
+    model fails to run.
+    """
+    worst: dict[str, OutputDiff] = {}
+    elem = {o.name: o.type.tensor_type.elem_type for o in original.graph.output}
+    for r in range(runs):
+        feeds = random_inputs(original, seed + r)
+        for name, a, b in zip(elem, run(original, feeds), run(optimized, feeds)):
+            d = _diff(name, elem[name], np.asarray(b), np.asarray(a))
+            if name not in worst or (worst[name].ok and not d.ok) or d.max_abs > worst[name].max_abs:
+                worst[name] = d
+    return list(worst.values())
+
+
+def _diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray) -> OutputDiff:
+    rtol, atol = TOLERANCES.get(elem_type, EXACT)
+    dtype = TensorProto.DataType.Name(elem_type).lower()
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return OutputDiff(name, dtype, float("inf"), float("inf"), rtol, atol, False)
+    if got.size == 0:
+        return OutputDiff(name, dtype, 0.0, 0.0, rtol, atol, True)
+    if not np.issubdtype(want.dtype, np.inexact):
+        same = np.array_equal(got, want)
+        err = 0.0 if same else float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+        return OutputDiff(name, dtype, err, err, rtol, atol, same)
+    g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    both_nan = np.isnan(g64) & np.isnan(w64)
+    with np.errstate(invalid="ignore"):
+        abs_err = np.where(both_nan | (g64 == w64), 0.0, np.abs(g64 - w64))
+        rel_err = abs_err / np.maximum(np.abs(w64), np.finfo(np.float64).tiny)
+    ok = bool(np.all(np.isclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True)))
+    return OutputDiff(name, dtype, float(np.nanmax(abs_err)), float(np.nanmax(rel_err)), rtol, atol, ok)

@@ -1,0 +1,199 @@
+"""`rewrite`: the command line.
+
+    rewrite check FILE...            parse and type-check .rules files
+    rewrite emit FILE...             print the generated egglog program
+    rewrite optimize IN OUT [opts]   optimize an ONNX model with the rule library
+
+Every failure the user can cause (missing file, not an ONNX model, a rules error, a model
+that fails the output check) is one line on stderr and a non-zero exit, never a traceback, and
+no output file is written unless it passed every check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `rewrite` console script. Returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        err.print("rewrite: interrupted")
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rewrite",
+        description="Peephole rewriting for neural-network graphs: match.pd-style .rules files, "
+        "applied by equality saturation (egglog) with cost-based extraction.",
+    )
+    sub = p.add_subparsers(metavar="COMMAND")
+    c = sub.add_parser("check", help="parse and type-check .rules files", description="Parse and type-check .rules files (directories are searched for *.rules). Exit 1 with located errors, 0 with a summary line per file.")
+    c.add_argument("paths", nargs="+", metavar="PATH")
+    c.set_defaults(func=cmd_check)
+    e = sub.add_parser("emit", help="print the egglog program generated from .rules files", description="Print the egglog program generated from .rules files: one block per rule with its name and file:line.")
+    e.add_argument("paths", nargs="+", metavar="PATH")
+    e.set_defaults(func=cmd_emit)
+    o = sub.add_parser("optimize", help="optimize an ONNX model", description="Optimize an ONNX model with the shipped rule library (or --rules), check that its outputs still match under onnxruntime, and write it.")
+    o.add_argument("input", metavar="IN.onnx")
+    o.add_argument("output", metavar="OUT.onnx")
+    o.add_argument("--rules", nargs="+", metavar="PATH", help="rule files or directories (default: the shipped library)")
+    o.add_argument("--no-check", action="store_true", help="skip the onnxruntime output comparison")
+    o.add_argument("--report", metavar="R.json", help="write a JSON report")
+    o.add_argument("--max-iterations", type=int, default=30, metavar="N", help="saturation iterations (default 30)")
+    o.add_argument("--max-nodes", type=int, default=1_000_000, metavar="N", help="e-node limit (default 1000000)")
+    o.add_argument("--timeout", type=float, default=120.0, metavar="S", help="saturation wall-clock limit in seconds (default 120)")
+    o.add_argument("--allow", nargs="*", default=["exact"], choices=["exact", "reassoc", "approx"], help="numeric classes of rules to run (default: exact)")
+    o.set_defaults(func=cmd_optimize)
+    return p
+
+
+def _load_rules(paths):
+    """RuleSet from paths (the shipped library when None); prints errors, returns None on them."""
+    from dsl import RulesError, load_rules, shipped_rules_dir  # noqa: PLC0415
+
+    try:
+        return load_rules([Path(p) for p in paths] if paths else [shipped_rules_dir()])
+    except RulesError as e:
+        err.print(str(e), markup=False)
+        return None
+    except (FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        err.print(f"rewrite: {e}", markup=False)
+        return None
+
+
+def cmd_check(args) -> int:
+    rules = _load_rules(args.paths)
+    if rules is None:
+        return EXIT_FAIL
+    for f in rules.files:
+        n = sum(1 for r in rules.rules if r.span.file == f)
+        sets = sorted({r.ruleset for r in rules.rules if r.span.file == f})
+        out.print(f"{f}: ok, {n} rules ({', '.join(sets) or 'no rules'})", markup=False)
+    return EXIT_OK
+
+
+def cmd_emit(args) -> int:
+    from rewrite.emit import emit  # noqa: PLC0415
+
+    rules = _load_rules(args.paths)
+    if rules is None:
+        return EXIT_FAIL
+    sys.stdout.write(emit(rules))
+    return EXIT_OK
+
+
+def cmd_optimize(args) -> int:
+    from frontends.onnx import ModelError, load_model, optimize_model, save_model  # noqa: PLC0415
+    from frontends.onnx.check import CheckError, compare  # noqa: PLC0415
+    from rewrite.saturate import Limits  # noqa: PLC0415
+
+    src, dst = Path(args.input), Path(args.output)
+    if dst.exists() and src.exists() and dst.resolve() == src.resolve():
+        return _fail(f"output {dst} is the input file; write to another path")
+    if not dst.parent.is_dir():
+        return _fail(f"{dst.parent}: output directory does not exist")
+    for name in ("max_iterations", "max_nodes", "timeout"):
+        if getattr(args, name) <= 0:
+            return _fail(f"--{name.replace('_', '-')} must be positive")
+    rules = _load_rules(args.rules)
+    if rules is None:
+        return EXIT_FAIL
+    try:
+        model = load_model(src)
+    except ModelError as e:
+        return _fail(str(e))
+    limits = Limits(args.max_iterations, args.max_nodes, args.timeout)
+    with err.status("optimizing (import, saturate, extract, fold)..."):
+        try:
+            result, report = optimize_model(model, rules, limits=limits, fp=tuple(args.allow))
+        except Exception as e:  # an engine bug: say so in one line, write nothing
+            return _fail(f"optimization failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    diffs = []
+    if not args.no_check:
+        with err.status("checking outputs under onnxruntime..."):
+            try:
+                diffs = compare(model, result)
+            except CheckError as e:
+                return _fail(f"output check: {e}")
+    _print_summary(report, diffs)
+    if args.report:
+        _write_report(Path(args.report), report, diffs)
+    bad = [d for d in diffs if not d.ok]
+    if bad:
+        return _fail(f"output check failed for {', '.join(d.name for d in bad)}; nothing written")
+    save_model(result, dst)
+    out.print(f"wrote {dst} ({report.nodes_before} -> {report.nodes_after} nodes)", markup=False)
+    return EXIT_OK
+
+
+def _fail(msg: str) -> int:
+    err.print(f"rewrite: error: {msg}", markup=False)
+    return EXIT_FAIL
+
+
+def _print_summary(report, diffs) -> None:
+    ops = Table(title="ops before/after", title_justify="left")
+    for col in ("op", "before", "after", "change"):
+        ops.add_column(col, justify="left" if col == "op" else "right")
+    names = sorted(set(report.ops_before) | set(report.ops_after), key=lambda o: (-report.ops_before.get(o, 0), o))
+    for op in names:
+        b, a = report.ops_before.get(op, 0), report.ops_after.get(op, 0)
+        ops.add_row(op, str(b), str(a), f"{a - b:+d}" if a != b else "")
+    ops.add_row("[b]total[/b]", str(report.nodes_before), str(report.nodes_after), f"{report.nodes_after - report.nodes_before:+d}")
+    out.print(ops)
+    stages = Table(title="time per stage", title_justify="left")
+    stages.add_column("stage")
+    stages.add_column("seconds", justify="right")
+    for s, t in report.seconds.items():
+        stages.add_row(s, f"{t:.3f}")
+    out.print(stages)
+    out.print(
+        f"saturation: {report.stop_reason} after {report.iterations} iterations, "
+        f"{report.enodes} e-nodes, {report.eclasses} e-classes; "
+        f"cost {report.cost_before / 1e3:.1f} -> {report.cost_after / 1e3:.1f} us (model estimate)",
+        markup=False,
+    )
+    if report.fired:
+        fired = Table(title="rules fired", title_justify="left")
+        fired.add_column("rule")
+        fired.add_column("matches", justify="right")
+        for name, n in sorted(report.fired.items(), key=lambda kv: (-kv[1], kv[0])):
+            fired.add_row(name, str(n))
+        out.print(fired)
+    if diffs:
+        check = Table(title="output check (onnxruntime, random inputs)", title_justify="left")
+        for col in ("output", "dtype", "max abs err", "max rel err", "tolerance", "status"):
+            check.add_column(col)
+        for d in diffs:
+            tol = "exact" if d.rtol == 0 and d.atol == 0 else f"rtol {d.rtol:g}, atol {d.atol:g}"
+            check.add_row(d.name, d.dtype, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", tol, "ok" if d.ok else "[red]FAIL[/red]")
+        out.print(check)
+
+
+def _write_report(path: Path, report, diffs) -> None:
+    data = report.to_json()
+    data["check"] = [d.__dict__ for d in diffs]
+    path.write_text(json.dumps(data, indent=2, default=float) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
