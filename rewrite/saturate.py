@@ -17,11 +17,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from dsl.ir import Call, Capture, Literal, OpNode, Rule
-from rewrite import registry
+from rewrite.apply import UnsoundRuleError, apply_matches
 from rewrite.egraph import EGraph, Snapshot
-from rewrite.emit import COMBINED, HostRule, egg_string, term_text
-from rewrite.ops import OPS, decode_attr, encode_attr
+from rewrite.emit import COMBINED, HostRule
+
+__all__ = ["Limits", "SaturationReport", "UnsoundRuleError", "saturate"]
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,6 @@ class SaturationReport:
     seconds: float = 0.0
     fired: Counter = field(default_factory=Counter)
     rejected: Counter = field(default_factory=Counter)  # host matches whose guard failed
-
-
-class UnsoundRuleError(RuntimeError):
-    """A rule produced a term whose type differs from the matched term's type."""
 
 
 def saturate(eg: EGraph, host_rules: list[HostRule], limits: Limits) -> tuple[SaturationReport, Snapshot]:
@@ -75,7 +71,7 @@ def saturate(eg: EGraph, host_rules: list[HostRule], limits: Limits) -> tuple[Sa
         rows = tuple(sizes.get(r, 0) for r in relations)
         if host_rules and rows != seen_rows:  # new matches to finish in Python
             seen_rows = rows
-            unions = _apply_host(eg.snapshot(relations), host_rules, processed, report)
+            unions = apply_matches(eg.snapshot(relations), host_rules, processed, report)
             if unions:
                 eg.run("\n".join(unions))
         report.enodes = eg.enode_count()
@@ -92,79 +88,3 @@ def saturate(eg: EGraph, host_rules: list[HostRule], limits: Limits) -> tuple[Sa
     report.enodes = len(snap.nodes)
     report.seconds = time.perf_counter() - start
     return report, snap
-
-
-def _apply_host(snap: Snapshot, host_rules: list[HostRule], processed: set, report) -> list[str]:
-    unions = []
-    for h in host_rules:
-        kinds = attr_kinds(h.rule)
-        for row in snap.rows.get(h.relation, ()):
-            # e-class ids are local to one snapshot: key the match by stable terms instead
-            key = (h.relation, *(snap.rep(x) if isinstance(x, int) else x for x in row))
-            if key in processed:
-                continue
-            processed.add(key)
-            binding = dict(zip(h.columns, row[1:]))
-            rhs = _instantiate(h.rule, binding, kinds, snap)
-            if rhs is None:
-                report.rejected[h.rule.name] += 1
-                continue
-            report.fired[h.rule.name] += 1
-            unions.append(f"(union {snap.rep(row[0])} {rhs})")
-    return unions
-
-
-def _instantiate(rule: Rule, binding: dict, kinds: dict, snap: Snapshot) -> str | None:
-    """The result term's egglog text for one match, or None when a guard fails or a builder
-    cannot build."""
-    terms = set(rule.term_captures)
-
-    def arg(a):
-        if isinstance(a, Literal):
-            return a.value
-        if isinstance(a, Capture):
-            if a.name in terms:
-                return snap.info(binding[a.name])
-            return decode_attr(kinds[a.name], binding[a.name])
-        if isinstance(a, Call):
-            return _call(registry.BUILDERS[a.fn], a.args)
-        return None
-
-    def _call(fn, args):
-        return fn.fn(*(arg(x) for x in args))
-
-    for g in rule.guards:
-        if bool(_call(registry.GUARDS[g.fn], g.args)) == g.negate:
-            return None
-
-    failed = []
-
-    def attr(v, kind):
-        if isinstance(v, Call):
-            value = arg(v)
-            if value is None:
-                failed.append(v.fn)
-            return egg_string(encode_attr(kind, value))
-        if isinstance(v, Capture):
-            return egg_string(binding[v.name])
-        return egg_string(encode_attr(kind, v.value))
-
-    text = term_text(rule.rhs, lambda n: snap.rep(binding[n]), attr)
-    return None if failed else text
-
-
-def attr_kinds(rule: Rule) -> dict[str, str]:
-    """Attribute capture name -> attribute kind, from where the left side binds it."""
-    kinds: dict[str, str] = {}
-
-    def walk(t):
-        if isinstance(t, OpNode):
-            spec = OPS.get(t.op)
-            for name, v in t.attrs:
-                if isinstance(v, Capture):
-                    kinds.setdefault(v.name, spec.attr_index[name].kind)
-            for a in t.args:
-                walk(a)
-
-    walk(rule.lhs)
-    return kinds
