@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import egglog.bindings as egg
+import numpy as np
 
 from rewrite.graph import ABSENT, TermGraph
 from rewrite.infer import infer_type
@@ -187,10 +188,13 @@ class Snapshot:
         return self.handle.get(ABSENT) == c
 
     def value_of(self, c: int):
-        """The imported constant held by e-class `c`, or None."""
+        """The constant held by e-class `c`: an imported one, or a `Constant` op's value
+        (e.g. the shape a rule wrote for a Reshape). None if the class holds neither."""
         for n in self.classes.get(c, ()):
             if n.op == "Leaf" and n.leaf in self.graph.constants:
                 return self.graph.constants[n.leaf]
+            if n.op == "Constant":
+                return constant_op_value(n.attrs)
         return None
 
     def info(self, c: int) -> ClassInfo:
@@ -217,3 +221,13 @@ class Snapshot:
         self._reps[c] = r
         return r
 
+
+def constant_op_value(attrs: tuple[str, ...]):
+    """numpy value of a `Constant` e-node from its attribute strings (value_float,
+    value_floats, value_int, value_ints, in op-table order); None if none is set."""
+    spec = OPS.get("Constant")
+    for a, text in zip(spec.attrs, attrs):
+        v = decode_attr(a.kind, text)
+        if v is not None:
+            return np.asarray(v, dtype=np.float32 if a.kind.startswith("float") else np.int64)
+    return None

@@ -93,7 +93,9 @@ _TABLE: list[OpSpec] = [
     _op("Dropout", "data ratio training_mode", 1, [("seed", "int", NONE)], random=False),
     # saturate (since opset 19) only affects float8 targets; its default is exported as absent.
     _op("Cast", "input", attrs=[("to", "int", REQUIRED), ("saturate", "int", 1)]),
-    _op("CastLike", "input target_type", attrs=[("saturate", "int", 1)], since=19),
+    # CastLike exists since opset 15; saturate (19) only matters for float8 and is never exported
+    # at its default.
+    _op("CastLike", "input target_type", attrs=[("saturate", "int", 1)], since=15),
     _op("Where", "condition X Y"),
     _op("Clip", "input min max", 1),
     _op("LeakyRelu", "X", attrs=[("alpha", "float", 0.01)]),

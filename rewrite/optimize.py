@@ -50,6 +50,7 @@ class Report:
     cost_before: float
     cost_after: float
     changed: bool
+    fp: str  # loosest numeric class among the rules that fired ("exact" if none fired)
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -123,8 +124,15 @@ def optimize(
         cost_before=ex.input_cost,
         cost_after=ex.cost if changed else ex.input_cost,
         changed=changed,
+        fp=_loosest(chosen, sat.fired) if changed else "exact",
     )
     return out, report
+
+
+def _loosest(rules: list[Rule], fired) -> str:
+    by_name = {r.name: r.fp for r in rules}
+    classes = {by_name.get(name.removesuffix(" (reverse)"), "exact") for name in fired}
+    return max(classes, key=FP_CLASSES.index, default="exact")
 
 
 def _ops(t) -> set[str]:

@@ -167,6 +167,27 @@ _LOSSLESS = {  # ONNX elem type -> types that hold every value of it exactly
 }
 
 
+@guard("same-dtype", TERM, TERM)
+def same_dtype(a: ClassInfo, b: ClassInfo) -> bool:
+    """True if `a` and `b` have the same known element type (shapes may differ)."""
+    return bool(a.type.dtype) and a.type.dtype == b.type.dtype
+
+
+_FLOATS = {1, 10, 11, 16}  # float, float16, double, bfloat16
+
+
+@guard("is-float", TERM)
+def is_float(x: ClassInfo) -> bool:
+    """True if `x`'s element type is known and is a floating-point type."""
+    return x.type.dtype in _FLOATS
+
+
+@builder("dtype-of", TERM)
+def dtype_of(x: ClassInfo) -> int | None:
+    """`x`'s ONNX element type, e.g. for `(Cast ... :to (dtype-of @v))`; None if unknown."""
+    return x.type.dtype or None
+
+
 @guard("cast-lossless", TERM, ATTR)
 def cast_lossless(x: ClassInfo, to: int) -> bool:
     """True if casting `x`'s dtype to `to` keeps every value exactly (a widening cast), so a

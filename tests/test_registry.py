@@ -111,6 +111,22 @@ def test_channel_bias():
     assert not f(t(8, 1, 1), y)
 
 
+def test_same_dtype():
+    f = covers("same-dtype").fn
+    assert f(t(2), t(3, 4)) and not f(t(2), t(2, dtype=TP.FLOAT16)) and not f(ClassInfo(TensorType()), t(2))
+
+
+def test_is_float():
+    f = covers("is-float").fn
+    assert f(t(2)) and f(t(2, dtype=TP.FLOAT16)) and not f(t(2, dtype=TP.INT64))
+    assert not f(ClassInfo(TensorType()))
+
+
+def test_dtype_of():
+    f = covers("dtype-of").fn
+    assert f(t(2, dtype=TP.FLOAT16)) == TP.FLOAT16 and f(ClassInfo(TensorType())) is None
+
+
 def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS)
     missing = sorted(names - TESTED)

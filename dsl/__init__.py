@@ -1,0 +1,108 @@
+"""The rules DSL: `.rules` text -> syntax tree -> checked Rule IR.
+
+    parse(text, file)      text -> dsl.ast.File             (RulesSyntaxError)
+    check(files, ops)      dsl.ast.File(s) -> [dsl.ir.Rule]  (RulesError subclasses)
+    load_rules(paths)      files / directories -> dsl.ir.RuleSet
+    format_file(tree)      dsl.ast.File -> canonical text
+
+The shipped rule library lives in the `patterns` package (`shipped_rules_dir()`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from dsl.check import check
+from dsl.errors import (
+    ArgumentError,
+    ArityError,
+    AttributeTypeError,
+    CaptureKindError,
+    CommutativeError,
+    DuplicateRuleError,
+    EqualRuleError,
+    ForbiddenOperatorError,
+    ForError,
+    MissingAttributeError,
+    PlacementError,
+    RulesError,
+    RulesErrors,
+    RulesSyntaxError,
+    UnboundCaptureError,
+    UnknownAttributeError,
+    UnknownBuilderError,
+    UnknownGuardError,
+    UnknownOperatorError,
+)
+from dsl.ir import RuleSet
+from dsl.parse import parse
+from dsl.printer import format_file
+
+__all__ = [
+    "parse",
+    "check",
+    "load_rules",
+    "rule_files",
+    "shipped_rules_dir",
+    "format_file",
+    "ArgumentError",
+    "ArityError",
+    "AttributeTypeError",
+    "CaptureKindError",
+    "CommutativeError",
+    "DuplicateRuleError",
+    "EqualRuleError",
+    "ForbiddenOperatorError",
+    "ForError",
+    "MissingAttributeError",
+    "PlacementError",
+    "RulesError",
+    "RulesErrors",
+    "RulesSyntaxError",
+    "UnboundCaptureError",
+    "UnknownAttributeError",
+    "UnknownBuilderError",
+    "UnknownGuardError",
+    "UnknownOperatorError",
+]
+
+
+def shipped_rules_dir() -> Path:
+    """The directory of the shipped rule library (the `patterns` package)."""
+    import patterns
+
+    return Path(patterns.__file__).parent
+
+
+def rule_files(paths: Iterable[str | Path]) -> list[tuple[Path, str]]:
+    """The `.rules` files named by `paths`, as (path, label) pairs: a file as given, a
+    directory searched recursively for `*.rules` (sorted). The label is the name used in spans
+    and messages: the path as given, and for the shipped library `patterns/<relative path>`."""
+    out: list[tuple[Path, str]] = []
+    shipped = shipped_rules_dir().resolve()
+    for p in map(Path, paths):
+        files = sorted(p.rglob("*.rules")) if p.is_dir() else [p]
+        for f in files:
+            label = str(f)
+            if f.resolve().is_relative_to(shipped):
+                label = f"patterns/{f.resolve().relative_to(shipped).as_posix()}"
+            out.append((f, label))
+    return out
+
+
+def load_rules(paths: Iterable[str | Path] | str | Path | None = None) -> RuleSet:
+    """Parse and check `.rules` files together (rule names unique across all of them).
+
+    paths: files and directories (searched recursively for `*.rules`); None means the shipped
+    library. Returns a `RuleSet` with the rules in file order, then source order.
+    Raises `RulesError` (a subclass, or `RulesErrors` for several); `OSError` for a missing
+    file.
+    """
+    if paths is None:
+        paths = [shipped_rules_dir()]
+    elif isinstance(paths, (str, Path)):
+        paths = [paths]
+    files = rule_files(paths)
+    trees = [parse(f.read_text(encoding="utf-8"), file=label) for f, label in files]
+    return RuleSet(tuple(check(trees)), tuple(label for _, label in files))

@@ -1,0 +1,173 @@
+"""Syntax tree of a `.rules` file, as written: what `dsl.parse` produces and `dsl.check` reads.
+
+The tree mirrors the text: `for` is not expanded, `:c` is a flag on the application, attributes
+are only the ones written. Every node carries a `Span` (file, line, col of its first token, or
+of the operator name for an application). Spans are excluded from equality, so two trees
+parsed from differently laid-out text compare equal when they mean the same rules; this is
+what the parse -> format -> parse round trip tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from dsl.ir import Span
+
+NO_SPAN = Span("<none>", 0, 0)
+
+
+def _span() -> Span:
+    return field(default=NO_SPAN, compare=False, repr=False, kw_only=True)
+
+
+# ---- terms ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CaptureRef:
+    """`@name`: a capture, at a term or an attribute position."""
+
+    name: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Wild:
+    """`_`: matches anything."""
+
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Number:
+    """An int or float literal (`3`, `-0.5`, `1e-5`, `inf`)."""
+
+    value: int | float
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class String:
+    """A string literal, without its quotes."""
+
+    value: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class ListLit:
+    """`(0 2 1)`: a list of numbers (an `ints` or `floats` attribute)."""
+
+    items: tuple[Number, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class BuilderCall:
+    """`(compose-perm @p @q)` at an attribute position of a result: a registered builder."""
+
+    fn: str
+    args: tuple["AttrValue", ...]
+    span: Span = _span()
+
+
+AttrValue = Union[CaptureRef, Wild, Number, String, ListLit, BuilderCall]
+
+
+@dataclass(frozen=True)
+class Attr:
+    """`:name value`, an attribute written in an application."""
+
+    name: str
+    value: AttrValue
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class App:
+    """`(Op[:c][@bind] ARG... :attr VALUE... [:attrs @rest])`.
+
+    head: the operator name (or a `for` variable before expansion).
+    commutative: the `:c` flag. bind: the `@name` suffix. rest: the `:attrs @rest` capture.
+    """
+
+    head: str
+    args: tuple["Term", ...]
+    attrs: tuple[Attr, ...] = ()
+    commutative: bool = False
+    bind: str | None = None
+    rest: CaptureRef | None = None
+    span: Span = _span()
+
+
+Term = Union[App, CaptureRef, Wild]
+
+
+# ---- guards and forms ----------------------------------------------------------------------
+
+GuardArg = Union[CaptureRef, Number, String, ListLit]
+
+
+@dataclass(frozen=True)
+class GuardCall:
+    """`(name ARG...)` or `(not (name ARG...))` inside `(if ...)`."""
+
+    fn: str
+    args: tuple[GuardArg, ...]
+    negate: bool = False
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Ruleset:
+    """`(ruleset NAME)`: the rules that follow in this file belong to NAME."""
+
+    name: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Simplify:
+    """`(simplify NAME [:fp CLASS] MATCH [(if GUARD...)] RESULT)`; `fp` is None if not written."""
+
+    name: str
+    lhs: Term
+    rhs: Term
+    guards: tuple[GuardCall, ...] = ()
+    fp: str | None = None
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Equal:
+    """`(equal NAME [:fp CLASS] A B)`: an identity, used in both directions."""
+
+    name: str
+    lhs: Term
+    rhs: Term
+    fp: str | None = None
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class For:
+    """`(for VAR (OP...) FORM...)`: the forms, once per operator."""
+
+    var: str
+    ops: tuple[str, ...]
+    body: tuple["RuleForm", ...]
+    span: Span = _span()
+
+
+RuleForm = Union[Simplify, Equal, For]
+Form = Union[Ruleset, RuleForm]
+
+
+@dataclass(frozen=True)
+class File:
+    """A parsed `.rules` file: its forms in order, its name and its text (for error carets)."""
+
+    forms: tuple[Form, ...]
+    path: str = field(default="<string>", compare=False)
+    source: str = field(default="", compare=False, repr=False)

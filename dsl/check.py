@@ -1,0 +1,124 @@
+"""Check parsed `.rules` files and turn them into Rule IR (`dsl.ir`).
+
+`for` is expanded (`dsl.expand`), every term is lowered against the op table
+(`dsl.lower`), guards and builder calls against the registry (`dsl.host`), and `:c` is
+expanded into one rule per operand order: the written order keeps the rule's name, the others
+get `-c1`, `-c2`, ... in a fixed order. Errors are collected rule by rule (see `dsl.errors`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from dsl import ast, ir
+from dsl.errors import (
+    DuplicateRuleError,
+    EqualRuleError,
+    PlacementError,
+    RulesError,
+    RulesErrors,
+)
+from dsl.expand import FlatRule, flatten
+from dsl.host import Scope, lower_guard
+from dsl.lower import Lowering, lower_left, lower_right
+from rewrite.ops import OPS, OpTable
+from rewrite.registry import BUILDERS, GUARDS
+
+
+def check(
+    files: ast.File | Iterable[ast.File],
+    ops: OpTable = OPS,
+    guards: dict | None = None,
+    builders: dict | None = None,
+) -> list[ir.Rule]:
+    """Check one parsed file, or several together (rule names must be unique across them).
+
+    ops: the op table; guards / builders: name -> `rewrite.registry.HostFn` (default: the
+    registry's `GUARDS` and `BUILDERS`).
+    Returns the rules in source order, `for` and `:c` expanded.
+    Raises the one `RulesError` subclass found, or `RulesErrors` holding all of them.
+    """
+    files = [files] if isinstance(files, ast.File) else list(files)
+    lw = Lowering(ops, BUILDERS if builders is None else builders)
+    guards = GUARDS if guards is None else guards
+    rules: list[ir.Rule] = []
+    errors: list[RulesError] = []
+    first: dict[str, ir.Span] = {}
+    for f in files:
+        try:
+            flat = flatten(f)
+        except RulesError as e:
+            errors.append(e)
+            continue
+        for fr in flat:
+            try:
+                new = check_rule(fr, lw, guards)
+            except RulesError as e:
+                errors.append(e)
+                continue
+            for r in new:
+                if r.name in first:
+                    msg = f"duplicate rule name '{r.name}' (first defined at {first[r.name]})"
+                    errors.append(DuplicateRuleError(r.span, msg))
+                else:
+                    first[r.name] = r.span
+                    rules.append(r)
+    if errors:
+        sources = {f.path: f.source for f in files}
+        located = [e.locate(sources) for e in errors]
+        raise located[0] if len(located) == 1 else RulesErrors(located)
+    return rules
+
+
+def check_rule(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
+    """The IR rules of one expanded `simplify` or `equal` form (several when `:c` is used).
+    Raises the first `RulesError` found in it."""
+    form = fr.form
+    if isinstance(form, ast.Equal):
+        return [_check_equal(fr, lw)]
+    if not isinstance(form.lhs, ast.App):
+        raise PlacementError(form.lhs.span, "a rule's left side must be an operator application")
+    scope = Scope()
+    lhss = lower_left(form.lhs, scope, lw)
+    gs = tuple(lower_guard(g, scope, guards) for g in form.guards)
+    rhs = lower_right(form.rhs, scope, lw)
+    names = [form.name] + [f"{form.name}-c{i}" for i in range(1, len(lhss))]
+    return [_rule(fr, name, "simplify", lhs, rhs, gs, scope) for name, lhs in zip(names, lhss)]
+
+
+def _check_equal(fr: FlatRule, lw: Lowering) -> ir.Rule:
+    form = fr.form
+    sides = []
+    for t in (form.lhs, form.rhs):
+        if not isinstance(t, ast.App):
+            msg = "both sides of an equal rule must be operator applications"
+            raise PlacementError(t.span, msg)
+        scope = Scope()
+        (term,) = lower_left(t, scope, lw, equal=True)
+        sides.append((term, scope))
+    (lhs, left), (rhs, right) = sides
+    for here, there, side in ((left, right, "left"), (right, left, "right")):
+        for name, b in here.bound.items():
+            if name not in there.bound or there.bound[name].role != b.role:
+                shown = name.split(".")[0]
+                msg = (
+                    f"@{shown} is bound only on the {side} side; both sides of an equal rule"
+                    " must bind the same captures"
+                )
+                raise EqualRuleError(b.span, msg)
+    return _rule(fr, form.name, "equal", lhs, rhs, (), left)
+
+
+def _rule(fr: FlatRule, name, kind, lhs, rhs, guards, scope: Scope) -> ir.Rule:
+    return ir.Rule(
+        name=name,
+        kind=kind,
+        lhs=lhs,
+        rhs=rhs,
+        guards=guards,
+        ruleset=fr.ruleset,
+        fp=fr.form.fp or "exact",
+        span=fr.form.span,
+        term_captures=scope.names("term"),
+        attr_captures=scope.names("attr"),
+    )

@@ -1,0 +1,130 @@
+"""Captures and host calls: the `Scope` a left side binds, and the lowering of guard and
+builder calls (`rewrite.registry`) against it.
+
+A capture has one role: `term` (a tensor value: `@x` at an operand position, or `Op@x`),
+`attr` (an attribute value, including the `rest.a` captures of `:attrs @rest`) or `attrs` (the
+`:attrs @rest` group itself). Registry parameters of kind `term` take a term capture; those of
+kind `attr` take an attribute capture, a literal or (for builders) another builder call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsl import ast, ir
+from dsl.errors import (
+    ArgumentError,
+    AttributeTypeError,
+    CaptureKindError,
+    UnboundCaptureError,
+    UnknownBuilderError,
+    UnknownGuardError,
+    did_you_mean,
+)
+from dsl.ir import Span
+from rewrite.registry import TERM
+
+ROLE_WORDS = {"term": "a term", "attr": "an attribute", "attrs": "an attribute group (:attrs)"}
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Where and as what a capture is first bound; `kind` is the attribute kind for `attr`."""
+
+    role: str
+    span: Span
+    kind: str | None = None
+
+
+class Scope:
+    """The captures bound by a left side, in binding order."""
+
+    def __init__(self) -> None:
+        self.bound: dict[str, Binding] = {}
+
+    def bind(self, name: str, role: str, span: Span, kind: str | None = None) -> None:
+        """Bind `name` (again: a repeated capture means equal values). Raises CaptureKindError
+        for a second role, AttributeTypeError for a second attribute kind."""
+        old = self.bound.setdefault(name, Binding(role, span, kind))
+        if old.role != role:
+            raise CaptureKindError(
+                span, f"@{name} {_was(old)}; it cannot also be {ROLE_WORDS[role]}"
+            )
+        if old.kind != kind:
+            msg = f"@{name} {_was(old)} of kind {old.kind}; here it would be of kind {kind}"
+            raise AttributeTypeError(span, msg)
+
+    def use(self, name: str, role: str, span: Span) -> Binding:
+        """The binding of a capture used in a result or guard as `role`. Raises
+        UnboundCaptureError or CaptureKindError."""
+        b = self.bound.get(name)
+        if b is None:
+            raise UnboundCaptureError(span, f"@{name} is not bound by the left side")
+        if b.role != role:
+            raise CaptureKindError(
+                span, f"@{name} {_was(b)}; it cannot be used as {ROLE_WORDS[role]}"
+            )
+        return b
+
+    def has(self, name: str) -> bool:
+        return name in self.bound
+
+    def names(self, role: str) -> tuple[str, ...]:
+        """The captures of `role`, in binding order."""
+        return tuple(n for n, b in self.bound.items() if b.role == role)
+
+
+def _was(b: Binding) -> str:
+    return f"is bound to {ROLE_WORDS[b.role]} at {b.span.line}:{b.span.col}"
+
+
+def lower_guard(g: ast.GuardCall, scope: Scope, guards: dict) -> ir.Guard:
+    """The IR of `(name ARG...)` / `(not (name ARG...))`. Raises UnknownGuardError,
+    ArgumentError, UnboundCaptureError."""
+    fn = guards.get(g.fn)
+    if fn is None:
+        raise UnknownGuardError(g.span, f"unknown guard '{g.fn}'{did_you_mean(g.fn, guards)}")
+    args = _host_args(g.fn, "guard", fn.params, g.args, g.span, scope, None)
+    return ir.Guard(g.fn, args, g.negate)
+
+
+def lower_call(c: ast.BuilderCall, scope: Scope, builders: dict) -> ir.Call:
+    """The IR of a builder call in a result. Raises UnknownBuilderError, ArgumentError,
+    UnboundCaptureError."""
+    fn = builders.get(c.fn)
+    if fn is None:
+        hint = did_you_mean(c.fn, builders)
+        raise UnknownBuilderError(c.span, f"unknown builder '{c.fn}'{hint}")
+    return ir.Call(c.fn, _host_args(c.fn, "builder", fn.params, c.args, c.span, scope, builders))
+
+
+def _host_args(name, what, params, args, span, scope, builders) -> tuple[ir.AttrExpr, ...]:
+    if len(args) != len(params):
+        n = len(params)
+        msg = f"{what} '{name}' takes {n} argument{'s' * (n != 1)}, got {len(args)}"
+        raise ArgumentError(span, msg)
+    return tuple(
+        _host_arg(name, what, i, p, a, scope, builders)
+        for i, (p, a) in enumerate(zip(params, args))
+    )
+
+
+def _host_arg(name, what, i, param, a, scope, builders) -> ir.AttrExpr:
+    want = "a term capture like @x" if param == TERM else "an attribute capture or a literal"
+    where = f"argument {i + 1} of {what} '{name}'"
+    if isinstance(a, ast.CaptureRef):
+        b = scope.bound.get(a.name)
+        if b is None:
+            raise UnboundCaptureError(a.span, f"@{a.name} is not bound by the left side")
+        if b.role != ("term" if param == TERM else "attr"):
+            raise ArgumentError(a.span, f"{where} must be {want}; @{a.name} {_was(b)}")
+        return ir.Capture(a.name)
+    if param == TERM:
+        raise ArgumentError(a.span, f"{where} must be {want}")
+    if isinstance(a, ast.Number | ast.String):
+        return ir.Literal(a.value)
+    if isinstance(a, ast.ListLit):
+        return ir.Literal(tuple(n.value for n in a.items))
+    if isinstance(a, ast.BuilderCall) and builders is not None:
+        return lower_call(a, scope, builders)
+    raise ArgumentError(a.span, f"{where} must be {want}")

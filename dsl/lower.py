@@ -1,0 +1,255 @@
+"""Lower syntax-tree terms to Rule IR terms, against the op table and the host registry.
+
+The left side binds captures into a `Scope`; results and guards are lowered against it.
+Every `OpNode` gets all input slots of its op (absent trailing optional inputs are `Absent`)
+and all attributes in op-table order:
+
+| attribute not written | left side                  | right side                              |
+|-----------------------|----------------------------|-----------------------------------------|
+| no `:attrs`           | `Literal(default)` (strict)| `Literal(default)`                      |
+| `:attrs @rest`        | `Capture("rest.a")`        | `Capture("rest.a")` if bound, else default |
+| required, no default  | `Wildcard()`               | `MissingAttributeError`                 |
+
+`Literal(None)` is an attribute whose default is "absent" (`rewrite.ops.NONE`). The left side
+of an `equal` rule is also a result (the rule runs both ways), so it is lowered in `equal`
+mode: no `:c`, no `@bind`, no `_`, no required attribute left unwritten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from dsl import ast, ir
+from dsl.errors import (
+    ArityError,
+    AttributeTypeError,
+    CommutativeError,
+    ForbiddenOperatorError,
+    MissingAttributeError,
+    PlacementError,
+    UnknownAttributeError,
+    UnknownOperatorError,
+    did_you_mean,
+)
+from dsl.host import Scope, lower_call
+from dsl.printer import value_text
+from rewrite.ops import REQUIRED, OpSpec, OpTable
+
+KIND_WORDS = {
+    "int": "an int",
+    "float": "a float",
+    "string": "a string",
+    "ints": "a list of ints",
+    "floats": "a list of floats",
+}
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """What lowering needs: the op table and the builder registry (name -> `HostFn`)."""
+
+    ops: OpTable
+    builders: dict
+
+
+# ---- left side -----------------------------------------------------------------------------
+
+
+def lower_left(t: ast.Term, scope: Scope, lw: Lowering, equal: bool = False) -> list[ir.Term]:
+    """The IR variants of a pattern (more than one when `:c` is used: the written order
+    first), binding its captures into `scope`. `equal` lowers one side of an `equal` rule."""
+    if isinstance(t, ast.CaptureRef):
+        scope.bind(t.name, "term", t.span)
+        return [ir.Capture(t.name)]
+    if isinstance(t, ast.Wild):
+        if equal:
+            raise PlacementError(t.span, "'_' cannot appear in an equal rule (each side is built)")
+        return [ir.Wildcard()]
+    spec = op_spec(t, lw.ops)
+    if t.bind is not None:
+        if equal:
+            raise PlacementError(t.span, f"'{t.head}@{t.bind}' cannot appear in an equal rule")
+        scope.bind(t.bind, "term", t.span)
+    variants = [lower_left(a, scope, lw, equal) for a in t.args]
+    variants += [[ir.Absent()]] * (spec.arity - len(t.args))
+    combos = list(product(*variants))
+    if t.commutative:
+        _check_commutative(t, spec, equal)
+        combos = [c2 for c in combos for c2 in (c, (c[1], c[0], *c[2:]))]
+    attrs = _left_attrs(t, spec, scope, equal)
+    nodes = [ir.OpNode(t.head, tuple(c), attrs, t.bind) for c in combos]
+    return list(dict.fromkeys(nodes))
+
+
+def _check_commutative(t: ast.App, spec: OpSpec, equal: bool) -> None:
+    if equal:
+        raise CommutativeError(t.span, "':c' cannot appear in an equal rule (write one order)")
+    if len(t.args) < 2:
+        n = len(t.args)
+        raise CommutativeError(t.span, f"':c' needs two operands to swap; {t.head} has {n}")
+    if not spec.commutative:
+        raise CommutativeError(t.span, f"':c' on {t.head}, which is not commutative")
+
+
+def _left_attrs(t: ast.App, spec: OpSpec, scope: Scope, equal: bool):
+    written = written_attrs(t, spec)
+    if t.rest is not None:
+        scope.bind(t.rest.name, "attrs", t.rest.span)
+    out = []
+    for a in spec.attrs:
+        if a.name in written:
+            out.append((a.name, _left_value(t, written[a.name], a.kind, scope, equal)))
+        elif t.rest is not None:
+            name = f"{t.rest.name}.{a.name}"
+            scope.bind(name, "attr", t.rest.span, a.kind)
+            out.append((a.name, ir.Capture(name)))
+        elif a.default is REQUIRED:
+            if equal:
+                raise _missing(t, a.name)
+            out.append((a.name, ir.Wildcard()))
+        else:
+            out.append((a.name, ir.Literal(a.default)))
+    return tuple(out)
+
+
+def _left_value(t: ast.App, at: ast.Attr, kind: str, scope: Scope, equal: bool) -> ir.AttrExpr:
+    v = at.value
+    if isinstance(v, ast.CaptureRef):
+        scope.bind(v.name, "attr", v.span, kind)
+        return ir.Capture(v.name)
+    if isinstance(v, ast.Wild):
+        if equal:
+            raise PlacementError(v.span, "'_' cannot appear in an equal rule (each side is built)")
+        return ir.Wildcard()
+    if isinstance(v, ast.BuilderCall):
+        where = "an equal rule" if equal else "a pattern"
+        raise PlacementError(v.span, f"builder '{v.fn}' computes a result; it cannot be in {where}")
+    return literal(t, at, kind)
+
+
+# ---- right side ----------------------------------------------------------------------------
+
+
+def lower_right(t: ast.Term, scope: Scope, lw: Lowering) -> ir.Term:
+    """The IR of a result term; its captures must be bound in `scope`."""
+    if isinstance(t, ast.CaptureRef):
+        scope.use(t.name, "term", t.span)
+        return ir.Capture(t.name)
+    if isinstance(t, ast.Wild):
+        raise PlacementError(t.span, "'_' cannot appear in a result (there is nothing to build)")
+    spec = op_spec(t, lw.ops)
+    if t.bind is not None:
+        msg = f"'{t.head}@{t.bind}' binds a match; it is only allowed on the left side"
+        raise PlacementError(t.span, msg)
+    if t.commutative:
+        raise CommutativeError(t.span, "':c' is only allowed on the left side")
+    args = [lower_right(a, scope, lw) for a in t.args]
+    args += [ir.Absent()] * (spec.arity - len(t.args))
+    return ir.OpNode(t.head, tuple(args), _right_attrs(t, spec, scope, lw))
+
+
+def _right_attrs(t: ast.App, spec: OpSpec, scope: Scope, lw: Lowering):
+    written = written_attrs(t, spec)
+    if t.rest is not None:
+        scope.use(t.rest.name, "attrs", t.rest.span)
+    out = []
+    for a in spec.attrs:
+        rest = f"{t.rest.name}.{a.name}" if t.rest is not None else None
+        if a.name in written:
+            value = _right_value(t, written[a.name], a.kind, scope, lw)
+        elif rest is not None and scope.has(rest):
+            value = ir.Capture(rest)
+        elif a.default is REQUIRED:
+            raise _missing(t, a.name)
+        else:
+            value = ir.Literal(a.default)
+        out.append((a.name, value))
+    return tuple(out)
+
+
+def _right_value(t: ast.App, at: ast.Attr, kind: str, scope: Scope, lw: Lowering):
+    v = at.value
+    if isinstance(v, ast.CaptureRef):
+        got = scope.use(v.name, "attr", v.span)
+        if got.kind != kind:
+            msg = (
+                f"@{v.name} holds {KIND_WORDS[got.kind]} (bound at {got.span.line}:{got.span.col})"
+                f" but :{at.name} of {t.head} takes {KIND_WORDS[kind]}"
+            )
+            raise AttributeTypeError(v.span, msg)
+        return ir.Capture(v.name)
+    if isinstance(v, ast.Wild):
+        raise PlacementError(v.span, "'_' cannot appear in a result (there is nothing to build)")
+    if isinstance(v, ast.BuilderCall):
+        return lower_call(v, scope, lw.builders)
+    return literal(t, at, kind)
+
+
+def _missing(t: ast.App, name: str) -> MissingAttributeError:
+    msg = f"{t.head} needs :{name} (it has no default); write it or copy it with :attrs"
+    return MissingAttributeError(t.span, msg)
+
+
+# ---- shared --------------------------------------------------------------------------------
+
+
+def op_spec(t: ast.App, ops: OpTable) -> OpSpec:
+    """The op-table entry of `t`'s operator, checking that it may be used and its arity.
+    Raises UnknownOperatorError, ForbiddenOperatorError, ArityError."""
+    spec = ops.get(t.head)
+    if spec is None:
+        hint = did_you_mean(t.head, ops.names())
+        raise UnknownOperatorError(t.span, f"unknown operator '{t.head}'{hint}")
+    if spec.effectful or spec.random:
+        what = "random" if spec.random else "effectful"
+        raise ForbiddenOperatorError(t.span, f"{t.head} is {what}; rules cannot match or build it")
+    n = len(t.args)
+    if not spec.n_required <= n <= spec.arity:
+        raise ArityError(t.span, f"{t.head} takes {_inputs(spec)}, got {n}")
+    return spec
+
+
+def _inputs(spec: OpSpec) -> str:
+    lo, hi = spec.n_required, spec.arity
+    count = str(hi) if lo == hi else f"{lo} to {hi}"
+    return f"{count} input" + ("" if hi == 1 and lo == hi else "s")
+
+
+def written_attrs(t: ast.App, spec: OpSpec) -> dict[str, ast.Attr]:
+    """The attributes written in `t` by name. Raises UnknownAttributeError for an attribute the
+    op does not have or one written twice."""
+    out: dict[str, ast.Attr] = {}
+    for at in t.attrs:
+        if at.name not in spec.attr_index:
+            names = [a.name for a in spec.attrs]
+            hint = did_you_mean(at.name, names, ":") or (
+                f" (it has {', '.join(':' + n for n in names)})" if names else " (it has none)"
+            )
+            raise UnknownAttributeError(at.span, f"{t.head} has no attribute :{at.name}{hint}")
+        if at.name in out:
+            raise UnknownAttributeError(at.span, f":{at.name} is written twice")
+        out[at.name] = at
+    return out
+
+
+def literal(t: ast.App, at: ast.Attr, kind: str) -> ir.Literal:
+    """A literal attribute value converted to the attribute's kind (an int for a `float`
+    attribute becomes a float). Raises AttributeTypeError on a mismatch."""
+    v = at.value
+    ok = None
+    if kind in ("int", "float") and isinstance(v, ast.Number):
+        if kind == "float" or isinstance(v.value, int):
+            ok = float(v.value) if kind == "float" else v.value
+    elif kind == "string" and isinstance(v, ast.String):
+        ok = v.value
+    elif kind in ("ints", "floats") and isinstance(v, ast.ListLit):
+        items = [n.value for n in v.items]
+        if kind == "floats":
+            ok = tuple(float(x) for x in items)
+        elif all(isinstance(x, int) for x in items):
+            ok = tuple(items)
+    if ok is None:
+        msg = f":{at.name} of {t.head} takes {KIND_WORDS[kind]}, not {value_text(v)}"
+        raise AttributeTypeError(v.span, msg)
+    return ir.Literal(ok)

@@ -1,0 +1,201 @@
+"""Parse `.rules` text into the syntax tree of `dsl.ast`.
+
+Lark parses with the LALR parser and the contextual lexer (`grammar.lark`); a Transformer
+builds the frozen `dsl.ast` nodes, each with its `Span`. Lark's UnexpectedInput becomes a
+`RulesSyntaxError` that says, in words, what was expected there.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+from lark.lexer import PatternStr
+
+from dsl import ast
+from dsl.errors import RulesError, RulesSyntaxError, source_line
+from dsl.ir import Span
+
+_HEAD = re.compile(r"(?P<op>[^:@]+)(:(?P<flag>[A-Za-z]+))?(@(?P<bind>\w+))?$")
+
+# What a terminal means to a rule author; string terminals are shown quoted instead.
+_WORDS = {
+    "RULE_NAME": "a rule name",
+    "VAR": "a variable name",
+    "OP_ITEM": "an operator name",
+    "HEAD": "an operator name",
+    "FN_NAME": "a guard or builder name",
+    "ATTR_KEY": "an attribute like :perm",
+    "CAPTURE": "a capture like @x",
+    "NUMBER": "a number",
+    "STRING": 'a string like "NOTSET"',
+    "FP_CLASS": "exact, reassoc or approx",
+    "$END": "end of file",
+}
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    grammar = Path(__file__).with_name("grammar.lark")
+    return Lark.open(str(grammar), parser="lalr", propagate_positions=True)
+
+
+def parse(text: str, file: str = "<string>") -> ast.File:
+    """Parse the text of a `.rules` file. `file` names it in spans and error messages.
+
+    Returns a `dsl.ast.File` (nothing is expanded or checked; see `dsl.check`).
+    Raises `RulesSyntaxError` at the first syntax error.
+    """
+    try:
+        tree = _parser().parse(text)
+        forms = _ToAst(file).transform(tree)
+    except UnexpectedInput as e:
+        raise _syntax_error(e, text, file) from None
+    except VisitError as e:
+        if isinstance(e.orig_exc, RulesError):
+            raise e.orig_exc.locate({file: text}) from None
+        raise
+    return ast.File(tuple(forms), path=file, source=text)
+
+
+# ---- syntax errors -------------------------------------------------------------------------
+
+
+def _syntax_error(e: UnexpectedInput, text: str, file: str) -> RulesSyntaxError:
+    if isinstance(e, UnexpectedCharacters):
+        what, line, col = f"character {text[e.pos_in_stream]!r}", e.line, e.column
+    elif isinstance(e, UnexpectedToken) and e.token.type != "$END":
+        what, line, col = f"'{e.token.value}'", e.token.line, e.token.column
+    else:
+        what, (line, col) = "end of file", _end_of(text)
+    msg = f"unexpected {what}; expected {_describe(_expected(e))}"
+    return RulesSyntaxError(Span(file, line, col), msg, source_line(text, line))
+
+
+def _expected(e: UnexpectedInput) -> set[str]:
+    """The terminals the parser could take at the error. LALR merges states, so lark's own
+    `expected` may list tokens that only fit in another context; replaying each candidate on
+    a copy of the parser state (`accepts()`) gives the exact set."""
+    ip = getattr(e, "interactive_parser", None)
+    if ip is not None:
+        return set(ip.accepts())
+    return set(getattr(e, "expected", None) or getattr(e, "allowed", None) or ())
+
+
+def _describe(expected) -> str:
+    terminals = {t.name: t for t in _parser().terminals}
+    words = set()
+    for name in expected:
+        t = terminals.get(name)
+        if t is not None and isinstance(t.pattern, PatternStr):
+            words.add(f"'{t.pattern.value}'")
+        else:
+            words.add(_WORDS.get(name, name))
+    ordered = sorted(words, key=lambda w: (w.startswith("'"), w))
+    if len(ordered) <= 1:
+        return "".join(ordered) or "nothing"
+    return ", ".join(ordered[:-1]) + " or " + ordered[-1]
+
+
+def _end_of(text: str) -> tuple[int, int]:
+    """Line and column just after the last non-blank character."""
+    lines = text.rstrip().splitlines() or [""]
+    return len(lines), len(lines[-1]) + 1
+
+
+# ---- tree -> ast ---------------------------------------------------------------------------
+
+
+def _number(text: str) -> int | float:
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    return float(text)
+
+
+@v_args(meta=True)
+class _ToAst(Transformer):
+    """Builds `dsl.ast` nodes. Tokens keep their positions; rules use lark's meta."""
+
+    def __init__(self, file: str):
+        super().__init__()
+        self.file = file
+
+    def _at(self, x) -> Span:
+        return Span(self.file, x.line, x.column)
+
+    def start(self, meta, forms):
+        return forms
+
+    def ruleset(self, meta, c):
+        return ast.Ruleset(str(c[0]), span=self._at(meta))
+
+    def simplify(self, meta, c):
+        name, fp, rest = str(c[0]), None, c[1:]
+        if isinstance(rest[0], str):
+            fp, rest = rest[0], rest[1:]
+        guards = rest[1] if len(rest) == 3 else ()
+        return ast.Simplify(name, rest[0], rest[-1], guards, fp, span=self._at(meta))
+
+    def equal(self, meta, c):
+        fp = c[1] if len(c) == 4 else None
+        return ast.Equal(str(c[0]), c[-2], c[-1], fp, span=self._at(meta))
+
+    def for_form(self, meta, c):
+        ops = tuple(str(t) for t in c[1:] if isinstance(t, Token))
+        body = tuple(f for f in c[1:] if not isinstance(f, Token))
+        return ast.For(str(c[0]), ops, body, span=self._at(meta))
+
+    def fp(self, meta, c):
+        return str(c[0])
+
+    def guards(self, meta, c):
+        return tuple(c)
+
+    def not_guard(self, meta, c):
+        g = c[0]
+        return ast.GuardCall(g.fn, g.args, True, span=self._at(meta))
+
+    def guard(self, meta, c):
+        return ast.GuardCall(str(c[0]), tuple(c[1:]), span=self._at(c[0]))
+
+    def app(self, meta, c):
+        head = c[0]
+        m = _HEAD.match(str(head))
+        if m["flag"] not in (None, "c"):
+            col = head.column + len(m["op"])
+            msg = f"unknown operator flag ':{m['flag']}' (the only flag is ':c', commutative)"
+            raise RulesSyntaxError(Span(self.file, head.line, col), msg)
+        args = tuple(x for x in c[1:] if not isinstance(x, ast.Attr))
+        attrs = [x for x in c[1:] if isinstance(x, ast.Attr)]
+        rest = [a for a in attrs if a.name == "attrs"]
+        if len(rest) > 1 or (rest and not isinstance(rest[0].value, ast.CaptureRef)):
+            raise RulesSyntaxError(rest[-1].span, ":attrs takes one capture, like :attrs @rest")
+        attrs = tuple(a for a in attrs if a.name != "attrs")
+        rest_cap = rest[0].value if rest else None
+        return ast.App(
+            m["op"], args, attrs, m["flag"] == "c", m["bind"], rest_cap, span=self._at(head)
+        )
+
+    def attr(self, meta, c):
+        return ast.Attr(str(c[0])[1:], c[1], span=self._at(c[0]))
+
+    def call(self, meta, c):
+        return ast.BuilderCall(str(c[0]), tuple(c[1:]), span=self._at(meta))
+
+    def list(self, meta, c):
+        return ast.ListLit(tuple(c), span=self._at(meta))
+
+    def capture(self, meta, c):
+        return ast.CaptureRef(str(c[0])[1:], span=self._at(c[0]))
+
+    def wildcard(self, meta, c):
+        return ast.Wild(span=self._at(meta))
+
+    def number(self, meta, c):
+        return ast.Number(_number(str(c[0])), span=self._at(c[0]))
+
+    def string(self, meta, c):
+        return ast.String(str(c[0])[1:-1], span=self._at(c[0]))

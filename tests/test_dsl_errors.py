@@ -1,0 +1,249 @@
+"""Every DSL error kind: a tiny failing file in tests/dsl_errors/ and its exact message.
+
+The message is the whole `str(err)`: `file:line:col: error: ...`, the source line, a caret.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import dsl
+
+CASES_DIR = Path(__file__).with_name("dsl_errors")
+
+# fmt: off
+EXPECTED = {
+    "arity": (
+        dsl.ArityError,
+        "arity.rules:2:4: error: Add takes 2 inputs, got 1\n"
+        "      (Add @x)\n"
+        "       ^",
+    ),
+    "attribute_type": (
+        dsl.AttributeTypeError,
+        "attribute_type.rules:2:23: error: :perm of Transpose takes a list of ints, not 1\n"
+        "      (Transpose @x :perm 1)\n"
+        "                          ^",
+    ),
+    "bind_on_right": (
+        dsl.PlacementError,
+        "bind_on_right.rules:3:4: error: "
+        "'Relu@r' binds a match; it is only allowed on the left side\n"
+        "      (Relu@r @x))\n"
+        "       ^",
+    ),
+    "builder_on_left": (
+        dsl.PlacementError,
+        "builder_on_left.rules:2:23: error: "
+        "builder 'compose-perm' computes a result; it cannot be in a pattern\n"
+        "      (Transpose @x :perm (compose-perm @p @q))\n"
+        "                          ^",
+    ),
+    "capture_kind": (
+        dsl.CaptureKindError,
+        "capture_kind.rules:2:23: error: "
+        "@p is bound to a term at 2:14; it cannot also be an attribute\n"
+        "      (Transpose @p :perm @p)\n"
+        "                          ^",
+    ),
+    "commutative_misuse": (
+        dsl.CommutativeError,
+        "commutative_misuse.rules:2:4: error: ':c' on Sub, which is not commutative\n"
+        "      (Sub:c @x @z)\n"
+        "       ^",
+    ),
+    "duplicate_name": (
+        dsl.DuplicateRuleError,
+        "duplicate_name.rules:5:1: error: "
+        "duplicate rule name 'identity' (first defined at duplicate_name.rules:1:1)\n"
+        "    (simplify identity\n"
+        "    ^",
+    ),
+    "equal_mismatch": (
+        dsl.EqualRuleError,
+        "equal_mismatch.rules:2:11: error: @b is bound only on the left side; "
+        "both sides of an equal rule must bind the same captures\n"
+        "      (Mul @a @b)\n"
+        "              ^",
+    ),
+    "for_placeholder": (
+        dsl.ForError,
+        "for_placeholder.rules:6:1: error: "
+        "rule name 'idempotent-{op}' uses {op} outside a 'for op'\n"
+        "    (simplify idempotent-{op}\n"
+        "    ^",
+    ),
+    "guard_argument": (
+        dsl.ArgumentError,
+        "guard_argument.rules:3:18: error: "
+        "argument 1 of guard 'all-equal' must be a term capture like @x\n"
+        "      (if (all-equal 0 @z))\n"
+        "                     ^",
+    ),
+    "missing_attribute": (
+        dsl.MissingAttributeError,
+        "missing_attribute.rules:3:4: error: "
+        "Cast needs :to (it has no default); write it or copy it with :attrs\n"
+        "      (Cast @x))\n"
+        "       ^",
+    ),
+    "random_operator": (
+        dsl.ForbiddenOperatorError,
+        "random_operator.rules:2:12: error: "
+        "RandomNormalLike is random; rules cannot match or build it\n"
+        "      (Add @x (RandomNormalLike @x))\n"
+        "               ^",
+    ),
+    "several_errors": (
+        dsl.RulesErrors,
+        "several_errors.rules:2:12: error: Relu has no attribute :alpha (it has none)\n"
+        "      (Relu @x :alpha 0.1)\n"
+        "               ^\n"
+        "several_errors.rules:7:3: error: @y is not bound by the left side\n"
+        "      @y)\n"
+        "      ^",
+    ),
+    "syntax_error": (
+        dsl.RulesSyntaxError,
+        "syntax_error.rules:3:11: error: unexpected '0'; "
+        "expected a capture like @x, an attribute like :perm, '(', ')' or '_'\n"
+        "      (Add @x 0)\n"
+        "              ^",
+    ),
+    "unbound_capture": (
+        dsl.UnboundCaptureError,
+        "unbound_capture.rules:3:11: error: @z is not bound by the left side\n"
+        "      (Sub @x @z))\n"
+        "              ^",
+    ),
+    "unexpected_eof": (
+        dsl.RulesSyntaxError,
+        "unexpected_eof.rules:3:5: error: unexpected end of file; expected ')'\n"
+        "      @x\n"
+        "        ^",
+    ),
+    "unknown_attribute": (
+        dsl.UnknownAttributeError,
+        "unknown_attribute.rules:2:17: error: "
+        "Transpose has no attribute :prem; did you mean ':perm'?\n"
+        "      (Transpose @x :prem @p)\n"
+        "                    ^",
+    ),
+    "unknown_builder": (
+        dsl.UnknownBuilderError,
+        "unknown_builder.rules:3:23: error: "
+        "unknown builder 'compose-perms'; did you mean 'compose-perm'?\n"
+        "      (Transpose @x :perm (compose-perms @p @q)))\n"
+        "                          ^",
+    ),
+    "unknown_guard": (
+        dsl.UnknownGuardError,
+        "unknown_guard.rules:3:8: error: "
+        "unknown guard 'identity-prem'; did you mean 'identity-perm'?\n"
+        "      (if (identity-prem @p))\n"
+        "           ^",
+    ),
+    "unknown_operator": (
+        dsl.UnknownOperatorError,
+        "unknown_operator.rules:2:4: error: "
+        "unknown operator 'Tranpose'; did you mean 'Transpose'?\n"
+        "      (Tranpose @x :perm @p)\n"
+        "       ^",
+    ),
+    "wildcard_on_right": (
+        dsl.PlacementError,
+        "wildcard_on_right.rules:3:11: error: "
+        "'_' cannot appear in a result (there is nothing to build)\n"
+        "      (Sub @x _))\n"
+        "              ^",
+    ),
+}
+# fmt: on
+
+
+def _load(path: Path):
+    return dsl.check(dsl.parse(path.read_text(encoding="utf-8"), file=path.name))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_error_message(name):
+    cls, message = EXPECTED[name]
+    with pytest.raises(cls) as info:
+        _load(CASES_DIR / f"{name}.rules")
+    assert type(info.value) is cls
+    assert str(info.value) == message
+
+
+def test_every_case_file_has_an_expected_message():
+    assert sorted(p.stem for p in CASES_DIR.glob("*.rules")) == sorted(EXPECTED)
+
+
+def test_errors_are_rules_errors_with_location():
+    with pytest.raises(dsl.RulesError) as info:
+        _load(CASES_DIR / "unknown_operator.rules")
+    err = info.value
+    assert (err.span.file, err.span.line, err.span.col) == ("unknown_operator.rules", 2, 4)
+    assert err.message == "unknown operator 'Tranpose'; did you mean 'Transpose'?"
+    assert err.source_line == "  (Tranpose @x :perm @p)"
+
+
+def test_several_errors_are_collected_in_source_order():
+    with pytest.raises(dsl.RulesErrors) as info:
+        _load(CASES_DIR / "several_errors.rules")
+    kinds = [type(e) for e in info.value.errors]
+    assert kinds == [dsl.UnknownAttributeError, dsl.UnboundCaptureError]
+
+
+def test_load_rules_reports_the_path_as_given(tmp_path):
+    path = tmp_path / "bad.rules"
+    path.write_text("(simplify x (Relu @x) @y)\n")
+    with pytest.raises(dsl.UnboundCaptureError) as info:
+        dsl.load_rules([path])
+    assert str(info.value).startswith(f"{path}:1:23: error: @y is not bound")
+
+
+def test_caret_keeps_tabs():
+    with pytest.raises(dsl.UnknownOperatorError) as info:
+        dsl.check(dsl.parse("(simplify x\n\t(Rleu @x)\n\t@x)", file="t.rules"))
+    assert str(info.value).splitlines()[1:] == ["    \t(Rleu @x)", "    \t ^"]
+
+
+@pytest.mark.parametrize(
+    "text, cls, message",
+    [
+        ("(simplify x (Add:q @a @b) @a)", dsl.RulesSyntaxError, "unknown operator flag ':q'"),
+        ("(simplify x (Add @a :attrs 1) @a)", dsl.RulesSyntaxError, ":attrs takes one capture"),
+        ("(simplify x :fp fast (Relu @a) @a)", dsl.RulesSyntaxError, "expected exact, reassoc"),
+        ("(simplfy x (Relu @a) @a)", dsl.RulesSyntaxError, "expected 'equal', 'for', 'ruleset'"),
+        ("(simplify x (Relu:c @a) @a)", dsl.CommutativeError, "needs two operands"),
+        ("(simplify x (Relu @a) (Add:c @a @a))", dsl.CommutativeError, "only allowed on the left"),
+        ("(equal x (Add:c @a @b) (Add @b @a))", dsl.CommutativeError, "equal rule"),
+        ("(simplify x @a (Relu @a))", dsl.PlacementError, "left side must be an operator"),
+        ("(simplify x (Relu @a :alpha 1) @a)", dsl.UnknownAttributeError, "(it has none)"),
+        ("(simplify x (Transpose @a :perm @p :perm @q) @a)", dsl.UnknownAttributeError, "twice"),
+        ("(simplify x (Slice @a) @a)", dsl.ArityError, "Slice takes 3 to 5 inputs, got 1"),
+        ("(simplify x (Relu @a @b) @a)", dsl.ArityError, "Relu takes 1 input, got 2"),
+        ("(simplify x (Conv @a @w :group 1.5) @a)", dsl.AttributeTypeError, "takes an int"),
+        ("(simplify x (Conv @a @w :auto_pad 0) @a)", dsl.AttributeTypeError, "takes a string"),
+        (
+            "(simplify x (Transpose @a :perm @p) (Conv @a @a :group @p))",
+            dsl.AttributeTypeError,
+            "@p holds a list of ints",
+        ),
+        ("(simplify x (Relu @a) (if (rank @a)) @a)", dsl.ArgumentError, "takes 2 arguments, got 1"),
+        ("(simplify x (Transpose @a :perm @p) (if (rank @p 2)) @a)", dsl.ArgumentError, "term"),
+        ("(simplify x (Relu @a) (if (rank @a @a)) @a)", dsl.ArgumentError, "argument 2"),
+        ("(simplify x (Relu @a) (if (rank @b 2)) @a)", dsl.UnboundCaptureError, "@b is not bound"),
+        ("(simplify x (Relu @a) (Relu @a :attrs @r))", dsl.UnboundCaptureError, "@r is not"),
+        ("(simplify x (Relu @a :attrs @r) @r)", dsl.CaptureKindError, "cannot be used as a term"),
+        ("(equal x (Relu @a) (Abs _))", dsl.PlacementError, "'_' cannot appear in an equal"),
+        ("(equal x (Cast @a) (Cast @a :to 1))", dsl.MissingAttributeError, "needs :to"),
+        ("(for op (Relu) (for op (Abs) (simplify x (op @a) @a)))", dsl.ForError, "shadows"),
+    ],
+)
+def test_more_errors(text, cls, message):
+    with pytest.raises(cls) as info:
+        dsl.check(dsl.parse(text))
+    assert message in str(info.value)
