@@ -100,6 +100,12 @@ def all_equal(x: ClassInfo, v: Any) -> bool:
     return x.value is not None and x.value.size > 0 and bool(np.all(x.value == v))
 
 
+@guard("one-element", TERM)
+def one_element(x: ClassInfo) -> bool:
+    """True if `x` is a constant holding exactly one element (a scalar or shape (1, ..., 1))."""
+    return x.value is not None and x.value.size == 1
+
+
 @guard("same-values", TERM, TERM)
 def same_values(a: ClassInfo, b: ClassInfo) -> bool:
     """True if `a` and `b` are constants with equal shapes and elements."""

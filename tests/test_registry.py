@@ -56,6 +56,11 @@ def test_all_equal():
     assert not f(c(np.zeros((0,), np.float32)), 0)  # empty: nothing to compare
 
 
+def test_one_element():
+    f = covers("one-element").fn
+    assert f(c(np.float32(0.25))) and f(c([[2.0]])) and not f(c([1.0, 2.0])) and not f(t())
+
+
 def test_same_values():
     f = covers("same-values").fn
     assert f(c([1, 2]), c([1, 2])) and not f(c([1, 2]), c([2, 1])) and not f(c([1]), c([[1]]))

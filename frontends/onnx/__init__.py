@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import onnx
@@ -60,11 +62,22 @@ def optimize_model(model: onnx.ModelProto, rules, **kw):
 
     graph = import_model(model)
     out, report = optimize(graph, rules, **kw)
-    if out is graph:
-        return model, report
-    result = export_model(out)
-    onnx.checker.check_model(result, full_check=True)
+    result = model if out is graph else export_model(out)
+    if result is not model:
+        onnx.checker.check_model(result, full_check=True)
+    # count ONNX nodes as the user sees them (Constant nodes included)
+    report = replace(
+        report,
+        nodes_before=len(model.graph.node),
+        ops_before=_op_counts(model),
+        nodes_after=len(result.graph.node),
+        ops_after=_op_counts(result),
+    )
     return result, report
+
+
+def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
+    return dict(Counter(n.op_type for n in model.graph.node))
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
