@@ -21,8 +21,8 @@ from rich.table import Table
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,12 +181,14 @@ def _print_summary(report, diffs) -> None:
         out.print(fired)
     if diffs:
         check = Table(title="output check (onnxruntime, random inputs)", title_justify="left")
-        for col in ("output", "dtype", "max abs err", "max rel err", "tolerance", "status"):
+        for col in ("output", "dtype", "max abs err", "max rel err", "status"):
             check.add_column(col)
         for d in diffs:
-            tol = "exact" if d.rtol == 0 and d.atol == 0 else f"rtol {d.rtol:g}, atol {d.atol:g}"
-            check.add_row(d.name, d.dtype, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", tol, "ok" if d.ok else "[red]FAIL[/red]")
+            check.add_row(d.name, d.dtype, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", "ok" if d.ok else "[red]FAIL[/red]")
         out.print(check)
+        for dtype, rtol, atol in sorted({(d.dtype, d.rtol, d.atol) for d in diffs}):
+            rule = "exact" if rtol == 0 and atol == 0 else f"|a-b| <= atol + rtol*|b| with rtol {rtol:g}, atol {atol:g}"
+            out.print(f"tolerance for {dtype} ({report.fp} rules fired): {rule}", markup=False)
 
 
 def _write_report(path: Path, report, diffs) -> None:

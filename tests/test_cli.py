@@ -1,0 +1,122 @@
+"""The `rewrite` command line: summaries, one-line errors, exit codes, nothing half-written."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import onnx.parser
+import pytest
+
+from rewrite.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "resnet.onnx"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """Run the CLI in a subprocess, as a user would (catches tracebacks on stderr too)."""
+    return subprocess.run([sys.executable, "-m", "rewrite.cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def small_model(path: Path) -> Path:
+    text = '<ir_version: 10, opset_import: ["" : 18]> g (float[2,3] x) => (float[2,3] y) { t = Identity(x) y = Relu(t) }'
+    onnx.save(onnx.parser.parse_model(text), str(path))
+    return path
+
+
+def test_optimize_writes_model_and_report(tmp_path):
+    out, rep = tmp_path / "out.onnx", tmp_path / "r.json"
+    r = run_cli("optimize", str(EXAMPLE), str(out), "--report", str(rep), "--allow", "reassoc")
+    assert r.returncode == 0, r.stderr
+    assert "BatchNormalization" in r.stdout and "saturated" in r.stdout and "fold-batchnorm" in r.stdout
+    assert "rtol 0.001, atol 0.0001" in r.stdout  # the tolerance is stated
+    model = onnx.load(str(out))
+    onnx.checker.check_model(model, full_check=True)
+    data = json.loads(rep.read_text())
+    assert data["nodes_before"] == 21 and data["nodes_after"] == 15 and data["stop_reason"] == "saturated"
+    assert all(c["ok"] for c in data["check"])
+
+
+def test_optimize_exact_only_by_default(tmp_path):
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(EXAMPLE), str(out)]) == 0
+    assert sum(n.op_type == "BatchNormalization" for n in onnx.load(str(out)).graph.node) == 6
+
+
+@pytest.mark.parametrize(
+    "make_input, message",
+    [
+        (lambda d: d / "missing.onnx", "missing.onnx: no such file"),
+        (lambda d: (d / "junk.onnx").write_bytes(b"\x00\xffnot a model") and d / "junk.onnx", "not an ONNX model"),
+        (lambda d: d, "not a file"),
+    ],
+    ids=["missing", "not-onnx", "directory"],
+)
+def test_bad_model_one_line_error(tmp_path, make_input, message):
+    out = tmp_path / "out.onnx"
+    r = run_cli("optimize", str(make_input(tmp_path)), str(out))
+    assert r.returncode == 1
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()
+
+
+def test_checker_rejected_model(tmp_path):
+    bad = small_model(tmp_path / "bad.onnx")
+    m = onnx.load(str(bad))
+    m.graph.node[1].input[0] = "nowhere"  # a dangling input
+    onnx.save(m, str(bad))
+    out = tmp_path / "out.onnx"
+    r = run_cli("optimize", str(bad), str(out))
+    assert r.returncode == 1 and "rejected by onnx.checker" in r.stderr and not out.exists()
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_rules_syntax_error_located(tmp_path):
+    rules = tmp_path / "bad.rules"
+    rules.write_text("(simplify oops\n  (Identity @x)\n")
+    out = tmp_path / "out.onnx"
+    r = run_cli("optimize", str(small_model(tmp_path / "m.onnx")), str(out), "--rules", str(rules))
+    assert r.returncode == 1 and f"{rules}:" in r.stderr and "^" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_output_is_input_refused(tmp_path):
+    m = small_model(tmp_path / "m.onnx")
+    before = m.read_bytes()
+    r = run_cli("optimize", str(m), str(m))
+    assert r.returncode == 1 and "is the input file" in r.stderr and m.read_bytes() == before
+
+
+def test_existing_output_untouched_on_failure(tmp_path):
+    out = tmp_path / "out.onnx"
+    out.write_bytes(b"precious")
+    r = run_cli("optimize", str(tmp_path / "missing.onnx"), str(out))
+    assert r.returncode == 1 and out.read_bytes() == b"precious"
+
+
+def test_check_summary_and_errors(tmp_path, capsys):
+    assert main(["check", str(ROOT / "patterns")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == len(list((ROOT / "patterns").rglob("*.rules")))
+    assert all(": ok, " in line for line in lines)
+    bad = tmp_path / "bad.rules"
+    bad.write_text("(simplify x (Idenity @x) @x)\n")
+    assert main(["check", str(bad)]) == 1
+    assert "Identity" in capsys.readouterr().err  # "did you mean"
+
+
+def test_emit_shows_each_rule_with_its_location(capsys):
+    assert main(["emit", str(ROOT / "patterns" / "cleanup" / "transpose.rules")]) == 0
+    text = capsys.readouterr().out
+    assert ';; transpose-transpose  (' in text and "transpose.rules:" in text
+    assert "(relation match-transpose-transpose (Term Term String String))" in text
+    assert text.strip().endswith(")")
+
+
+def test_help_explains_options():
+    r = run_cli("optimize", "--help")
+    assert r.returncode == 0
+    for opt in ("--rules", "--no-check", "--report", "--max-iterations", "--max-nodes", "--timeout", "--allow"):
+        assert opt in r.stdout
