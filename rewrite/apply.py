@@ -2,8 +2,8 @@
 
 For each new row of a host rule's match relation: evaluate the guards on the captured
 e-classes' facts (`ClassInfo`) and attribute values, compute builder results, and render the
-rule's result as egglog text over the captured e-classes' terms, to be unioned with the matched
-root. The result's type is inferred with the op table's shape rules; if it differs from the
+rule's result as import rows over the captured e-classes' handles, to be unioned with the
+matched root in one bulk load. The result's type is inferred with the op table's shape rules; if it differs from the
 root's known type the rule is unsound and `UnsoundRuleError` is raised (two e-classes of
 different types must never merge, DESIGN.md).
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dsl.ir import Absent, Call, Capture, Literal, OpNode, Rule
 from rewrite import registry
-from rewrite.egraph import Snapshot
-from rewrite.emit import HostRule, egg_string
+from rewrite.egraph import Snapshot, constant_op_value
+from rewrite.emit import HostRule
+from rewrite.graph import ABSENT
 from rewrite.infer import infer_type
 from rewrite.ops import OPS, decode_attr, encode_attr
 from rewrite.types import TensorType
@@ -27,13 +28,53 @@ class _Skip(Exception):
     """A builder could not build: the match is skipped."""
 
 
-def apply_matches(snap: Snapshot, host_rules: list[HostRule], processed: set, report) -> list[str]:
-    """egglog `union` commands for the new, guard-passing matches in `snap`.
+class Batch:
+    """Results of host rules as import rows: new e-nodes get fresh handle ids (from
+    `EGraph.next_id`), and each result is a `UnionRow` of the matched root's handle and the
+    result's handle. Loaded in bulk by `EGraph.load_rows`."""
+
+    def __init__(self, eg, snap: Snapshot):
+        self.eg, self.snap = eg, snap
+        self.rows: dict[str, list[str]] = {}
+        self._ids: dict[int, int] = {}  # e-class -> handle id, for classes without a handle
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+    def node(self, op: str, inputs: list[int], attrs: list[str], typ: TensorType | None) -> int:
+        vid = self.eg.next_id
+        self.eg.next_id += 1
+        if typ is not None:
+            self.eg.extra_types[vid] = typ
+        self.rows.setdefault(f"{op}Row", []).append("\t".join(map(str, [vid, *inputs, *attrs])))
+        return vid
+
+    def union(self, a: int, b: int) -> None:
+        self.rows.setdefault("UnionRow", []).append(f"{a}\t{b}")
+
+    def handle(self, c: int, depth: int = 0) -> int:
+        """A handle id for e-class `c`: an existing handle, or a new one built from one of the
+        class's e-nodes (classes created by plain egglog rules have no handle)."""
+        hs = self.snap.handles_of.get(c)
+        if hs:
+            return min(hs)
+        if c in self._ids:
+            return self._ids[c]
+        if depth > 50:
+            raise _Skip("e-class without a finite term")
+        n = min(self.snap.classes[c], key=lambda n: len(n.children))
+        kids = [self.handle(k, depth + 1) for k in n.children]
+        self._ids[c] = self.node(n.op, kids, list(n.attrs), self.snap.type_of(c))
+        return self._ids[c]
+
+
+def apply_matches(eg, snap: Snapshot, host_rules: list[HostRule], processed: set, report) -> Batch:
+    """The new, guard-passing matches in `snap` as a Batch of rows to load into `eg`.
 
     processed: keys of matches already handled (updated in place). report: a SaturationReport
     whose `fired`/`rejected` counters are updated. Raises UnsoundRuleError.
     """
-    unions = []
+    batch = Batch(eg, snap)
     for h in host_rules:
         kinds = attr_kinds(h.rule)
         for row in snap.rows.get(h.relation, ()):
@@ -42,26 +83,27 @@ def apply_matches(snap: Snapshot, host_rules: list[HostRule], processed: set, re
             if key in processed:
                 continue
             processed.add(key)
-            m = _Match(h.rule, dict(zip(h.columns, row[1:])), kinds, snap)
+            m = _Match(h.rule, dict(zip(h.columns, row[1:])), kinds, snap, batch)
             try:
                 if not m.guards_hold():
                     report.rejected[h.rule.name] += 1
                     continue
-                text, typ = m.build(h.rule.rhs)
+                vid, typ = m.build(h.rule.rhs)
+                root = batch.handle(row[0])
             except _Skip:
                 report.rejected[h.rule.name] += 1
                 continue
             _check_type(h.rule, snap.type_of(row[0]), typ)
             report.fired[h.rule.name] += 1
-            unions.append(f"(union {snap.rep(row[0])} {text})")
-    return unions
+            batch.union(root, vid)
+    return batch
 
 
 class _Match:
     """One match of a host rule: its bindings and how to evaluate guards and the result."""
 
-    def __init__(self, rule: Rule, binding: dict, kinds: dict, snap: Snapshot):
-        self.rule, self.binding, self.kinds, self.snap = rule, binding, kinds, snap
+    def __init__(self, rule: Rule, binding: dict, kinds: dict, snap: Snapshot, batch: Batch):
+        self.rule, self.binding, self.kinds, self.snap, self.batch = rule, binding, kinds, snap, batch
         self.terms = set(rule.term_captures)
 
     def value(self, a):
@@ -86,27 +128,31 @@ class _Match:
                 return False
         return True
 
-    def build(self, t) -> tuple[str, TensorType | None]:
-        """(egglog text, inferred type) of result term `t`."""
+    def build(self, t) -> tuple[int, TensorType | None]:
+        """(handle id, inferred type) of result term `t`, adding its new e-nodes as rows."""
         if isinstance(t, Capture):
             c = self.binding[t.name]
-            return self.snap.rep(c), self.snap.type_of(c)
+            return self.batch.handle(c), self.snap.type_of(c)
         if isinstance(t, Absent):
-            return "(Absent)", None
+            return ABSENT, None
         if not isinstance(t, OpNode):
             raise TypeError(f"cannot build {t!r}")
         spec = OPS.get(t.op)
         args = [self.build(a) for a in t.args]
         attrs = tuple((name, self.value(v)) for name, v in t.attrs)
-        texts = [a[0] for a in args]
-        texts += [egg_string(encode_attr(spec.attr_index[n].kind, v)) for n, v in attrs]
+        texts = [encode_attr(spec.attr_index[n].kind, v) for n, v in attrs]
         values = tuple(self._const(a) for a in t.args)
         typ = infer_type(t.op, attrs, tuple(a[1] for a in args), values)
-        return f"({t.op} {' '.join(texts)})", typ
+        return self.batch.node(t.op, [a[0] for a in args], texts, typ), typ
 
     def _const(self, a):
+        """Value of a constant argument (a captured constant, or a `Constant` op in the rule),
+        so shape rules can use it (e.g. a Reshape's target shape)."""
         if isinstance(a, Capture) and a.name in self.terms:
             return self.snap.value_of(self.binding[a.name])
+        if isinstance(a, OpNode) and a.op == "Constant":
+            spec = OPS.get("Constant")
+            return constant_op_value(tuple(encode_attr(spec.attr_index[n].kind, self.value(v)) for n, v in a.attrs))
         return None
 
 

@@ -42,6 +42,8 @@ class EGraph:
 
         self.graph = graph
         self.egg = egg.EGraph()
+        self.next_id = len(graph.values)  # handles of e-classes added by host rules
+        self.extra_types: dict[int, TensorType] = {}
         self.run(schema())
         self._load(graph)
         self.run(program)
@@ -63,7 +65,7 @@ class EGraph:
         return sum(n for name, n in s.items() if name in OPS or name == "Leaf")
 
     def _load(self, g: TermGraph) -> None:
-        rows: dict[str, list[str]] = {"LeafRow": []}
+        rows: dict[str, list[str]] = {}
         leaves = set(g.inputs) | set(g.constants)
         for n in g.nodes:
             if n.opaque:
@@ -74,8 +76,16 @@ class EGraph:
             cells += [encode_attr(spec.attr_index[a].kind, v) for a, v in n.attrs]
             rows.setdefault(f"{n.op}Row", []).append("\t".join(cells))
         rows["LeafRow"] = [str(v) for v in sorted(leaves)]
+        self.load_rows(rows, first=True)
+
+    def load_rows(self, rows: dict[str, list[str]], first: bool = False) -> None:
+        """Bulk-load rows (relation -> tab-separated lines) and run the `load` ruleset once.
+
+        Besides the per-op rows this takes `UnionRow` lines "a<TAB>b", which union the
+        handles (T a) and (T b): how the host apply step adds its results without one
+        command per result (parsing and running single commands is quadratic in egglog)."""
         with tempfile.TemporaryDirectory(prefix="rewrite-load-") as tmp:
-            cmds = [f"(union (T {ABSENT}) (Absent))"]
+            cmds = [f"(union (T {ABSENT}) (Absent))"] if first else []
             for rel, lines in rows.items():
                 if not lines:
                     continue
@@ -110,6 +120,7 @@ class Snapshot:
     handle: dict[int, int]
     handles_of: dict[int, list[int]]
     rows: dict[str, list[tuple]]
+    extra_types: dict[int, TensorType] = field(default_factory=dict)
     _types: dict[int, TensorType] = field(default_factory=dict)
     _reps: dict[int, str] = field(default_factory=dict)
 
@@ -149,7 +160,7 @@ class Snapshot:
         handles_of: dict[int, list[int]] = {}
         for v, c in handle.items():
             handles_of.setdefault(c, []).append(v)
-        return Snapshot(eg.graph, nodes, classes, handle, handles_of, rows)
+        return Snapshot(eg.graph, nodes, classes, handle, handles_of, rows, eg.extra_types)
 
     # ---- facts about e-classes -------------------------------------------------------------
 
@@ -164,17 +175,26 @@ class Snapshot:
         return t
 
     def _infer(self, c: int) -> TensorType:
+        known = UNKNOWN
         for v in self.handles_of.get(c, ()):
-            t = self.graph.values[v].type if v != ABSENT else UNKNOWN
-            if t.shape is not None or t.dtype:
+            t = self.handle_type(v)
+            if t.static:
                 return t
+            if t.shape is not None or t.dtype:
+                known = t
         for n in self.classes.get(c, ()):
             if n.op in ("Leaf", "Absent"):
                 continue
             t = self.infer_enode(n)
-            if t.shape is not None:
+            if t.static:
                 return t
-        return UNKNOWN
+        return known
+
+    def handle_type(self, v: int) -> TensorType:
+        """Type of handle (T v): an imported value's type, or one a host rule inferred."""
+        if 0 <= v < len(self.graph.values):
+            return self.graph.values[v].type
+        return self.extra_types.get(v, UNKNOWN)
 
     def infer_enode(self, n: ENode) -> TensorType:
         """Type of e-node `n` computed from its children's types (op table shape rule)."""

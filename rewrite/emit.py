@@ -34,6 +34,8 @@ def schema() -> str:
         "(ruleset load)",
         "(relation LeafRow (i64))",
         "(rule ((LeafRow v)) ((union (T v) (Leaf v))) :ruleset load)",
+        "(relation UnionRow (i64 i64))   ; results of host rules: union two handles",
+        "(rule ((UnionRow a b)) ((union (T a) (T b))) :ruleset load)",
     ]
     for name in OPS.names():
         spec = OPS.get(name)

@@ -59,8 +59,8 @@ def build_graph(costs, choice: dict[int, int], roots: list[int]) -> TermGraph:
         orig = originals.get((n.op, n.attrs, n.children))
         name = output_name.get(c) or (g.values[orig.outputs[0]].name if orig else None)
         if name is None:
-            hs = snap.handles_of.get(c)
-            name = g.values[min(hs)].name if hs and min(hs) != ABSENT else fresh_name()
+            hs = [v for v in snap.handles_of.get(c, ()) if 0 <= v < len(g.values)]
+            name = g.values[min(hs)].name if hs else fresh_name()
         vid_of[c] = new_value(name, c)
         spec = OPS.get(n.op)
         attrs = tuple((a.name, decode_attr(a.kind, s)) for a, s in zip(spec.attrs, n.attrs))

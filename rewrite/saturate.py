@@ -71,9 +71,9 @@ def saturate(eg: EGraph, host_rules: list[HostRule], limits: Limits) -> tuple[Sa
         rows = tuple(sizes.get(r, 0) for r in relations)
         if host_rules and rows != seen_rows:  # new matches to finish in Python
             seen_rows = rows
-            unions = apply_matches(eg.snapshot(relations), host_rules, processed, report)
+            unions = apply_matches(eg, eg.snapshot(relations), host_rules, processed, report)
             if unions:
-                eg.run("\n".join(unions))
+                eg.load_rows(unions.rows)
         report.enodes = eg.enode_count()
         if not run.updated and not unions:
             report.stop_reason = "saturated"

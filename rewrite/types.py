@@ -8,6 +8,8 @@ constant, its value.
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,14 +38,12 @@ class TensorType:
     @property
     def numel(self) -> int | None:
         """Number of elements, or None if the shape is not static."""
-        return int(np.prod(self.shape, dtype=np.int64)) if self.static else None
+        return math.prod(self.shape) if self.static else None
 
     @property
     def itemsize(self) -> int:
         """Bytes per element (4 when the dtype is unknown)."""
-        if not self.dtype:
-            return 4
-        return np.dtype(helper.tensor_dtype_to_np_dtype(self.dtype)).itemsize
+        return _itemsize(self.dtype) if self.dtype else 4
 
     @property
     def nbytes(self) -> int | None:
@@ -57,6 +57,14 @@ class TensorType:
 
 
 UNKNOWN = TensorType()
+
+
+@functools.cache
+def _itemsize(elem_type: int) -> int:
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
+    except (KeyError, TypeError):  # e.g. string tensors
+        return 4
 
 
 @dataclass(frozen=True, eq=False)
