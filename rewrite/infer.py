@@ -15,7 +15,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from rewrite.ops import NONE, OPS
-from rewrite.types import UNKNOWN, TensorType
+from rewrite.types import UNKNOWN, TensorType, tensor_type
 
 _SAME = set("Relu Neg Sqrt Erf Tanh Sigmoid Exp Log Abs Reciprocal Floor Ceil Sin Cos Sign "
             "Identity Dropout LeakyRelu HardSigmoid Gelu Softmax LogSoftmax Not".split())
@@ -109,11 +109,7 @@ def _onnx_infer(key) -> TensorType:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception:
         return UNKNOWN
-    for vi in inferred.graph.output:
-        from frontends.onnx.importer import _tensor_type  # noqa: PLC0415
-
-        return _tensor_type(vi.type)
-    return UNKNOWN
+    return tensor_type(inferred.graph.output[0].type)
 
 
 def _value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:

@@ -31,7 +31,7 @@ def build_graph(costs, choice: dict[int, int], roots: list[int]) -> TermGraph:
     fresh = iter(f"rw_{i}" for i in range(10**9))
 
     def new_value(name: str, c: int) -> int:
-        values.append(Value(name, snap.type_of(c) if c >= 0 else g.values[0].type))
+        values.append(Value(name, snap.type_of(c)))
         return len(values) - 1
 
     def fresh_name() -> str:
@@ -46,9 +46,9 @@ def build_graph(costs, choice: dict[int, int], roots: list[int]) -> TermGraph:
         n = costs.enodes[i][1]
         if n.op == "Leaf":
             group = costs.group[i]
-            if group < 0:
-                vid_of[c] = new_value(g.values[n.leaf].name, c)
-                values[vid_of[c]] = Value(g.values[n.leaf].name, g.values[n.leaf].type)
+            if group < 0:  # graph input or constant: keeps its own name and type
+                values.append(g.values[n.leaf])
+                vid_of[c] = len(values) - 1
                 if n.leaf in g.constants:
                     constants[vid_of[c]] = g.constants[n.leaf]
                 continue

@@ -93,3 +93,21 @@ def np_dtype(elem_type: int) -> np.dtype:
 def onnx_dtype(dtype: np.dtype) -> int:
     """ONNX element type of a numpy dtype."""
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+def tensor_type(tp: onnx.TypeProto) -> TensorType:
+    """TensorType of an ONNX TypeProto (unknown for non-tensor types)."""
+    if not tp.HasField("tensor_type"):
+        return TensorType()
+    tt = tp.tensor_type
+    if not tt.HasField("shape"):
+        return TensorType(tt.elem_type, None)
+    dims = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return TensorType(tt.elem_type, tuple(dims))

@@ -40,7 +40,9 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         src.graph.name,
-        list(src.graph.input[i] for i in range(len(src.graph.input)) if src.graph.input[i].name not in _init_names(src)),
+        # an initializer also listed as an input (an overridable default) stays an input only
+        # while the initializer is still there
+        [i for i in src.graph.input if i.name not in _init_names(src) or i.name in {t.name for t in inits}],
         list(src.graph.output),
         initializer=inits,
         doc_string=src.graph.doc_string,

@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 
 from rewrite.graph import ABSENT, Node, TermGraph, Value
 from rewrite.ops import NONE, OPS, REQUIRED, OpSpec
-from rewrite.types import TensorType
+from rewrite.types import TensorType, tensor_type
 
 _DEDUP_MAX_BYTES = 1 << 16  # constants up to this size are shared when byte-identical
 
@@ -68,27 +68,10 @@ def import_model(model: onnx.ModelProto) -> TermGraph:
 def _types_of(graph: onnx.GraphProto) -> dict[str, TensorType]:
     types = {}
     for vi in [*graph.input, *graph.value_info, *graph.output]:
-        types[vi.name] = _tensor_type(vi.type)
+        types[vi.name] = tensor_type(vi.type)
     for init in graph.initializer:
         types[init.name] = TensorType(init.data_type, tuple(int(d) for d in init.dims))
     return types
-
-
-def _tensor_type(tp: onnx.TypeProto) -> TensorType:
-    if not tp.HasField("tensor_type"):
-        return TensorType()
-    tt = tp.tensor_type
-    if not tt.HasField("shape"):
-        return TensorType(tt.elem_type, None)
-    dims = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param"):
-            dims.append(d.dim_param)
-        else:
-            dims.append(None)
-    return TensorType(tt.elem_type, tuple(dims))
 
 
 class _Builder:
