@@ -88,10 +88,10 @@ def emit_rule(r: Rule) -> str:
         h = host_rule(r)
         sig = " ".join(["Term"] + ["Term"] * len(r.term_captures) + ["String"] * len(r.attr_captures))
         cols = " ".join(["root", *(_var(c) for c in h.columns)])
-        guards = " ".join(f"({g.fn} ...)" for g in r.guards)
+        guards = " ".join(_guard_text(g) for g in r.guards)
         return "\n".join(
             [
-                head + (f"  guards: {guards}" if guards else "  builders"),
+                head + f"  host: {guards or 'builders'}",
                 f"(relation {h.relation} ({sig}))",
                 f"(rule ({_query(r.lhs)})",
                 f"      (({h.relation} {cols}))",
@@ -102,6 +102,19 @@ def emit_rule(r: Rule) -> str:
     if r.kind == "equal":
         blocks.append(_plain(f"{r.name} (reverse)", r.rhs, r.lhs, r.ruleset, head + " reverse"))
     return "\n".join(blocks)
+
+
+def _guard_text(g) -> str:
+    def arg(a) -> str:
+        if isinstance(a, Capture):
+            return "@" + a.name
+        if isinstance(a, Literal):
+            v = a.value
+            return "(" + " ".join(map(str, v)) + ")" if isinstance(v, tuple) else repr(v) if isinstance(v, str) else str(v)
+        return "_"
+
+    text = f"({g.fn} {' '.join(arg(a) for a in g.args)})"
+    return f"(not {text})" if g.negate else text
 
 
 def _plain(name: str, lhs: Term, rhs: Term, ruleset: str, head: str) -> str:
