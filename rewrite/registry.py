@@ -132,6 +132,31 @@ def rank(x: ClassInfo, n: int) -> bool:
     return x.type.rank == n
 
 
+@guard("rank-at-least", TERM, ATTR)
+def rank_at_least(x: ClassInfo, n: int) -> bool:
+    """True if `x`'s rank is known and at least `n`."""
+    return x.type.rank is not None and x.type.rank >= n
+
+
+@builder("shape-of", TERM)
+def shape_of(x: ClassInfo) -> tuple[int, ...] | None:
+    """`x`'s static shape, as a Reshape target; None when not static or when a dim is 0
+    (Reshape would read a 0 as "copy this dimension")."""
+    if not x.type.static or 0 in x.type.shape:
+        return None
+    return tuple(x.type.shape)
+
+
+@builder("rows-2d", TERM)
+def rows_2d(x: ClassInfo) -> tuple[int, ...] | None:
+    """Reshape target (-1, K) that flattens `x`'s leading axes into rows, K its last dim
+    (static and non-zero), for feeding a batched operand to Gemm."""
+    if x.type.shape is None or not x.type.shape or not isinstance(x.type.shape[-1], int):
+        return None
+    k = x.type.shape[-1]
+    return None if k == 0 else (-1, k)
+
+
 @guard("same-type", TERM, TERM)
 def same_type(a: ClassInfo, b: ClassInfo) -> bool:
     """True if `a` and `b` have the same dtype and the same fully static shape."""

@@ -77,6 +77,23 @@ def test_rank():
     assert f(t(2, 3), 2) and not f(t(2, 3, 4), 2) and not f(ClassInfo(TensorType(F32, None)), 2)
 
 
+def test_rank_at_least():
+    f = covers("rank-at-least").fn
+    assert f(t(2, 3, 4), 3) and f(t(2, 3, 4, 5), 3) and not f(t(2, 3), 3)
+    assert not f(ClassInfo(TensorType(F32, None)), 0)
+
+
+def test_shape_of():
+    f = covers("shape-of").fn
+    assert f(t(2, 3)) == (2, 3) and f(t("n", 3)) is None and f(t(0, 3)) is None
+
+
+def test_rows_2d():
+    f = covers("rows-2d").fn
+    assert f(t(2, 5, 3)) == (-1, 3) and f(t("n", 5, 3)) == (-1, 3)
+    assert f(t(2, "k")) is None and f(t(2, 0)) is None and f(t()) is None
+
+
 def test_same_type():
     f = covers("same-type").fn
     assert f(t(2, 3), t(2, 3)) and not f(t(2, 3), t(3, 2)) and not f(t(2, 3), t(2, 3, dtype=TP.FLOAT16))
