@@ -141,7 +141,8 @@ def cmd_optimize(args) -> int:
     if bad:
         return _fail(f"output check failed for {', '.join(d.name for d in bad)}; nothing written")
     save_model(result, dst)
-    out.print(f"wrote {dst} ({report.nodes_before} -> {report.nodes_after} nodes)", markup=False)
+    note = "" if report.changed else "; no rewrite made it cheaper, so it is the input unchanged"
+    out.print(f"wrote {dst} ({report.nodes_before} -> {report.nodes_after} nodes{note})", markup=False)
     return EXIT_OK
 
 
