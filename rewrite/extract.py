@@ -53,7 +53,8 @@ class _Costs:
             if n.op == "Leaf" and n.leaf in self.opaque_of:
                 idx = self.opaque_of[n.leaf]
                 node = g.nodes[idx]
-                self.kids.append(tuple(snap.handle[i] for i in node.inputs if i != ABSENT))
+                reads = [i for i in node.inputs if i != ABSENT] + list(node.implicit)
+                self.kids.append(tuple(snap.handle[i] for i in reads))
                 self.group.append(idx)
             else:
                 self.kids.append(tuple(k for k in n.children if not snap.is_absent(k)))

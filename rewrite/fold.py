@@ -103,7 +103,7 @@ def prune(g: TermGraph) -> TermGraph:
     for n in reversed(g.nodes):
         if any(o in used for o in n.outputs):
             keep.append(n)
-            used.update(i for i in n.inputs if i != ABSENT)
+            used.update(i for i in n.inputs + n.implicit if i != ABSENT)
     nodes = tuple(reversed(keep))
     consts = {v: a for v, a in g.constants.items() if v in used}
     return TermGraph(g.values, nodes, g.inputs, g.outputs, consts, g.opset, g.meta)

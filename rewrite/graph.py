@@ -47,6 +47,8 @@ class Node:
     name: str = ""
     domain: str = ""
     payload: Any = None
+    implicit: tuple[int, ...] = ()  # outer-scope values its subgraphs read (If, Loop, Scan)
+    implicit_names: tuple[str, ...] = ()  # ...by these names, which must exist when it runs
 
     def attr(self, name: str) -> Any:
         return dict(self.attrs).get(name)

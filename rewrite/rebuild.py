@@ -90,7 +90,9 @@ def _opaque(node: Node, snap, choice, costs, vid_of, values, fresh_name) -> Node
         else:
             values.append(Value(fresh_name() if snap.graph.values[v].name else "", snap.graph.values[v].type))
         outs.append(len(values) - 1)
-    return Node(node.op, ins, tuple(outs), (), True, node.name, node.domain, node.payload)
+    implicit = tuple(vid_of[snap.handle[v]] for v in node.implicit)
+    return Node(node.op, ins, tuple(outs), (), True, node.name, node.domain, node.payload,
+                implicit, node.implicit_names)
 
 
 def _original_keys(snap) -> dict:

@@ -139,3 +139,47 @@ def test_folded_weights_are_computed():
     w = next(onnx.numpy_helper.to_array(i) for i in result.graph.initializer if i.dims == [2, 2, 1, 1])
     k = np.array([0.5, 2.0]) / np.sqrt(np.array([4.0, 0.25]) + 0.001)
     np.testing.assert_allclose(w.reshape(2, 2), np.array([[1, 2], [3, 4]]) * k[:, None], rtol=1e-6)
+
+
+def test_subgraph_op_is_opaque_and_survives():
+    from onnx import TensorProto, helper
+
+    then = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 3])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 3])])
+    nodes = [
+        helper.make_node("Identity", ["x"], ["x1"]),
+        helper.make_node("If", ["c"], ["r"], then_branch=then, else_branch=other),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    result, report = optimize_model(model, RULES)
+    assert [n.op_type for n in result.graph.node] == ["If", "Relu"]  # the dead Identity is gone
+    assert result.graph.node[0].attribute == model.graph.node[1].attribute  # subgraphs untouched
+    assert all(d.ok for d in compare(model, result))
+
+
+@pytest.mark.parametrize("defs", ["x0 = Identity(x) x1 = Relu(x0)", "x0 = Relu(x) x1 = Identity(x0)"],
+                         ids=["kept", "renamed-by-rewrite"])
+def test_values_read_by_subgraphs_are_kept(defs):
+    """x1 is read only inside the If's branch (by name): it must survive, under its name."""
+    text = f'''<ir_version: 10, opset_import: ["" : 18]>
+    g (float[2,3] x, bool c) => (float[2,3] y) {{
+      {defs}
+      r = If(c) <then_branch = g1 () => (float[2,3] t) {{ t = Identity(x1) }},
+                 else_branch = g2 () => (float[2,3] e) {{ e = Neg(x1) }}>
+      y = Relu(r)
+    }}'''
+    model = onnx.parser.parse_model(text)
+    result, _ = optimize_model(model, RULES)
+    onnx.checker.check_model(result, full_check=True)
+    assert "x1" in {o for n in result.graph.node for o in n.output}
+    assert all(d.ok for d in compare(model, result))

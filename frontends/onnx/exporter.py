@@ -29,7 +29,10 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
     if not isinstance(src, onnx.ModelProto):
         raise ValueError("TermGraph has no ONNX model to export against (meta is not a ModelProto)")
     name = lambda vid: "" if vid == ABSENT else g.values[vid].name  # noqa: E731
-    nodes = [export_node(n, name) for n in g.nodes]
+    nodes = []
+    for n in g.nodes:
+        nodes += _rebind_outer_names(n, name)
+        nodes.append(export_node(n, name))
     used = {i for n in nodes for i in n.input} | {name(v) for v in g.outputs}
     inits = [
         numpy_helper.from_array(np.asarray(arr), name(vid))
@@ -53,6 +56,16 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
         setattr(model, field, getattr(src, field))
     model.metadata_props.extend(src.metadata_props)
     return model
+
+
+def _rebind_outer_names(n: Node, name) -> list[onnx.NodeProto]:
+    """Identity nodes that give an outer value the name a subgraph of `n` reads it by, when
+    the rewrite renamed it (subgraphs refer to outer values by name)."""
+    return [
+        helper.make_node("Identity", [name(v)], [want], name=f"{want}_outer")
+        for v, want in zip(n.implicit, n.implicit_names)
+        if name(v) != want
+    ]
 
 
 def _init_names(src: onnx.ModelProto) -> set[str]:

@@ -118,11 +118,29 @@ class _Builder:
         used_outputs = [o for o in n.output if o]
         if attrs is None or len(used_outputs) != 1 or n.output[0] == "":
             outputs = tuple(self.value(o) for o in n.output)
-            self.nodes.append(Node(n.op_type, inputs, outputs, (), True, n.name, n.domain, n))
+            names = tuple(sorted(_outer_names(n) & self.ids.keys()))
+            implicit = tuple(self.ids[name] for name in names)
+            self.nodes.append(
+                Node(n.op_type, inputs, outputs, (), True, n.name, n.domain, n, implicit, names)
+            )
             return
         pad = (ABSENT,) * (spec.arity - len(inputs))
         out = (self.value(n.output[0]),)
         self.nodes.append(Node(n.op_type, inputs + pad, out, attrs, False, n.name, "", n))
+
+
+def _outer_names(n: onnx.NodeProto) -> set[str]:
+    """Names that `n`'s subgraphs read from the enclosing graph (ONNX scoping: a subgraph
+    may use any value visible where its node is)."""
+    names: set[str] = set()
+    for a in n.attribute:
+        for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+            defined = {i.name for i in g.input} | {i.name for i in g.initializer}
+            for inner in g.node:
+                names |= {i for i in inner.input if i and i not in defined}
+                names |= _outer_names(inner) - defined
+                defined |= set(inner.output)
+    return names
 
 
 def _constant_value(n: onnx.NodeProto) -> np.ndarray | None:
