@@ -378,7 +378,7 @@ def test_shipped_library_checks():
     assert len(names) >= 28
     assert len(set(names)) == len(names)
     assert all(f.startswith("patterns/") for f in ruleset.files)
-    assert {r.ruleset for r in ruleset.rules} == {"cleanup", "algebra", "fusion"}
+    assert {r.ruleset for r in ruleset.rules} == {"cleanup", "algebra", "fusion", "layout"}
     assert any(r.kind == "equal" for r in ruleset.rules)
     assert dsl.load_rules([dsl.shipped_rules_dir()]).names() == names
 
