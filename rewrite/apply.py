@@ -13,7 +13,7 @@ from __future__ import annotations
 from dsl.ir import Absent, Call, Capture, Literal, OpNode, Rule
 from rewrite import registry
 from rewrite.egraph import Snapshot, constant_op_value
-from rewrite.emit import HostRule
+from rewrite.emit import HostRule, guard_text
 from rewrite.graph import ABSENT
 from rewrite.infer import infer_type
 from rewrite.ops import OPS, decode_attr, encode_attr
@@ -61,7 +61,7 @@ class Batch:
         if c in self._ids:
             return self._ids[c]
         if depth > 50:
-            raise _Skip("e-class without a finite term")
+            raise _Skip("a term for a deep e-class")
         n = min(self.snap.classes[c], key=lambda n: len(n.children))
         kids = [self.handle(k, depth + 1) for k in n.children]
         self._ids[c] = self.node(n.op, kids, list(n.attrs), self.snap.type_of(c))
@@ -85,13 +85,14 @@ def apply_matches(eg, snap: Snapshot, host_rules: list[HostRule], processed: set
             processed.add(key)
             m = _Match(h.rule, dict(zip(h.columns, row[1:])), kinds, snap, batch)
             try:
-                if not m.guards_hold():
-                    report.rejected[h.rule.name] += 1
+                failed = m.failing_guard()
+                if failed is not None:
+                    report.rejected[h.rule.name][f"guard {guard_text(failed)} failed"] += 1
                     continue
                 vid, typ = m.build(h.rule.rhs)
                 root = batch.handle(row[0])
-            except _Skip:
-                report.rejected[h.rule.name] += 1
+            except _Skip as e:
+                report.rejected[h.rule.name][f"{e.args[0]} could not build"] += 1
                 continue
             _check_type(h.rule, snap.type_of(row[0]), typ)
             report.fired[h.rule.name] += 1
@@ -121,12 +122,13 @@ class _Match:
             return out
         return None
 
-    def guards_hold(self) -> bool:
+    def failing_guard(self):
+        """The first guard that does not hold, or None when all hold."""
         for g in self.rule.guards:
             ok = bool(registry.GUARDS[g.fn].fn(*(self.value(x) for x in g.args)))
             if ok == g.negate:
-                return False
-        return True
+                return g
+        return None
 
     def build(self, t) -> tuple[int, TensorType | None]:
         """(handle id, inferred type) of result term `t`, adding its new e-nodes as rows."""

@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--max-nodes", type=int, default=1_000_000, metavar="N", help="e-node limit (default 1000000)")
     o.add_argument("--timeout", type=float, default=120.0, metavar="S", help="saturation wall-clock limit in seconds (default 120)")
     o.add_argument("--allow", nargs="+", default=[], choices=["reassoc", "approx"], metavar="CLASS", help="also run rules of these numeric classes: reassoc (regroups float arithmetic, e.g. BatchNorm folded into Conv), approx; exact rules always run")
+    o.add_argument("--explain", action="store_true", help="also list rules that matched but were not applied, with the guard that failed")
     o.set_defaults(func=cmd_optimize)
     return p
 
@@ -135,6 +136,8 @@ def cmd_optimize(args) -> int:
             except CheckError as e:
                 return _fail(f"output check: {e}")
     _print_summary(report, diffs)
+    if args.explain:
+        _print_rejected(report)
     if args.report:
         _write_report(Path(args.report), report, diffs)
     bad = [d for d in diffs if not d.ok]
@@ -190,6 +193,21 @@ def _print_summary(report, diffs) -> None:
         for dtype, rtol, atol in sorted({(d.dtype, d.rtol, d.atol) for d in diffs}):
             rule = "exact" if rtol == 0 and atol == 0 else f"|a-b| <= atol + rtol*|b| with rtol {rtol:g}, atol {atol:g}"
             out.print(f"tolerance for {dtype} ({report.fp} rules fired): {rule}", markup=False)
+
+
+def _print_rejected(report) -> None:
+    table = Table(title="matched but not applied", title_justify="left")
+    for col in ("rule", "reason", "matches"):
+        table.add_column(col, justify="right" if col == "matches" else "left")
+    for rule, reasons in sorted(report.rejected.items()):
+        for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            table.add_row(rule, reason, str(n))
+    if report.rejected:
+        out.print(table)
+    else:
+        out.print("no rule matched without being applied", markup=False)
+    if report.skipped:
+        out.print(f"not run: {', '.join(f'{r} ({why})' for r, why in sorted(report.skipped.items()))}", markup=False)
 
 
 def _write_report(path: Path, report, diffs) -> None:

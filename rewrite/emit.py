@@ -88,7 +88,7 @@ def emit_rule(r: Rule) -> str:
         h = host_rule(r)
         sig = " ".join(["Term"] + ["Term"] * len(r.term_captures) + ["String"] * len(r.attr_captures))
         cols = " ".join(["root", *(_var(c) for c in h.columns)])
-        guards = " ".join(_guard_text(g) for g in r.guards)
+        guards = " ".join(guard_text(g) for g in r.guards)
         return "\n".join(
             [
                 head + f"  host: {guards or 'builders'}",
@@ -104,7 +104,8 @@ def emit_rule(r: Rule) -> str:
     return "\n".join(blocks)
 
 
-def _guard_text(g) -> str:
+def guard_text(g) -> str:
+    """A guard as written in a rule, e.g. `(all-equal @z 0)`."""
     def arg(a) -> str:
         if isinstance(a, Capture):
             return "@" + a.name

@@ -30,8 +30,9 @@ class Report:
 
     stop_reason: `saturated`, `iteration-limit`, `node-limit` or `time-limit`.
     seconds: wall-clock seconds per stage (`emit`, `import`, `saturate`, `extract`, `fold`).
-    fired: rule name -> times it fired (matches applied). rejected: host-rule matches whose
-        guard failed. skipped: rules left out, with the reason (opset, numeric class).
+    fired: rule name -> times it fired (matches applied). rejected: rule name -> reason
+        -> count, for matches that were not applied (which guard failed, which builder could
+        not build): the answer to "why did my rule not fire?". skipped: rules left out, with the reason (opset, numeric class).
     cost_before/cost_after: DAG cost in the cost model's nanoseconds.
     """
 
@@ -41,7 +42,7 @@ class Report:
     eclasses: int
     seconds: dict[str, float]
     fired: dict[str, int]
-    rejected: dict[str, int]
+    rejected: dict[str, dict[str, int]]
     skipped: dict[str, str]
     nodes_before: int
     nodes_after: int
@@ -115,7 +116,7 @@ def optimize(
         eclasses=len(snap.classes),
         seconds=seconds,
         fired=dict(sat.fired),
-        rejected=dict(sat.rejected),
+        rejected={rule: dict(reasons) for rule, reasons in sat.rejected.items()},
         skipped=skipped,
         nodes_before=len(graph.nodes),
         nodes_after=len(out.nodes),

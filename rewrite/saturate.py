@@ -14,7 +14,7 @@ step done outside the e-graph).
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from rewrite.apply import UnsoundRuleError, apply_matches
@@ -42,7 +42,8 @@ class SaturationReport:
     enodes: int = 0
     seconds: float = 0.0
     fired: Counter = field(default_factory=Counter)
-    rejected: Counter = field(default_factory=Counter)  # host matches whose guard failed
+    # host-rule matches not applied: rule -> reason (the failing guard) -> count
+    rejected: defaultdict = field(default_factory=lambda: defaultdict(Counter))
 
 
 def saturate(eg: EGraph, host_rules: list[HostRule], limits: Limits) -> tuple[SaturationReport, Snapshot]:
