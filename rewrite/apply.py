@@ -122,6 +122,10 @@ class _Match:
             return out
         return None
 
+    def guards_hold(self) -> bool:
+        """True when every guard holds."""
+        return self.failing_guard() is None
+
     def failing_guard(self):
         """The first guard that does not hold, or None when all hold."""
         for g in self.rule.guards:
