@@ -9,6 +9,8 @@ outputs become constants. Random ops and ops with subgraphs are never folded.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -85,7 +87,10 @@ def _evaluate(nodes: list[Node], g: TermGraph, consts: dict) -> dict[int, np.nda
     from frontends.onnx.exporter import export_node  # noqa: PLC0415
 
     name = lambda v: "" if v == ABSENT else g.values[v].name  # noqa: E731
-    protos = [export_node(n, name) for n in nodes]
+    # a payload that is not an ONNX node (the fx frontend's) is not a proto to copy; canonical
+    # nodes are then written from their attributes
+    protos = [export_node(n if isinstance(n.payload, (onnx.NodeProto, type(None))) else
+                          replace(n, payload=None), name) for n in nodes]
     produced = {o for n in nodes for o in n.outputs}
     needed = sorted({i for n in nodes for i in n.inputs if i != ABSENT and i not in produced})
     inits = [numpy_helper.from_array(np.asarray(consts[i]), name(i)) for i in needed]

@@ -1,0 +1,166 @@
+"""`optimize_fx`: the whole fx path as one function (import, optimize, export, check).
+
+    GraphModule --import_fx--> TermGraph --rewrite.optimize--> TermGraph --export_fx--> GraphModule
+
+The fx counterpart of `frontends.onnx.optimize_model`: the same rules, the same engine, the same
+Report, with node counts as the fx graph shows them (call_function, call_method and call_module
+nodes by target). A graph that cannot be rewritten safely, or whose rewrite has no torch form,
+comes back unchanged, with the reason in `report.extra["skipped"]`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from torch import fx
+
+from frontends.fx.exporter import FxExportError, export_fx
+from frontends.fx.importer import FxImportError, import_fx
+from frontends.fx.tensors import onnx_elem
+from rewrite.cost import CostModel
+from rewrite.optimize import Report, optimize
+from rewrite.saturate import Limits
+
+
+class FxCheckError(AssertionError):
+    """The optimized module's outputs differ from the original's beyond the tolerance."""
+
+
+@functools.cache
+def shipped_rules():
+    """The shipped rule library (`patterns/`), parsed once per process."""
+    from dsl import load_rules, shipped_rules_dir  # noqa: PLC0415
+
+    return load_rules([shipped_rules_dir()])
+
+
+def optimize_fx(
+    gm,
+    example_inputs=None,
+    rules=None,
+    *,
+    fp: tuple[str, ...] = ("exact",),
+    freeze: bool = False,
+    check: bool = True,
+    cost: CostModel = CostModel(),  # noqa: B008 (frozen dataclass, as in rewrite.optimize)
+    **limits,
+):
+    """Optimize a torch.fx GraphModule (or a torch.export ExportedProgram) with `.rules`.
+
+    example_inputs: tensors for the graph's placeholders (user inputs only for an
+        ExportedProgram); shapes and dtypes come from them when nodes carry no metadata.
+    rules: a RuleSet, `.rules` paths, or None for the shipped library.
+    fp: numeric classes allowed (`exact` always; add `reassoc` for BatchNorm folding, scale
+        folding; `approx`), as `rewrite optimize --allow`.
+    freeze: take parameters that torch.compile passes as inputs as constants (inference only).
+    check: run both modules on `example_inputs` and compare every output with the tolerance
+        of the loosest numeric class that fired (`frontends.onnx.check.TOLERANCES`).
+    limits: `max_iterations`, `max_nodes`, `timeout` (seconds) for saturation.
+    Returns (module, Report): a new GraphModule (ExportedProgram for one), or `gm` itself when
+    nothing cheaper was found. Raises FxCheckError when the check fails.
+    """
+    rules = shipped_rules() if rules is None else _rules(rules)
+    before = fx_op_counts(gm)
+    try:
+        graph = import_fx(gm, example_inputs, freeze=freeze)
+    except FxImportError as e:
+        return gm, skipped_report(before, str(e))
+    out, report = optimize(graph, rules, Limits(**limits), cost, fp)
+    result, extra = gm, {}
+    if out is not graph:
+        try:
+            result = export_fx(out)
+        except FxExportError as e:
+            extra = {"skipped": str(e)}
+    after = fx_op_counts(result)
+    report = replace(report, nodes_before=sum(before.values()), ops_before=before,
+                     nodes_after=sum(after.values()), ops_after=after, changed=result is not gm,
+                     extra={**report.extra, **extra})
+    if check and result is not gm and _concrete(example_inputs):
+        compare(gm, result, example_inputs, report.fp)
+    return result, report
+
+
+def _rules(rules):
+    if isinstance(rules, (str, Path)) or isinstance(rules, (list, tuple)):
+        from dsl import load_rules  # noqa: PLC0415
+
+        return load_rules([rules] if isinstance(rules, (str, Path)) else list(rules))
+    return rules
+
+
+def skipped_report(ops: dict[str, int], reason: str) -> Report:
+    """The Report of a module left unchanged without running the engine."""
+    n = sum(ops.values())
+    return Report("skipped", 0, 0, 0, {}, {}, {}, {}, n, n, ops, ops, 0.0, 0.0, False, "exact",
+                  {"skipped": reason})
+
+
+def fx_op_counts(gm) -> dict[str, int]:
+    """Target -> number of call nodes (call_function, call_method, call_module) in `gm`."""
+    if isinstance(gm, torch.export.ExportedProgram):
+        gm = gm.graph_module
+    counts: Counter = Counter()
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            counts[_qualified(n.target)] += 1
+        elif n.op == "call_method":
+            counts[f"Tensor.{n.target}"] += 1
+        elif n.op == "call_module":
+            counts[type(gm.get_submodule(n.target)).__name__] += 1
+    return dict(counts)
+
+
+def _qualified(target) -> str:
+    """`torch.conv2d`, `torch.ops.aten.add.Tensor`, `_operator.add`: what a call_function calls
+    (the name fx prints in generated code)."""
+    try:
+        return fx.node._get_qualified_name(target)
+    except (AttributeError, RuntimeError):  # an object fx cannot name: its repr
+        return str(target)
+
+
+def compare(original, optimized, example_inputs, fp: str = "exact") -> None:
+    """Run both modules on `example_inputs`; raise FxCheckError if an output differs by more
+    than the tolerance of numeric class `fp` for its dtype (|a-b| <= atol + rtol*|b|)."""
+    from frontends.onnx.check import TOLERANCES  # noqa: PLC0415
+
+    with torch.no_grad():
+        want, got = (_leaves(_callable(m)(*example_inputs)) for m in (original, optimized))
+    if len(want) != len(got):
+        raise FxCheckError(f"{len(got)} outputs, expected {len(want)}")
+    for i, (a, b) in enumerate(zip(got, want)):
+        if not isinstance(b, torch.Tensor):
+            if a != b:
+                raise FxCheckError(f"output {i}: {a!r} != {b!r}")
+            continue
+        rtol, atol = TOLERANCES[fp].get(onnx_elem(b.dtype), (0.0, 0.0))
+        if a.shape != b.shape or a.dtype != b.dtype or not torch.allclose(a, b, rtol, atol, True):
+            err = (a.double() - b.double()).abs().max().item() if a.shape == b.shape else "shape"
+            raise FxCheckError(f"output {i} differs (max |a-b| {err}; rtol {rtol}, atol {atol})")
+
+
+def _concrete(inputs) -> bool:
+    """True when the inputs can be run: real tensors and Python numbers (no fake tensors or
+    SymInts, which torch.compile passes for dynamic shapes)."""
+    if inputs is None:
+        return False
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            if isinstance(x, torch._subclasses.FakeTensor) or x.device.type == "meta":
+                return False
+        elif not isinstance(x, (int, float, bool)) or isinstance(x, torch.SymInt):
+            return False
+    return True
+
+
+def _callable(m):
+    return m.module() if isinstance(m, torch.export.ExportedProgram) else m
+
+
+def _leaves(out) -> list:
+    return torch.utils._pytree.tree_leaves(out)

@@ -1,0 +1,408 @@
+"""TermGraph -> torch.fx GraphModule (or ExportedProgram, for graphs imported from one).
+
+Every node the rewrite did not touch is copied from the source graph with `Graph.node_copy`,
+keeping its name, target and `meta`; opaque nodes always are. Rewritten nodes are written as
+call_function nodes on public torch APIs (`frontends.fx.raising`; ATen overloads for
+torch.export graphs); a MatMul by a constant weight (plus a bias Add) is written back as
+`F.linear`, the way nn.Linear computes it. Constants refer to where they came from (parameter
+placeholders, get_attr targets, module attributes); folded constants become new buffers named
+`_folded_<consumer>_<weight|bias|...>`. The graph passes `graph.lint()` before it is returned.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import operator
+import re
+from collections import defaultdict
+
+import numpy as np
+import torch
+from torch import fx
+
+from frontends.fx.importer import FxSource, Origin, Source
+from frontends.fx.linear import Linear, plan_linears
+from frontends.fx.raising import RAISE, NoTorchForm
+from frontends.fx.tensors import to_torch
+from rewrite.graph import ABSENT, TermGraph
+from rewrite.ops import OPS
+
+_FRESH = re.compile(r"rw_\d+")  # names `rewrite.rebuild` gives values it cannot name otherwise
+_VALUE_META = {"val", "example_value", "tensor_meta", "unbacked_bindings"}
+_WORDS = {("Conv", "W"): "weight", ("Conv", "B"): "bias", ("Gemm", "B"): "weight",
+          ("Gemm", "C"): "bias", ("MatMul", "B"): "weight", ("Add", "B"): "bias"}
+
+
+class FxExportError(ValueError):
+    """The optimized graph has a node torch cannot express (see `NoTorchForm`)."""
+
+
+def export_fx(g: TermGraph):
+    """Build the GraphModule (or ExportedProgram) for `g`, whose `meta` is an `FxSource`.
+
+    Returns a new module; the source module is not modified. Raises FxExportError when a
+    rewritten node has no torch form, ValueError if `g` was not imported from fx.
+    """
+    if not isinstance(g.meta, FxSource):
+        raise ValueError("TermGraph has no fx module to export against (meta is not FxSource)")
+    try:
+        return _Exporter(g).run()
+    except NoTorchForm as e:
+        raise FxExportError(str(e)) from None
+
+
+class _Exporter:
+    def __init__(self, g: TermGraph):
+        self.g, self.meta = g, g.meta
+        self.src: fx.GraphModule = g.meta.module
+        old = self.src.graph
+        self.graph = fx.Graph(tracer_cls=old._tracer_cls, tracer_extras=old._tracer_extras)
+        self.graph._codegen = copy.deepcopy(old._codegen)
+        self.aten = g.meta.dialect == "aten"
+        self.env: dict[int, fx.Node] = {}
+        self.copied: dict[fx.Node, fx.Node] = {}
+        self.buffers: dict[str, torch.Tensor] = {}
+        self.attrs: dict[str, fx.Node] = {}
+        self.constants: dict[int, fx.Node] = {}
+        self.placeholders = {p.name: p for p in old.nodes if p.op == "placeholder"}
+        self.users: dict[int, list] = defaultdict(list)
+        for n in g.nodes:
+            for i in n.inputs:
+                self.users[i].append(n)
+        self.device = next((d for d in g.meta.devices.values() if d is not None), None)
+        self.node_names: dict[int, str] = {}
+        self.heirs: dict[int, str] = {}  # rewritten node -> the source node it replaces
+        self.names = {g.values[v].name for n in g.nodes for v in n.outputs}
+        self.names |= {g.values[v].name for v in (*g.inputs, *g.outputs, *g.constants)}
+
+    def run(self):
+        for p in self.placeholders.values():
+            self.copied[p] = self.graph.node_copy(p)
+        groups = self._groups()
+        skip, fused = plan_linears(self, {id(n) for nodes in groups.values() for n in nodes})
+        for n in self.g.nodes:
+            origin = n.payload if isinstance(n.payload, Origin) else None
+            if origin is not None and origin.group in groups:
+                if origin.head:
+                    self._copy_group(groups[origin.group])
+            elif id(n) in fused:
+                self.env[n.outputs[0]] = self._inherit(n, self._linear(n, fused[id(n)]))
+            elif id(n) not in skip:
+                self.env[n.outputs[0]] = self._inherit(n, self._raise(n))
+        self._output()
+        return self._module()
+
+    # ---- values ------------------------------------------------------------------------------
+
+    def resolve(self, vid: int, user=None) -> fx.Node:
+        """The new fx node holding value `vid`; `user` = (node, slot) names new buffers."""
+        if vid in self.env:
+            return self.env[vid]
+        if vid in self.g.constants:
+            if vid not in self.constants:
+                self.constants[vid] = self._constant(vid, user)
+            return self.constants[vid]
+        p = self.placeholders.get(self.g.values[vid].name)
+        if p is None:
+            raise NoTorchForm(f"value {self.g.values[vid].name} is computed by no node")
+        return self.copied[p]
+
+    def source(self, vid: int) -> Source | None:
+        return self.meta.sources.get(self.g.values[vid].name)
+
+    def _constant(self, vid: int, user) -> fx.Node:
+        src = self.source(vid)
+        if src is None or src.kind == "value":
+            return self.buffer(np.asarray(self.g.constants[vid]), vid, user)
+        base = self._leaf(src.ref) if src.kind == "node" else self._get_attr(src.ref)
+        if src.transposed:
+            target = self._target(torch.t, torch.ops.aten.t.default)
+            return self.graph.call_function(target, (base,))
+        return base
+
+    def _leaf(self, n: fx.Node) -> fx.Node:
+        """The copy of a source node without node inputs (placeholder, get_attr, creator)."""
+        if n not in self.copied:
+            self.copied[n] = self.graph.node_copy(n)
+        return self.copied[n]
+
+    def _get_attr(self, path: str) -> fx.Node:
+        if path not in self.attrs:
+            self.attrs[path] = self.graph.get_attr(path)
+        return self.attrs[path]
+
+    def buffer(self, array: np.ndarray, vid: int, user) -> fx.Node:
+        """A new buffer (a placeholder of kind BUFFER for ExportedPrograms) holding `array`."""
+        name = self._buffer_name(vid, user)
+        tensor = to_torch(array)
+        self.buffers[name] = tensor.to(self.device) if self.device is not None else tensor
+        if self.meta.program is None:
+            return self._get_attr(name)
+        users = [p for p in self.copied.values() if p.op == "placeholder" and
+                 _input_kind(self.meta.program, p.name) == "USER_INPUT"]
+        anchor = users[0] if users else next(iter(self.graph.nodes))
+        with self.graph.inserting_before(anchor):
+            p = self.graph.placeholder(name)
+        p.meta["val"] = _fake(self.meta.program, self.buffers[name])
+        return p
+
+    def _buffer_name(self, vid: int, user) -> str:
+        """`_folded_<value>` for a folded source value (e.g. an embedding of constant ids), else
+        `_folded_<consumer>_<weight|bias|...>`, unique on the module."""
+        base = self.g.values[vid].name
+        if _FRESH.fullmatch(base) and user is not None:
+            node, slot = user
+            slot_name = OPS.get(node.op).inputs[slot]
+            base = f"{self.node_name(node)}_{_WORDS.get((node.op, slot_name), slot_name.lower())}"
+        name = re.sub(r"\W", "_", f"_folded_{base}")
+        taken = set(self.buffers) | set(self.placeholders)
+        stem, i = name, 0
+        while name in taken or hasattr(self.src, name):
+            i += 1
+            name = f"{stem}_{i}"
+        return name
+
+    def node_name(self, n) -> str:
+        """Name for the fx node of rewritten node `n`: the one source node of its op that read
+        the same first input when that name is free (a Conv with folded BatchNorm keeps the
+        conv's name), else its value's name, else `<op>_rw`."""
+        if id(n) in self.node_names:
+            return self.node_names[id(n)]
+        out = self.g.values[n.outputs[0]].name
+        reader = self._reader(n)
+        if reader and reader not in self.names and n.outputs[0] not in self.g.outputs:
+            self.names.add(reader)
+            self.heirs[id(n)] = reader
+            name = reader
+        else:
+            name = f"{n.op.lower()}_rw" if _FRESH.fullmatch(out) else out
+        self.node_names[id(n)] = name
+        return name
+
+    def _reader(self, n) -> str | None:
+        first = n.inputs[0] if n.inputs and n.inputs[0] != ABSENT else None
+        if first is None:
+            return None
+        readers = self.meta.readers.get((n.op, self.g.values[first].name), ())
+        return readers[0] if len(readers) == 1 else None
+
+    def _inherit(self, n, new: fx.Node) -> fx.Node:
+        """A rewritten node that replaces a source node of the same op (see `node_name`) takes
+        its metadata (stack trace, module stack), except values of the old computation."""
+        name = self.heirs.get(id(n))
+        if name is not None and new.op == "call_function" and not new.meta:
+            old = next(f for f in self.src.graph.nodes if f.name == name)
+            new.meta.update({k: v for k, v in old.meta.items() if k not in _VALUE_META})
+        return new
+
+    def _target(self, fn, op):
+        """The ATen overload in ATen graphs, else the torch function (whichever exists)."""
+        return op if (self.aten and op is not None) or fn is None else fn
+
+    # ---- nodes -------------------------------------------------------------------------------
+
+    def _groups(self) -> dict[int, list]:
+        """Groups (pieces of one source fx node) that are untouched and can be copied."""
+        by_group: dict[int, list] = defaultdict(list)
+        for n in self.g.nodes:
+            if isinstance(n.payload, Origin):
+                by_group[n.payload.group].append(n)
+        outputs = set(self.g.outputs)
+        ok = {}
+        for gid, nodes in by_group.items():
+            ids = {id(n) for n in nodes}
+            inner = [n for n in nodes if not n.payload.head]
+            if len(nodes) != len(self.meta.groups[gid]) or len(inner) != len(nodes) - 1:
+                continue
+            if gid in self.meta.pure_only:
+                continue
+            outside = [u for n in inner for u in self.users[n.outputs[0]] if id(u) not in ids]
+            if outside or any(n.outputs[0] in outputs for n in inner):
+                continue
+            if self._old2new(nodes) is not None:
+                ok[gid] = nodes
+        return ok
+
+    def _old2new(self, nodes) -> dict | None:
+        old2new = {o: n for p in nodes for o, n in zip(p.payload.ins, p.inputs) if o != ABSENT}
+        head = next(n for n in nodes if n.payload.head)
+        for f, old in head.payload.reads:
+            if old not in old2new and not _is_leaf(f):
+                return None
+        return old2new
+
+    def _copy_group(self, nodes) -> None:
+        old2new = self._old2new(nodes)
+        head = next(n for n in nodes if n.payload.head)
+        env = {f: self.resolve(old2new[old]) if old in old2new else self._leaf(f)
+               for f, old in head.payload.reads}
+        new = None
+        for f in head.payload.fx:
+            new = env[f] = self.graph.node_copy(f, lambda a: env[a])
+        self.env[head.outputs[0]] = new
+
+    def _raise(self, n) -> fx.Node:
+        fn = RAISE.get(n.op)
+        if fn is None or n.opaque:
+            raise NoTorchForm(f"no torch form for {n.op}")
+        return fn(Builder(self, n))
+
+    def _linear(self, n, plan: Linear) -> fx.Node:
+        """F.linear(x, weight, bias) for a planned MatMul/Gemm (see `frontends.fx.linear`)."""
+        w = plan.weight
+        src = self.source(w)
+        if not plan.transpose:
+            weight = self.resolve(w, (n, 1))
+        elif src is not None and src.transposed:
+            weight = self._leaf(src.ref) if src.kind == "node" else self._get_attr(src.ref)
+        else:
+            user = (plan.weight_user, 1)
+            weight = self.buffer(np.ascontiguousarray(self.g.constants[w].T), w, user)
+        bias = None
+        if plan.bias is not None:
+            bias = self.resolve(plan.bias, (plan.bias_user, plan.bias_slot))
+        x = self.resolve(plan.x)
+        target = torch.ops.aten.linear.default if self.aten else torch.nn.functional.linear
+        name = self.node_name(plan.weight_user)
+        y = self.graph.call_function(target, (x, weight, bias), name=name)
+        if plan.reshape is None:
+            return y
+        shape = [int(d) for d in self.g.constants[plan.reshape]]
+        target = torch.ops.aten.reshape.default if self.aten else torch.reshape
+        return self.graph.call_function(target, (y, shape), name=self.node_name(n))
+
+    # ---- finishing -------------------------------------------------------------------------
+
+    def _output(self) -> None:
+        old = next(n for n in self.src.graph.nodes if n.op == "output")
+        leaves = iter(self.g.outputs[: self.meta.n_outputs])
+        args = fx.node.map_arg(old.args[0], lambda _: self.resolve(next(leaves)))
+        out = self.graph.output(args, type_expr=old.type)
+        out.meta = copy.copy(old.meta)
+
+    def _module(self):
+        targets = {n.target for n in self.graph.nodes if n.op in ("get_attr", "call_module")}
+        root = {t: self.buffers[t] if t in self.buffers else _resolve(self.src, t) for t in targets}
+        gm = fx.GraphModule(root, self.graph, self.src.__class__.__name__)
+        gm.meta = dict(getattr(self.src, "meta", {}))
+        gm.train(self.src.training)
+        if gm.graph.eliminate_dead_code():
+            gm.recompile()
+        gm.graph.lint()
+        if self.meta.program is None:
+            return gm
+        return _program(self.meta.program, gm, self.buffers)
+
+
+class Builder:
+    """What a `frontends.fx.raising` function sees of one canonical node."""
+
+    def __init__(self, ex: _Exporter, node):
+        self.ex, self.node, self.aten = ex, node, ex.aten
+        self.name = ex.node_name(node)
+
+    def x(self, i: int) -> fx.Node:
+        return self.ex.resolve(self.node.inputs[i], (self.node, i))
+
+    def absent(self, i: int) -> bool:
+        return i >= len(self.node.inputs) or self.node.inputs[i] == ABSENT
+
+    def const(self, i: int):
+        return None if self.absent(i) else self.ex.g.constants.get(self.node.inputs[i])
+
+    def scalar_or_x(self, i: int):
+        """A Python number for a 0-d constant made at import or by folding, else `x(i)`."""
+        c, src = self.const(i), None if self.absent(i) else self.ex.source(self.node.inputs[i])
+        if c is None or np.ndim(c) != 0 or (src is not None and src.kind != "value"):
+            return self.x(i)
+        kind = np.asarray(c).dtype.kind
+        return bool(c) if kind == "b" else int(c) if kind in "iu" else float(c)
+
+    def type(self, i: int):
+        return self.ex.g.values[self.node.inputs[i]].type
+
+    @property
+    def out(self):
+        return self.ex.g.values[self.node.outputs[0]].type
+
+    def attr(self, name: str):
+        return self.node.attr(name)
+
+    def call(self, fn, op, *args, **kwargs) -> fx.Node:
+        return self.ex.graph.call_function(self.ex._target(fn, op), args, kwargs, name=self.name)
+
+    def getitem(self, node: fx.Node, i: int) -> fx.Node:
+        return self.ex.graph.call_function(operator.getitem, (node, i), name=self.name)
+
+    def own_constant(self) -> fx.Node:
+        from rewrite.egraph import constant_op_value  # noqa: PLC0415
+        from rewrite.ops import encode_attr  # noqa: PLC0415
+
+        spec = OPS.get("Constant")
+        attrs = tuple(encode_attr(a.kind, self.node.attr(a.name)) for a in spec.attrs)
+        value = constant_op_value(attrs)
+        return self.ex.buffer(value, self.node.outputs[0], None)
+
+
+def _is_leaf(n: fx.Node) -> bool:
+    if n.op in ("placeholder", "get_attr"):
+        return True
+    return n.op == "call_function" and not n.all_input_nodes
+
+
+def _resolve(module, target: str):
+    obj = module
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _input_kind(program, name: str) -> str:
+    spec = next((s for s in program.graph_signature.input_specs if s.arg.name == name), None)
+    return "BUFFER" if spec is None else spec.kind.name
+
+
+def _fake(program, tensor: torch.Tensor):
+    vals = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
+    mode = torch._guards.detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+    return mode.from_tensor(tensor, static_shapes=True) if mode is not None else tensor
+
+
+def _propagate_vals(gm: fx.GraphModule) -> None:
+    """Fill `meta["val"]` (fake tensors) of every node, as torch.export's verifier requires."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp  # noqa: PLC0415
+
+    vals = [p.meta.get("val") for p in gm.graph.nodes if p.op == "placeholder"]
+    mode = torch._guards.detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*vals)
+
+
+def _program(program, gm: fx.GraphModule, buffers: dict[str, torch.Tensor]):
+    """A new ExportedProgram around `gm`: the old signature plus the new buffers."""
+    from torch.export.graph_signature import (  # noqa: PLC0415
+        ExportGraphSignature,
+        InputKind,
+        InputSpec,
+        TensorArgument,
+    )
+
+    _propagate_vals(gm)
+    old = {s.arg.name: s for s in program.graph_signature.input_specs}
+    specs = [old.get(p.name) or InputSpec(InputKind.BUFFER, TensorArgument(p.name), p.name, True)
+             for p in gm.graph.nodes if p.op == "placeholder"]
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    flat: list[fx.Node] = []
+    fx.node.map_arg(out_node.args[0], flat.append)
+    outs = []
+    for spec, node in zip(program.graph_signature.output_specs, flat):
+        arg = TensorArgument(node.name) if isinstance(spec.arg, TensorArgument) else spec.arg
+        outs.append(dataclasses.replace(spec, arg=arg))
+    state = {**program.state_dict, **buffers}
+    signature = ExportGraphSignature(specs, outs)
+    return torch.export.ExportedProgram(
+        root=gm, graph=gm.graph, graph_signature=signature, state_dict=state,
+        range_constraints=copy.deepcopy(program.range_constraints),
+        module_call_graph=copy.deepcopy(program.module_call_graph),
+        example_inputs=program.example_inputs, constants=program.constants,
+        verifiers=program.verifiers)

@@ -1,0 +1,361 @@
+"""torch.fx -> TermGraph.
+
+Takes the three dialects users have: `symbolic_trace` graphs (call_module, call_function,
+call_method; parameters as get_attr), graphs torch.compile hands a backend (torch functions;
+parameters as placeholders, constants only when frozen), and torch.export programs (ATen
+overloads; parameters, buffers and constants named by the graph signature). Nodes are lowered
+to the canonical ONNX vocabulary by `frontends.fx.table`; anything else is an opaque node (domain
+"fx", never folded or matched) that export copies back unchanged.
+
+Shapes and dtypes come from node metadata (`val`, `example_value`, `tensor_meta`) or, when it is
+missing, from running the module on the example inputs. A graph whose meaning depends on node
+order beyond data flow (an in-place op on a value others read, a grad-mode or autocast switch)
+raises `FxImportError`; `optimize_fx` then returns the module unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx
+
+from frontends.fx import nodes
+from frontends.fx.lower import Lowering, Unmapped
+from frontends.fx.nodes import FxImportError
+from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT
+from frontends.fx.tensors import to_numpy
+from rewrite.graph import Node, TermGraph, Value
+from rewrite.types import UNKNOWN, TensorType
+
+OPSET = 21  # default-domain opset of imported graphs: Gelu (20) and AveragePool (19) included
+_ALIASING = {"Identity", "Dropout", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+             "Expand", "Slice", "Gather", "Cast"}  # torch may return a view of the input
+_DEDUP_MAX_BYTES = 1 << 16
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a constant comes from, so export can refer to it instead of copying it.
+
+    kind: "node" (an fx node of the source graph: a parameter placeholder, a get_attr, a
+    creator call), "attr" (a module attribute path, `ref`), or "value" (made at import, e.g.
+    a Python number; export writes its value). transposed: the constant is ref's transpose.
+    """
+
+    kind: str
+    ref: Any = None
+    transposed: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Origin:
+    """`Node.payload` of imported nodes: what export needs to copy the original fx node(s).
+
+    fx: the fx nodes to copy (on the head piece only). ins: the piece's input value ids at
+    import. reads: (fx node, value id) for every fx node the group's nodes read. group: the id
+    shared by the canonical pieces one fx node was lowered to.
+    """
+
+    fx: tuple[fx.Node, ...]
+    ins: tuple[int, ...]
+    reads: tuple[tuple[fx.Node, int], ...]
+    group: int
+    head: bool
+
+
+@dataclass(frozen=True, eq=False)
+class FxSource:
+    """`TermGraph.meta` of an imported graph: the source module and what export needs.
+
+    dialect: "aten" when call_function targets are ATen overloads, else "torch".
+    n_outputs: graph outputs in `TermGraph.outputs`; the rest keep effectful nodes alive.
+    groups: group id -> output value names of its pieces. readers: (canonical op, name of its
+    first input) -> source fx node name, to name folded weights after the layer they replace.
+    devices: value name -> device. pure_only: groups of in-place ops made pure, never copied.
+    program: the ExportedProgram, if any.
+    """
+
+    module: fx.GraphModule
+    dialect: str
+    n_outputs: int
+    sources: dict[str, Source]
+    groups: dict[int, tuple[str, ...]]
+    readers: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    devices: dict[str, torch.device] = field(default_factory=dict)
+    pure_only: frozenset[int] = frozenset()
+    program: Any = None
+
+
+def import_fx(gm, example_inputs=None, *, freeze: bool = False) -> TermGraph:
+    """Import a GraphModule (or a torch.export ExportedProgram). Neither is modified.
+
+    example_inputs: tensors (or fake tensors) for the placeholders; needed only when nodes
+    carry no shape metadata. freeze: treat placeholders that torch.compile marks as parameters
+    or buffers as constants (their current values). Raises FxImportError (see module doc).
+    """
+    program = None
+    if isinstance(gm, torch.export.ExportedProgram):
+        program, gm = gm, gm.graph_module
+    return _Importer(gm, program, example_inputs, freeze).run()
+
+
+class _Importer:
+    def __init__(self, gm: fx.GraphModule, program, example_inputs, freeze: bool):
+        self.gm, self.program, self.freeze = gm, program, freeze
+        self.inputs = list(example_inputs or ())
+        self.opset = OPSET
+        self.values: list[Value] = []
+        self.vid_of: dict[fx.Node, int] = {}
+        self.nodes: list[Node] = []
+        self.constants: dict[int, np.ndarray] = {}
+        self.sources: dict[str, Source] = {}
+        self.groups: dict[int, tuple[str, ...]] = {}
+        self.readers: dict[tuple[str, str], tuple[str, ...]] = {}
+        self.taken = {n.name for n in gm.graph.nodes}
+        self.info = nodes.node_info(gm, program, self.inputs)
+        self.aten = any(isinstance(n.target, torch._ops.OpOverload) for n in gm.graph.nodes)
+        self.canonical: dict[fx.Node, str] = {}  # fx node -> canonical op of its head piece
+        self.absorbed: set[fx.Node] = set()
+        self.pure_only: set[int] = set()
+        self.graph_inputs: list[int] = []
+        self.sinks: list[int] = []
+        self._by_digest: dict[tuple, int] = {}
+
+    def run(self) -> TermGraph:
+        outputs: list[int] = []
+        for n in self.gm.graph.nodes:
+            if n.op == "output":
+                fx.node.map_arg(n.args[0], lambda a: outputs.append(self.vid_of[a]))
+                continue
+            self.vid_of[n] = self.new_value(n.name, self.type_of_node(n), reserve=False)
+            getattr(self, f"_{n.op}")(n)
+        meta = FxSource(self.gm, "aten" if self.aten else "torch", len(outputs), self.sources,
+                        self.groups, self.readers, {v.name: d for v, d in self._devices()},
+                        frozenset(self.pure_only), self.program)
+        return TermGraph(tuple(self.values), tuple(self.nodes), tuple(self.graph_inputs),
+                         tuple(outputs + self.sinks), self.constants, self.opset, meta)
+
+    # ---- values and constants --------------------------------------------------------------
+
+    def type_of_node(self, n: fx.Node) -> TensorType:
+        return self.info.get(n, (UNKNOWN, None))[0]
+
+    def device_of(self, n: fx.Node) -> torch.device | None:
+        return self.info.get(n, (UNKNOWN, None))[1]
+
+    def _devices(self):
+        return ((self.values[v], self.device_of(n)) for n, v in self.vid_of.items())
+
+    def new_value(self, name: str, t: TensorType, reserve: bool = True) -> int:
+        if reserve:
+            base, i = name, 0
+            while name in self.taken:
+                i += 1
+                name = f"{base}_{i}"
+            self.taken.add(name)
+        self.values.append(Value(name, t))
+        return len(self.values) - 1
+
+    def _constant(self, name: str, array: np.ndarray, source: Source, vid: int | None = None):
+        # only constants made at import are shared; parameters and buffers stay distinct
+        # (they are different tensors to torch, e.g. one may require grad)
+        small = source.kind == "value" and array.nbytes <= _DEDUP_MAX_BYTES
+        key = None
+        if small:
+            key = (array.dtype.str, array.shape, hashlib.sha1(array.tobytes()).hexdigest())
+        if key is not None and key in self._by_digest and vid is None:
+            return self._by_digest[key]
+        if vid is None:
+            vid = self.new_value(name, UNKNOWN)
+        self.values[vid] = Value(self.values[vid].name, _array_type(array))
+        self.constants[vid] = array
+        self.sources[self.values[vid].name] = source
+        if key is not None:
+            self._by_digest.setdefault(key, vid)
+        return vid
+
+    def value_constant(self, array: np.ndarray, node: fx.Node) -> int:
+        """A constant made at import (a Python number, a fill): export writes its value."""
+        return self._constant(f"{node.name}_const", array, Source("value"))
+
+    def attr_constant(self, path: str, tensor: torch.Tensor, transposed: bool = False) -> int:
+        """A tensor attribute of the module at `path` (e.g. `conv1.weight`)."""
+        array = to_numpy(tensor.T if transposed else tensor)
+        name = path.replace(".", "_") + ("_t" if transposed else "")
+        return self._constant(name, array, Source("attr", path, transposed))
+
+    def transposed_constant(self, vid: int) -> int:
+        """The transpose of 2-D constant `vid`, referring back to the same source."""
+        src = self.sources[self.values[vid].name]
+        array = np.ascontiguousarray(self.constants[vid].T)
+        name = f"{self.values[vid].name}_t"
+        return self._constant(name, array, Source(src.kind, src.ref, not src.transposed))
+
+    # ---- fx node kinds ---------------------------------------------------------------------
+
+    def _placeholder(self, n: fx.Node) -> None:
+        tensor = self._placeholder_constant(n)
+        if tensor is None:
+            self.graph_inputs.append(self.vid_of[n])
+        else:
+            self._constant(n.name, to_numpy(tensor), Source("node", n), self.vid_of[n])
+
+    def _placeholder_constant(self, n: fx.Node) -> torch.Tensor | None:
+        if self.program is not None:
+            spec = next(s for s in self.program.graph_signature.input_specs if s.arg.name == n.name)
+            if spec.kind.name in ("PARAMETER", "BUFFER"):
+                state = self.program.state_dict
+                return state.get(spec.target, self.program.constants.get(spec.target))
+            if spec.kind.name == "CONSTANT_TENSOR":
+                return self.program.constants[spec.target]
+            return None
+        if not self.freeze:
+            return None
+        index = [p for p in self.gm.graph.nodes if p.op == "placeholder"].index(n)
+        value = self.inputs[index] if index < len(self.inputs) else None
+        real = isinstance(value, torch.Tensor) and not nodes.is_fake(value)
+        return value if real and nodes.is_state(n, value) else None
+
+    def _get_attr(self, n: fx.Node) -> None:
+        value = nodes.resolve(self.gm, n.target)
+        if isinstance(value, torch.Tensor) and not nodes.is_fake(value):
+            self._constant(n.name, to_numpy(value), Source("node", n), self.vid_of[n])
+        else:
+            self._opaque(n)
+
+    def _call_function(self, n: fx.Node) -> None:
+        if n.target in CREATORS and not n.all_input_nodes:
+            value = nodes.evaluate(n)
+            if value is not None:
+                self._constant(n.name, value, Source("node", n), self.vid_of[n])
+                return
+        if n.target in MULTI_OUTPUT and nodes.only_first_used(n):
+            self.absorbed.add(n)
+            return
+        parent = n.args[0] if n.target is operator.getitem else None
+        if parent in self.absorbed:
+            if not self._lower(n, FUNCTIONS[parent.target], parent.args, parent.kwargs,
+                               (parent, n)):
+                self.absorbed.discard(parent)
+                self._opaque(parent)
+                self._opaque(n)
+            return
+        if not self._lower(n, FUNCTIONS.get(n.target), n.args, n.kwargs, (n,)):
+            self._opaque(n)
+
+    def _call_method(self, n: fx.Node) -> None:
+        if not self._lower(n, FUNCTIONS.get(f"method:{n.target}"), n.args, n.kwargs, (n,)):
+            self._opaque(n)
+
+    def _call_module(self, n: fx.Node) -> None:
+        module = nodes.resolve(self.gm, n.target)
+        entry = MODULES.get(type(module))
+        args = None
+        if entry is not None and len(n.args) == 1 and not n.kwargs:
+            try:
+                args = (entry[0], entry[1](module, n.args[0]))
+            except Unmapped:
+                pass
+        if not self._lower(n, args, (), {}, (n,), module):
+            self._opaque(n)
+
+    # ---- lowering --------------------------------------------------------------------------
+
+    def _lower(self, n, spelling, args, kwargs, fx_nodes, module=None) -> bool:
+        """Lower `n` (with `spelling`, or a (handler, bound args) pair) and commit it; True on
+        success. An in-place op becomes its pure form only when nothing else can see the
+        mutation; one that stays opaque makes the graph unsafe to rewrite (FxImportError)."""
+        mutating = nodes.mutating(n, module)
+        try:
+            if spelling is None:
+                raise Unmapped("no spelling")
+            handler, bound = spelling if isinstance(spelling, tuple) else (
+                spelling.lower, spelling.params.bind(args, kwargs))
+            mutating = mutating or bound.get("inplace") is True
+            if mutating:
+                self._check_fresh(n, args[0] if args else n.args[0])
+            lo = Lowering(self, n, module)
+            handler(lo, bound)
+            self._commit(lo, n, fx_nodes, pure_only=mutating)
+            return True
+        except (Unmapped, TypeError, ValueError):  # TypeError: a symbolic value where a literal
+            # is needed (e.g. float(eps) of a SymFloat node); the node stays as it is
+            if mutating:
+                raise FxImportError(f"{n.name}: in-place {n.target} kept as it is") from None
+            return False
+
+    def _check_fresh(self, n: fx.Node, x) -> None:
+        """An in-place op may become a pure one only if nothing else can see the mutation."""
+        fresh = (isinstance(x, fx.Node) and len(x.users) == 1 and x.op.startswith("call_")
+                 and self.canonical.get(x, "Identity") not in _ALIASING)
+        if not fresh:
+            raise FxImportError(f"{n.name}: in-place {n.target} on a value that others may read")
+
+    def _commit(self, lo: Lowering, n: fx.Node, fx_nodes, pure_only: bool = False) -> None:
+        needed = {a for f in fx_nodes for a in f.all_input_nodes} - set(fx_nodes)
+        if not lo.pieces or not needed <= set(lo.reads):
+            raise Unmapped("an argument is not a tensor input")
+        op, ins, attrs, tmp = lo.pieces[-1]
+        want, got = self.type_of_node(n), self.values[tmp].type
+        if want.dtype == 0 or (got.static and want.static and got != want):
+            raise Unmapped(f"{op}: inferred {got}, torch says {want}")
+        group = len(self.groups)
+        names = []
+        reads = tuple(lo.reads.items())
+        for i, (op, ins, attrs, out) in enumerate(lo.pieces):
+            head = i == len(lo.pieces) - 1
+            out = self.vid_of[n] if head else out
+            names.append(self.values[out].name)
+            origin = Origin(tuple(fx_nodes) if head else (), ins, reads, group, head)
+            if ins and ins[0] >= 0:
+                key = (op, self.values[ins[0]].name)
+                self.readers[key] = (*self.readers.get(key, ()), n.name)
+            name = self.values[out].name
+            self.nodes.append(Node(op, ins, (out,), attrs, False, name, "", origin))
+        self.groups[group] = tuple(names)
+        if pure_only:  # an in-place op: export writes its pure form, never the mutating node
+            self.pure_only.add(group)
+        self.canonical[n] = op
+
+    def _opaque(self, n: fx.Node) -> None:
+        nodes.check_order_free(n)
+        ins = tuple(self.vid_of[a] for a in n.all_input_nodes)
+        origin = Origin((n,), ins, tuple(zip(n.all_input_nodes, ins)), len(self.groups), True)
+        self.groups[origin.group] = (n.name,)
+        self.nodes.append(Node(_label(n), ins, (self.vid_of[n],), (), True, n.name, "fx", origin))
+        if not n.users and n.op != "get_attr" and (n.is_impure() or nodes.mutating(n, None)):
+            self.sinks.append(self.vid_of[n])
+
+
+
+
+def _label(n: fx.Node) -> str:
+    if n.op == "call_method":
+        return f"fx.{n.target}"
+    if n.op == "call_function":
+        return f"fx.{getattr(n.target, '__name__', str(n.target))}"
+    return f"fx.{n.op}"
+
+
+
+
+
+
+
+
+
+
+
+
+def _array_type(a: np.ndarray) -> TensorType:
+    from rewrite.types import onnx_dtype  # noqa: PLC0415
+
+    return TensorType(onnx_dtype(a.dtype), tuple(int(d) for d in a.shape))
+
+
+

@@ -1,0 +1,132 @@
+"""What the fx importer needs to know about nodes beyond their target.
+
+Types and devices (from `val` / `example_value` / `tensor_meta` metadata, or a run on example
+inputs), whether a node mutates an input in place, whether its position in the graph matters
+(grad mode, autocast), and which placeholders torch.compile lifted from module state.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx
+
+from frontends.fx.tensors import onnx_elem, to_numpy, type_of
+from rewrite.types import TensorType
+
+MAX_CREATED = 1 << 16  # elements of a creator call (arange, zeros) evaluated at import
+INPLACE_OPERATORS = {"iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand",
+                     "ior", "ixor", "ilshift", "irshift", "imatmul", "iconcat", "setitem",
+                     "delitem"}
+
+
+class FxImportError(ValueError):
+    """The graph cannot be rewritten safely (see `frontends.fx.importer`); says why."""
+
+
+def is_state(n: fx.Node, value: torch.Tensor) -> bool:
+    """Is placeholder `n` a module parameter or buffer that torch.compile lifted to an input?
+    Dynamo's GraphArg source says so while the backend runs; afterwards its naming scheme
+    (`L_self_modules_conv_parameters_weight_`) or the Parameter type does."""
+    source = getattr(getattr(n.meta.get("grapharg"), "source", None), "name", "")
+    if "._parameters[" in source or "._buffers[" in source:
+        return True
+    name = str(n.target)
+    return isinstance(value, torch.nn.Parameter) or (
+        name.startswith("L_") and ("_parameters_" in name or "_buffers_" in name))
+
+
+def check_order_free(n: fx.Node) -> None:
+    """Effects whose position matters (grad mode, autocast, setitem) cannot be reordered."""
+    if n.op == "call_function" and n.is_impure():
+        name = getattr(n.target, "__name__", str(n.target))
+        if "assert" not in name and "constrain" not in name:
+            raise FxImportError(f"{n.name}: {name} changes state that later nodes depend on")
+
+
+def mutating(n: fx.Node, module) -> bool:
+    """True for in-place ops: `x.add_()`, `operator.iadd`, `inplace=True`, mutable ATen ops."""
+    if module is not None:
+        return bool(getattr(module, "inplace", False))
+    if n.kwargs.get("inplace") is True or "out" in n.kwargs:
+        return True
+    t = n.target
+    if isinstance(t, torch._ops.OpOverload):
+        return t._schema.is_mutable
+    if getattr(t, "__module__", None) in ("_operator", "operator"):
+        return t.__name__ in INPLACE_OPERATORS
+    name = t if isinstance(t, str) else getattr(t, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+
+
+def only_first_used(n: fx.Node) -> bool:
+    """True when a tuple-returning node (native batch norm, ...) is only read at index 0."""
+    users = list(n.users)
+    return bool(users) and all(u.target is operator.getitem and u.args[1] == 0 for u in users)
+
+
+def evaluate(n: fx.Node) -> np.ndarray | None:
+    """The value of a creator call without node inputs (arange, zeros, ...), if it is small."""
+    try:
+        value = n.target(*n.args, **n.kwargs)
+    except Exception:  # an argument only the real run knows (e.g. a symbolic size)
+        return None
+    if not isinstance(value, torch.Tensor) or value.numel() > MAX_CREATED:
+        return None
+    return to_numpy(value)
+
+
+def is_fake(t: torch.Tensor) -> bool:
+    """A fake or meta tensor: it has a shape and dtype but no values."""
+    return isinstance(t, torch._subclasses.FakeTensor) or t.device.type == "meta"
+
+
+def node_info(gm: fx.GraphModule, program, inputs) -> dict[fx.Node, tuple[TensorType, Any]]:
+    """fx node -> (type, device), from metadata or, if a node has none, from a run."""
+    info = {}
+    missing = False
+    for n in gm.graph.nodes:
+        val = n.meta.get("val", n.meta.get("example_value"))
+        tm = n.meta.get("tensor_meta")
+        if val is None and hasattr(tm, "shape"):
+            info[n] = (TensorType(onnx_elem(tm.dtype), tuple(tm.shape)), None)
+            continue
+        if val is None and n.op not in ("output", "get_attr") and n.users:
+            missing = True
+        info[n] = (type_of(val), getattr(val, "device", None))
+    if missing and program is None and inputs and not any(is_fake(t) for t in inputs
+                                                            if isinstance(t, torch.Tensor)):
+        info.update(run(gm, inputs))
+    for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            v = resolve(gm, n.target)
+            info[n] = (type_of(v), getattr(v, "device", None))
+    return info
+
+
+def run(gm: fx.GraphModule, inputs) -> dict[fx.Node, tuple[TensorType, Any]]:
+    """Types and devices of every node from running `gm` on copies of real example inputs (a
+    graph may write into its inputs; the caller's tensors are left alone)."""
+    seen = {}
+    inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, n):
+            result = super().run_node(n)
+            seen[n] = (type_of(result), getattr(result, "device", None))
+            return result
+
+    with torch.no_grad():
+        Recorder(gm).run(*inputs)
+    return seen
+
+
+def resolve(gm: torch.nn.Module, target: str):
+    """The attribute of `gm` at dotted path `target` (None if missing)."""
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj

@@ -1,0 +1,410 @@
+"""How torch spells the canonical (ONNX) ops: functions, methods, ATen overloads, modules.
+
+`FUNCTIONS` maps a call_function target (a torch function, an `operator` function, an ATen
+`OpOverload`) or a call_method name to a `Spelling`: the parameter list its arguments bind to
+and the handler that emits canonical nodes. `MODULES` maps an `nn.Module` class to a function
+that reads the module's configuration into the same arguments. Every handler checks what ONNX
+cannot express (a dtype ONNX's op does not take, training mode, an asymmetric option) and raises
+`Unmapped`, so the node stays opaque rather than change meaning.
+
+Sources of semantics: the ONNX operator specification and torch's documentation; where they
+differ the handler says how it is bridged (e.g. torch's `view` shape vs ONNX Reshape's 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import fx
+
+from frontends.fx.lower import Attr, Lowering, Unmapped, elem
+from frontends.fx.tensors import FLOATS, to_numpy
+from rewrite.graph import ABSENT
+
+INT64_MAX = 2**63 - 1
+
+
+def _same_dtype(lo: Lowering, *xs) -> torch.dtype:
+    dts = {lo.dtype(x) for x in xs if isinstance(x, (fx.Node, Attr))}
+    if len(dts) != 1 or None in dts:
+        raise Unmapped("operand dtypes differ")
+    return dts.pop()
+
+
+# ---- elementwise -------------------------------------------------------------------------------
+
+
+def binary(op: str, kind: str = "arith", swap: bool = False):
+    """Add/Sub/Mul/Div/Pow (`arith`: result dtype = operand dtype, no bool), comparisons
+    (`compare`: bool result; only Equal takes bool operands) and And/Or (`logic`: bool only).
+    Python numbers become 0-d constants of the tensor operand's dtype, as torch converts them."""
+
+    def lower(lo: Lowering, a: dict) -> None:
+        if a.get("alpha", 1) != 1 or a.get("rounding_mode") is not None:
+            raise Unmapped("alpha or rounding_mode")
+        x, y = (a["other"], a["input"]) if swap else (a["input"], a["other"])
+        dt = _same_dtype(lo, x, y)
+        out = lo.out_dtype
+        if kind == "arith" and (out != dt or dt == torch.bool):
+            raise Unmapped("type promotion")
+        if kind == "compare" and (out != torch.bool or (dt == torch.bool and op != "Equal")):
+            raise Unmapped("comparison types")
+        if kind == "logic" and dt != torch.bool:
+            raise Unmapped("bitwise op on integers")
+        lo.emit(op, [lo.operand(x, dt), lo.operand(y, dt)])
+
+    return lower
+
+
+_FLOAT_ONLY = set("Sqrt Erf Tanh Sigmoid Exp Log Reciprocal Floor Ceil Sin Cos Gelu".split())
+
+
+def unary(op: str, **attrs):
+    """An elementwise op with the input's dtype (Not: bool; float-only ops: floats)."""
+
+    def lower(lo: Lowering, a: dict) -> None:
+        x = a["input"]
+        dt = lo.dtype(x)
+        if dt != lo.out_dtype or (op in _FLOAT_ONLY and dt not in FLOATS):
+            raise Unmapped("dtype")
+        if (op == "Not") != (dt == torch.bool):
+            raise Unmapped("Not takes bool only")
+        lo.emit(op, [lo.tensor(x)], attrs)
+
+    return lower
+
+
+def rsqrt(lo: Lowering, a: dict) -> None:
+    """rsqrt(x) = 1 / sqrt(x)."""
+    if lo.dtype(a["input"]) not in FLOATS:
+        raise Unmapped("dtype")
+    lo.emit("Reciprocal", [lo.emit("Sqrt", [lo.tensor(a["input"])])])
+
+
+def gelu(lo: Lowering, a: dict) -> None:
+    unary("Gelu", approximate=a["approximate"])(lo, a)
+
+
+def leaky_relu(lo: Lowering, a: dict) -> None:
+    unary("LeakyRelu", alpha=float(a["negative_slope"]))(lo, a)
+
+
+def clip(lo: Lowering, a: dict) -> None:
+    """clamp/clip/hardtanh/relu6: Clip with constant (or tensor) bounds."""
+    x, dt = a["input"], lo.dtype(a["input"])
+    if dt != lo.out_dtype or dt == torch.bool:
+        raise Unmapped("dtype")
+    lo_, hi = (lo.optional(v) if isinstance(v, fx.Node) or v is None else lo.operand(v, dt)
+               for v in (a["min"], a["max"]))
+    lo.emit("Clip", [lo.tensor(x), lo_, hi])
+
+
+def where(lo: Lowering, a: dict) -> None:
+    """where(c, x, y) and masked_fill(x, mask, v) = where(mask, v, x)."""
+    dt = lo.out_dtype
+    if lo.dtype(a["condition"]) != torch.bool:
+        raise Unmapped("condition dtype")
+    for v in (a["input"], a["other"]):
+        if isinstance(v, fx.Node) and lo.dtype(v) != dt:
+            raise Unmapped("type promotion")
+    c, x, y = lo.tensor(a["condition"]), lo.operand(a["input"], dt), lo.operand(a["other"], dt)
+    lo.emit("Where", [c, x, y])
+
+
+def masked_fill(lo: Lowering, a: dict) -> None:
+    where(lo, {"condition": a["mask"], "input": a["value"], "other": a["input"]})
+
+
+def cast(dtype: torch.dtype | None = None):
+    """x.to(dtype), x.float(), aten._to_copy: Cast, when only the dtype changes."""
+
+    def lower(lo: Lowering, a: dict) -> None:
+        want = dtype or a.get("dtype")
+        for extra in a.get("args", ()):
+            if isinstance(extra, torch.dtype) and want is None:
+                want = extra
+            elif not _same_device(lo, extra):
+                raise Unmapped(f"to({extra!r})")
+        if not _same_device(lo, a.get("device")) or a.get("layout") not in (None, torch.strided):
+            raise Unmapped("device or layout change")
+        if a.get("memory_format") not in (None, torch.preserve_format) or want is None:
+            raise Unmapped("memory format")
+        if lo.out_dtype != want or lo.dtype(a["input"]) is None:
+            raise Unmapped("dtype")
+        lo.emit("Cast", [lo.tensor(a["input"])], {"to": elem(want)})
+
+    return lower
+
+
+def _same_device(lo: Lowering, device) -> bool:
+    return device is None or torch.device(device) == lo.imp.device_of(lo.node)
+
+
+def identity(lo: Lowering, a: dict) -> None:
+    """nn.Identity."""
+    lo.emit("Identity", [lo.tensor(a["input"])])
+
+
+def dropout(lo: Lowering, a: dict) -> None:
+    """Dropout outside training: ONNX Dropout without training_mode, which returns its input."""
+    if a.get("training", False) or a.get("train", False):
+        raise Unmapped("dropout in training")
+    p = a.get("p", 0.5)
+    ratio = lo.constant(np.asarray(p, dtype=np.float32)) if isinstance(p, (int, float)) else None
+    if ratio is None:
+        raise Unmapped("symbolic dropout ratio")
+    lo.emit("Dropout", [lo.tensor(a["input"]), ratio])
+
+
+def softmax(op: str):
+    def lower(lo: Lowering, a: dict) -> None:
+        x = a["input"]
+        if a["dim"] is None or a.get("half_to_float") or a.get("dtype") not in (None, lo.dtype(x)):
+            raise Unmapped("softmax options")
+        if lo.dtype(x) not in FLOATS:
+            raise Unmapped("dtype")
+        lo.emit(op, [lo.tensor(x)], {"axis": int(a["dim"])})
+
+    return lower
+
+
+# ---- matrix products, normalization, convolution, pooling -----------------------------------
+
+
+def matmul(lo: Lowering, a: dict) -> None:
+    x, y = a["input"], a["other"]
+    if _same_dtype(lo, x, y) != lo.out_dtype:
+        raise Unmapped("dtype")
+    lo.emit("MatMul", [lo.tensor(x), lo.tensor(y)])
+
+
+def addmm(lo: Lowering, a: dict) -> None:
+    """addmm(c, a, b, beta, alpha) = Gemm(a, b, c, alpha, beta)."""
+    if _same_dtype(lo, a["input"], a["mat1"], a["mat2"]) != lo.out_dtype:
+        raise Unmapped("dtype")
+    ins = [lo.tensor(a["mat1"]), lo.tensor(a["mat2"]), lo.tensor(a["input"])]
+    lo.emit("Gemm", ins, {"alpha": float(a["alpha"]), "beta": float(a["beta"])})
+
+
+def linear(lo: Lowering, a: dict) -> None:
+    """linear(x, w, b) = x @ w.T + b: Gemm(transB=1) for 2-D x, else MatMul with the weight
+    transposed (a constant view of w, so export refers to w itself) and Add."""
+    x, w, b = a["input"], a["weight"], a["bias"]
+    if _same_dtype(lo, x, w, *([b] if b is not None else [])) != lo.out_dtype:
+        raise Unmapped("dtype")
+    if lo.rank(w) != 2 or (b is not None and lo.rank(b) != 1):
+        raise Unmapped("weight rank")
+    if lo.rank(x) == 2:
+        lo.emit("Gemm", [lo.tensor(x), lo.tensor(w), lo.optional(b)], {"transB": 1})
+        return
+    y = lo.emit("MatMul", [lo.tensor(x), lo.transposed(w)])
+    if b is not None:
+        lo.emit("Add", [y, lo.tensor(b)])
+
+
+def _ntuple(v, n: int) -> tuple[int, ...]:
+    v = tuple(v) if isinstance(v, (list, tuple)) else (v,) * n
+    if len(v) == 1:
+        v = v * n
+    if len(v) != n or not all(isinstance(i, int) for i in v):
+        raise Unmapped("non-constant int tuple")
+    return v
+
+
+def conv(lo: Lowering, a: dict) -> None:
+    """convNd / convolution (not transposed): Conv with ONNX pads (begins then ends)."""
+    x, w, b = a["input"], a["weight"], a["bias"]
+    if a.get("transposed") or _same_dtype(lo, x, w) != lo.out_dtype or lo.rank(x) != lo.rank(w):
+        raise Unmapped("transposed, dtype or unbatched input")
+    kernel = lo.shape(w)[2:]
+    n = len(kernel)
+    stride, dilation = _ntuple(a["stride"], n), _ntuple(a["dilation"], n)
+    padding = a["padding"]
+    if padding == "valid":
+        padding = 0
+    elif padding == "same":
+        if any(s != 1 for s in stride):
+            raise Unmapped("same padding with stride")
+        total = [d * (k - 1) for d, k in zip(dilation, kernel)]
+        begins = [t // 2 for t in total]
+        pads = (*begins, *(t - b for t, b in zip(total, begins)))
+    if padding != "same":
+        pads = _ntuple(padding, n) * 2
+    attrs = {"dilations": dilation, "group": int(a["groups"]), "kernel_shape": kernel,
+             "pads": pads, "strides": stride}
+    lo.emit("Conv", [lo.tensor(x), lo.tensor(w), lo.optional(b)], attrs)
+
+
+def batch_norm(lo: Lowering, a: dict) -> None:
+    """Inference batch norm: BatchNormalization (missing weight/bias become ones/zeros)."""
+    x, mean, var = a["input"], a["running_mean"], a["running_var"]
+    if a.get("training") or mean is None or var is None or lo.dtype(x) not in FLOATS:
+        raise Unmapped("training or no running statistics")
+    c = lo.shape(mean)
+    scale = lo.tensor(a["weight"]) if a["weight"] is not None else _fill(lo, c, 1, mean)
+    bias = lo.tensor(a["bias"]) if a["bias"] is not None else _fill(lo, c, 0, mean)
+    ins = [lo.tensor(x), scale, bias, lo.tensor(mean), lo.tensor(var)]
+    lo.emit("BatchNormalization", ins, {"epsilon": float(a["eps"])})
+
+
+def _fill(lo: Lowering, shape, value, like) -> int:
+    return lo.constant(to_numpy(torch.full(tuple(shape), value, dtype=lo.dtype(like))))
+
+
+def layer_norm(lo: Lowering, a: dict) -> None:
+    """layer_norm over the last len(normalized_shape) axes: LayerNormalization(axis=-k)."""
+    x, shape = a["input"], tuple(a["normalized_shape"])
+    if lo.dtype(x) not in FLOATS or lo.dtype(x) != lo.out_dtype:
+        raise Unmapped("dtype")
+    scale = lo.tensor(a["weight"]) if a["weight"] is not None else _fill(lo, shape, 1, x)
+    attrs = {"axis": -len(shape), "epsilon": float(a["eps"])}
+    lo.emit("LayerNormalization", [lo.tensor(x), scale, lo.optional(a["bias"])], attrs)
+
+
+def pool(op: str, n: int):
+    """max/avg pooling of n spatial dims on batched input, without ceil_mode."""
+
+    def lower(lo: Lowering, a: dict) -> None:
+        x = a["input"]
+        if lo.rank(x) != n + 2 or a.get("ceil_mode") or a.get("return_indices"):
+            raise Unmapped("unbatched input, ceil_mode or indices")
+        if a.get("divisor_override") is not None or lo.dtype(x) not in FLOATS:
+            raise Unmapped("divisor_override or dtype")
+        kernel = _ntuple(a["kernel_size"], n)
+        stride = _ntuple(a["stride"], n) if a["stride"] not in (None, [], ()) else kernel
+        attrs = {"kernel_shape": kernel, "strides": stride, "pads": _ntuple(a["padding"], n) * 2}
+        if op == "MaxPool":
+            attrs["dilations"] = _ntuple(a["dilation"], n)
+        else:
+            attrs["count_include_pad"] = int(a["count_include_pad"])
+        lo.emit(op, [lo.tensor(x)], attrs)
+
+    return lower
+
+
+def global_avg_pool(n: int):
+    def lower(lo: Lowering, a: dict) -> None:
+        x = a["input"]
+        if lo.rank(x) != n + 2 or _ntuple(a["output_size"], n) != (1,) * n:
+            raise Unmapped("not global")
+        if lo.dtype(x) not in FLOATS:
+            raise Unmapped("dtype")
+        lo.emit("GlobalAveragePool", [lo.tensor(x)])
+
+    return lower
+
+
+def reduce(op: str):
+    """mean/sum/amax/amin over dims (all when none): Reduce* with an axes constant."""
+
+    def lower(lo: Lowering, a: dict) -> None:
+        x, dims = a["input"], a.get("dim")
+        if a.get("dtype") is not None or lo.dtype(x) != lo.out_dtype or lo.dtype(x) == torch.bool:
+            raise Unmapped("dtype")
+        dims = () if dims is None else (dims,) if isinstance(dims, int) else tuple(dims)
+        axes = lo.ints(dims) if dims else ABSENT
+        lo.emit(op, [lo.tensor(x), axes], {"keepdims": int(bool(a.get("keepdim", False)))})
+
+    return lower
+
+
+def embedding(lo: Lowering, a: dict) -> None:
+    """embedding(ids, w) = Gather(w, ids, axis=0) (padding_idx only affects gradients)."""
+    if a.get("max_norm") is not None or lo.dtype(a["input"]) not in (torch.int64, torch.int32):
+        raise Unmapped("max_norm or index dtype")
+    lo.emit("Gather", [lo.tensor(a["weight"]), lo.tensor(a["input"])], {"axis": 0})
+
+
+# ---- shape and layout --------------------------------------------------------------------------
+
+
+def _dims(v) -> tuple:
+    if len(v) == 1 and isinstance(v[0], (list, tuple, torch.Size)):
+        return tuple(v[0])
+    return tuple(v)
+
+
+def reshape(lo: Lowering, a: dict) -> None:
+    """view/reshape: Reshape. A 0 in a torch shape is a 0-size axis, so allowzero=1 then."""
+    shape = _dims(a["shape"]) if isinstance(a["shape"], (tuple, list)) else (a["shape"],)
+    const = lo.ints(shape)
+    lo.emit("Reshape", [lo.tensor(a["input"]), const], {"allowzero": int(0 in shape)})
+
+
+def permute(lo: Lowering, a: dict) -> None:
+    rank = lo.rank(a["input"])
+    perm = tuple(d % rank for d in _dims(a["dims"])) if rank else ()
+    if sorted(perm) != list(range(rank)):
+        raise Unmapped("not a permutation")
+    lo.emit("Transpose", [lo.tensor(a["input"])], {"perm": perm})
+
+
+def transpose(lo: Lowering, a: dict) -> None:
+    rank = lo.rank(a["input"])
+    if rank == 0:
+        raise Unmapped("0-d transpose")
+    perm = list(range(rank))
+    i, j = a["dim0"] % rank, a["dim1"] % rank
+    perm[i], perm[j] = perm[j], perm[i]
+    lo.emit("Transpose", [lo.tensor(a["input"])], {"perm": tuple(perm)})
+
+
+def t(lo: Lowering, a: dict) -> None:
+    if lo.rank(a["input"]) != 2:
+        raise Unmapped("t() of a non-matrix")
+    lo.emit("Transpose", [lo.tensor(a["input"])], {"perm": (1, 0)})
+
+
+def unsqueeze(lo: Lowering, a: dict) -> None:
+    lo.emit("Unsqueeze", [lo.tensor(a["input"]), lo.ints([a["dim"]])])
+
+
+def squeeze(lo: Lowering, a: dict) -> None:
+    """squeeze(dims): torch skips axes whose size is not 1, ONNX rejects them; only the size-1
+    axes are passed on (Identity when none is)."""
+    x, dims = a["input"], a.get("dim")
+    if dims is None:
+        lo.emit("Squeeze", [lo.tensor(x)])
+        return
+    shape = lo.shape(x)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    keep = sorted({d % len(shape) for d in dims if shape[d % len(shape)] == 1}) if shape else []
+    if not keep:
+        lo.emit("Identity", [lo.tensor(x)])
+        return
+    lo.emit("Squeeze", [lo.tensor(x), lo.ints(keep)])
+
+
+def flatten(lo: Lowering, a: dict) -> None:
+    """flatten(1, -1) of a batch is ONNX Flatten(axis=1); other ranges a static Reshape."""
+    x = a["input"]
+    rank = lo.rank(x)
+    start, end = (a["start_dim"] % rank, a["end_dim"] % rank) if rank else (0, 0)
+    if rank >= 2 and start == 1 and end == rank - 1:
+        lo.emit("Flatten", [lo.tensor(x)], {"axis": 1})
+        return
+    shape = (-1,) if start == 0 and end == max(rank - 1, 0) else lo.out_shape()
+    lo.emit("Reshape", [lo.tensor(x), lo.ints(shape)], {"allowzero": int(0 in shape)})
+
+
+def expand(lo: Lowering, a: dict) -> None:
+    """expand(sizes): Expand to the (static) result shape; -1 entries are resolved by torch."""
+    sizes = _dims(a["size"])
+    if not all(isinstance(s, int) for s in sizes):
+        raise Unmapped("symbolic sizes")
+    lo.emit("Expand", [lo.tensor(a["input"]), lo.ints(lo.out_shape())])
+
+
+def slice_(lo: Lowering, a: dict) -> None:
+    start = 0 if a["start"] is None else a["start"]
+    end = INT64_MAX if a["end"] is None else a["end"]
+    ins = [lo.tensor(a["input"]), lo.ints([start]), lo.ints([end]), lo.ints([a["dim"]])]
+    lo.emit("Slice", ins + [lo.ints([a["step"]])])
+
+
+def select(lo: Lowering, a: dict) -> None:
+    """select(dim, i) = Gather(x, i, axis=dim) with a 0-d index (the axis goes away)."""
+    if not isinstance(a["index"], int):
+        raise Unmapped("symbolic index")
+    idx = lo.constant(np.asarray(a["index"], dtype=np.int64))
+    lo.emit("Gather", [lo.tensor(a["input"]), idx], {"axis": int(a["dim"])})

@@ -1,0 +1,277 @@
+"""The fx frontend piece by piece: argument binding, lowering to canonical ops, opaque nodes,
+in-place ops, export (names, meta, folded buffers, ATen form), the pass, the backend."""
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.fx.passes.infra.pass_manager import PassManager
+
+from frontends.fx import (
+    RewritePass,
+    export_fx,
+    fx_op_counts,
+    import_fx,
+    optimize_fx,
+    rewrite_backend,
+)
+from frontends.fx.lower import Params, Unmapped
+from frontends.fx.table import FUNCTIONS, MULTI_OUTPUT
+
+R = ("exact", "reassoc")
+
+
+def _ops(gm, inputs) -> list[str]:
+    return [n.op for n in import_fx(gm, inputs).nodes]
+
+
+class ConvBn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 2)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+X = torch.randn(2, 3, 8, 8)
+
+
+# ---- binding -------------------------------------------------------------------------------
+
+
+def test_params_bind_positional_keyword_defaults_and_rest():
+    p = Params("input|self dim keepdim=False *rest")
+    assert p.bind((1, 2), {"keepdim": True}) == {"input": 1, "dim": 2, "keepdim": True, "rest": ()}
+    assert p.bind((), {"self": 1, "dim": 0})["input"] == 1
+    with pytest.raises(Unmapped):
+        p.bind((1,), {"nope": 2})
+    with pytest.raises(Unmapped):
+        p.bind((1,), {})
+
+
+def test_aten_spellings_follow_their_schemas():
+    """Every ATen overload's parameter list has the schema's positional arguments in order, and
+    its keyword-only arguments under some name."""
+    for target, spelling in FUNCTIONS.items():
+        if not isinstance(target, torch._ops.OpOverload):
+            continue
+        args = target._schema.arguments
+        positional = [a.name for a in args if not a.kwarg_only]
+        params = spelling.params.params
+        for name, p in zip(positional, params, strict=False):
+            assert name in p.names, f"{target}: {name} not in {p.names}"
+        assert len(params) >= len(positional), target
+        for a in args:
+            assert a.name in spelling.params.by_alias, f"{target}: no parameter {a.name}"
+    assert MULTI_OUTPUT <= set(FUNCTIONS)
+
+
+# ---- lowering ------------------------------------------------------------------------------
+
+
+def test_conv_module_lowers_with_onnx_attributes():
+    gm = torch.fx.symbolic_trace(ConvBn().eval())
+    g = import_fx(gm, (X,))
+    conv = g.nodes[0]
+    assert conv.op == "Conv" and dict(conv.attrs) == {
+        "auto_pad": "NOTSET", "dilations": (1, 1), "group": 1, "kernel_shape": (3, 3),
+        "pads": (1, 1, 1, 1), "strides": (2, 2)}
+    assert [n.op for n in g.nodes] == ["Conv", "BatchNormalization", "Relu"]
+    assert g.meta.sources[g.values[conv.inputs[1]].name].ref == "conv.weight"
+
+
+def test_batchnorm_in_training_mode_stays_opaque():
+    g = import_fx(torch.fx.symbolic_trace(ConvBn().train()), (X,))
+    assert g.nodes[1].opaque
+
+
+def test_linear_is_gemm_for_matrices_and_matmul_add_otherwise():
+    lin = nn.Linear(4, 3)
+    gm = torch.fx.symbolic_trace(nn.Sequential(lin))
+    assert _ops(gm, (torch.randn(2, 4),)) == ["Gemm"]
+    g = import_fx(gm, (torch.randn(5, 2, 4),))
+    assert [n.op for n in g.nodes] == ["MatMul", "Add"]
+    weight = g.nodes[0].inputs[1]
+    assert g.constants[weight].shape == (4, 3) and g.meta.sources[g.values[weight].name].transposed
+
+
+def test_python_numbers_become_constants_of_the_tensor_dtype():
+    class M(nn.Module):
+        def forward(self, x, i):
+            return x * 2, i * 0.5  # int * float promotes: no ONNX Mul for that
+
+    g = import_fx(torch.fx.symbolic_trace(M()), (torch.randn(2), torch.arange(2)))
+    mul, promoted = g.nodes
+    assert mul.op == "Mul" and g.constants[mul.inputs[1]].dtype == "float32"
+    assert promoted.opaque
+
+
+def test_unknown_ops_are_opaque_and_come_back_unchanged():
+    class M(nn.Module):
+        def forward(self, x):
+            return torch.cumsum(torch.relu(torch.relu(x)), 0)
+
+    gm = torch.fx.symbolic_trace(M())
+    out, report = optimize_fx(gm, (torch.randn(3, 2),))
+    assert report.fired == {"idempotent-Relu": 1} or "idempotent" in next(iter(report.fired))
+    assert fx_op_counts(out) == {"torch.relu": 1, "torch.cumsum": 1}
+    cumsum = next(n for n in out.graph.nodes if n.target is torch.cumsum)
+    assert cumsum.name == "cumsum" and cumsum.args[1] == 0
+
+
+def test_in_place_op_on_a_fresh_value_becomes_pure():
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 1.0
+            y += 2.0
+            return y.relu_()
+
+    gm, x = torch.fx.symbolic_trace(M()), torch.randn(3)
+    assert _ops(gm, (x,)) == ["Mul", "Add", "Relu"]
+    before = x.clone()
+    out, report = optimize_fx(gm, (x,))  # y = x * 1.0 goes: y += 2 must not become x += 2
+    assert "mul-one" in report.fired and torch.equal(x, before)
+    assert torch.equal(out(x), torch.relu(before + 2)) and torch.equal(x, before)
+    assert not any(n.target in ("add_", "relu_") or "iadd" in str(n.target)
+                   for n in out.graph.nodes)
+
+
+def test_in_place_op_on_an_input_leaves_the_graph_alone():
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 1.0
+            x.add_(1.0)
+            return y + x
+
+    gm = torch.fx.symbolic_trace(M())
+    out, report = optimize_fx(gm, (torch.randn(3),))
+    assert out is gm and "in-place" in report.extra["skipped"]
+
+
+# ---- export --------------------------------------------------------------------------------
+
+
+def test_folded_batchnorm_becomes_readable_buffers_and_names_and_meta_are_kept():
+    gm = torch.fx.symbolic_trace(ConvBn().eval())
+    relu = next(n for n in gm.graph.nodes if n.name == "relu")
+    relu.meta["note"] = "kept"
+    out, report = optimize_fx(gm, (X,), fp=R)
+    assert "fold-batchnorm-into-conv" in report.fired
+    assert {"_folded_conv_weight", "_folded_conv_bias"} <= dict(out.named_buffers()).keys()
+    new_relu = next(n for n in out.graph.nodes if n.target is torch.relu)
+    assert new_relu.name == "relu" and new_relu.meta["note"] == "kept"
+    assert fx_op_counts(out) == {"torch.conv2d": 1, "torch.relu": 1}
+    out.graph.lint()
+    torch.testing.assert_close(out(X), gm(X), rtol=1e-4, atol=1e-5)
+
+
+def test_without_reassoc_nothing_changes_and_the_input_comes_back():
+    gm = torch.fx.symbolic_trace(ConvBn().eval())
+    out, report = optimize_fx(gm, (X,))
+    assert out is gm and not report.changed
+
+
+def test_export_graphs_come_back_as_exported_programs_in_aten():
+    ep = torch.export.export(ConvBn().eval(), (X,))
+    out, report = optimize_fx(ep, (X,), fp=R)
+    assert isinstance(out, torch.export.ExportedProgram)
+    targets = {n.target for n in out.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.convolution.default in targets
+    assert all(isinstance(t, torch._ops.OpOverload) for t in targets)
+    assert any(s.target.startswith("_folded_") for s in out.graph_signature.input_specs
+               if s.kind.name == "BUFFER")
+    torch.testing.assert_close(out.module()(X), ep.module()(X), rtol=1e-4, atol=1e-5)
+
+
+class Many(nn.Module):
+    """One of most ops the lowering knows, to write each back from its canonical form."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 5)
+        self.ln, self.emb = nn.LayerNorm(5), nn.Embedding(10, 5)
+
+    def forward(self, x, ids):
+        y = F.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
+        y = F.avg_pool2d(y, 2) + F.adaptive_avg_pool2d(y, 1).mean((2, 3), keepdim=True)
+        z = self.fc(y.flatten(2).transpose(1, 2))  # (2, 4, 5): MatMul + Add
+        z = self.ln(F.gelu(z) + self.emb(ids)).softmax(-1)
+        z = torch.where(z > 0.1, z, -z).reshape(2, 20).unsqueeze(0).squeeze(0)
+        return torch.clamp(z.to(torch.float64), -1, 1), torch.tanh(z.permute(1, 0)).sum(0)
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
+def test_every_lowered_op_writes_back(dialect):
+    model, inputs = Many().eval(), (X, torch.randint(0, 10, (2, 4)))
+    graph = torch.fx.symbolic_trace(model) if dialect == "symbolic_trace" else \
+        torch.export.export(model, inputs)
+    g = import_fx(graph, inputs)
+    assert sum(n.opaque for n in g.nodes) <= 1, [n.op for n in g.nodes if n.opaque]
+    fresh = replace(g, nodes=tuple(n if n.opaque else replace(n, payload=None) for n in g.nodes))
+    out = export_fx(fresh)
+    run = out.module() if dialect == "export" else out
+    for a, b in zip(run(*inputs), model(*inputs)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ---- pass, backend, package ------------------------------------------------------------------
+
+
+def test_rewrite_pass_runs_in_a_pass_manager():
+    gm = torch.fx.symbolic_trace(ConvBn().eval())
+    rewrite = RewritePass((X,), fp=R)
+    result = PassManager([rewrite])(gm)
+    assert result.modified and rewrite.report.fired
+    assert "BatchNorm2d" not in fx_op_counts(result.graph_module)
+
+
+def test_backend_is_registered_and_runs_eager():
+    assert "rewrite" in torch._dynamo.list_backends()
+    model = ConvBn().eval()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(model, backend="rewrite", options={"backend": "eager"})(X)
+        torch.testing.assert_close(got, model(X), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="unknown backend"):
+        rewrite_backend(torch.fx.symbolic_trace(model), [X], options={"backend": "tvm"})
+
+
+def test_import_rewrite_does_not_import_torch_and_exposes_optimize_fx():
+    code = ("import sys, rewrite; assert 'torch' not in sys.modules; "
+            "from rewrite import optimize_fx; assert 'torch' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_entry_point_loading_does_not_register_twice():
+    """What torch does with the `torch_dynamo_backends` entry point of an installed package:
+    discover it, then load it on first use; importing frontends.fx must not race it."""
+    code = """
+import torch._dynamo.backends.registry as r
+from importlib.metadata import EntryPoint
+r._lazy_import()
+r._BACKENDS["rewrite"] = EntryPoint("rewrite", "frontends.fx.backend:rewrite_backend",
+                                    "torch_dynamo_backends")
+r._COMPILER_FNS.pop("rewrite", None)
+assert r.lookup_backend("rewrite").__name__ == "rewrite_backend"
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_pyproject_declares_the_entry_point():
+    import tomllib
+    from pathlib import Path
+
+    data = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    group = data["project"]["entry-points"]["torch_dynamo_backends"]
+    assert group == {"rewrite": "frontends.fx.backend:rewrite_backend"}
