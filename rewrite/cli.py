@@ -64,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--allow", nargs="+", default=[], choices=["reassoc", "approx"], metavar="CLASS", help="also run rules of these numeric classes: reassoc (regroups float arithmetic, e.g. BatchNorm folded into Conv), approx; exact rules always run")
     o.add_argument("--explain", action="store_true", help="also list rules that matched but were not applied, with the guard that failed")
     o.set_defaults(func=cmd_optimize)
+    from verify.cli import add_parser as add_verify  # noqa: PLC0415
+    add_verify(sub)
     return p
 
 

@@ -83,6 +83,8 @@ class _Costs:
             return n.leaf in self.snap.graph.constants
         if n.op == "Absent" or OPS.get(n.op).random:
             return False
+        if n.op == "Dropout" and len(n.children) > 2 and not self.snap.is_absent(n.children[2]):
+            return False  # may drop at random (training_mode), as rewrite.fold knows
         out = self.snap.type_of(c)
         if n.op in ("Shape", "Size"):
             return self.snap.type_of(self.kids[i][0]).static

@@ -66,6 +66,8 @@ def _foldable(n: Node, g: TermGraph, consts: dict) -> bool:
     spec = OPS.get(n.op)
     if spec is not None and spec.random:
         return False
+    if n.op == "Dropout" and len(n.inputs) > 2 and n.inputs[2] != ABSENT:
+        return False  # with a training_mode input it may drop at random: never bake one draw in
     if n.op in ("Shape", "Size") and n.inputs and g.values[n.inputs[0]].type.static:
         return True
     if not n.outputs or not all(i == ABSENT or i in consts for i in n.inputs):

@@ -101,7 +101,10 @@ def _onnx_infer(key) -> TensorType:
         if val is None or (aspec.default is not NONE and val == aspec.default):
             continue
         kw[a] = list(val) if isinstance(val, tuple) else val
-    node = helper.make_node(op, names, ["out"], **kw)
+    node = helper.make_node(op, names, ["out"], **{a: v for a, v in kw.items() if v != []})
+    for a in [a for a, v in kw.items() if v == []]:  # an empty list (a rank-0 Transpose's
+        kind = spec.attr_index[a].kind  # perm) has no element to infer its type from
+        node.attribute.append(helper.make_attribute(a, [], attr_type=_LIST_TYPES[kind]))
     graph = helper.make_graph([node], "infer", vis, [helper.make_tensor_value_info("out", 0, None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
@@ -110,6 +113,9 @@ def _onnx_infer(key) -> TensorType:
     except Exception:
         return UNKNOWN
     return tensor_type(inferred.graph.output[0].type)
+
+
+_LIST_TYPES = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.FLOATS}
 
 
 def _value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:

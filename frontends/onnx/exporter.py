@@ -93,7 +93,17 @@ def export_node(n: Node, name) -> onnx.NodeProto:
         if v is None or (aspec.default is not NONE and _equal(v, aspec.default)):
             continue
         attrs[a] = list(v) if isinstance(v, tuple) else v
-    return helper.make_node(n.op, inputs, outputs, name=n.name or None, **attrs)
+    # an empty list (a rank-0 Transpose's perm) has no element to infer its type from
+    empty = [a for a, v in attrs.items() if v == []]
+    kept = {a: v for a, v in attrs.items() if a not in empty}
+    node = helper.make_node(n.op, inputs, outputs, name=n.name or None, **kept)
+    for a in empty:
+        kind = spec.attr_index[a].kind
+        node.attribute.append(helper.make_attribute(a, [], attr_type=_LIST_TYPES[kind]))
+    return node
+
+
+_LIST_TYPES = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.FLOATS}
 
 
 def _equal(a, b) -> bool:

@@ -1,0 +1,242 @@
+"""The rule verifier's parts: dtype plans, guard hints, comparison, executors, drawing,
+verdicts, and the engine fixes it led to. (The shipped library itself is verified rule by
+rule by the pytest plugin: see `rules_paths` in pyproject.toml.)"""
+
+import numpy as np
+import onnx
+import onnx.parser
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto as TP
+
+from dsl import load_rules, parse
+from dsl.check import check
+from frontends.onnx import optimize_model
+from rewrite.ops import OPS
+from verify import hints as H
+from verify.check import run_both
+from verify.compare import Tolerance, compare, mode_of, tolerance
+from verify.draw import SAMPLERS, Gen
+from verify.dtypes import plan_dtypes
+from verify.execute import NO_KERNEL, ExecError, hazard, run_ort, run_reference
+from verify.instance import instantiate, lowest_opset
+from verify.runner import verify_rule
+
+RULES = load_rules()
+
+
+def rules(text: str):
+    return check(parse(text, file="t.rules"))
+
+
+def rule(text: str):
+    return rules(text)[0]
+
+
+def model(text: str, opset: int = 18) -> onnx.ModelProto:
+    return onnx.parser.parse_model(f'<ir_version: 10, opset_import: ["" : {opset}]> g {text}')
+
+
+# ---- dtypes -------------------------------------------------------------------------------
+
+
+def test_dtype_plan_follows_schemas_and_captures():
+    r = rule("(simplify t (Where (Less @a @b) @a @c) @c)")
+    plan, _ = plan_dtypes(r.lhs, 18)
+    a, b, c = (plan.var_of(n) for n in "abc")
+    assert a == b and a == c  # Less ties a and b; Where's X and Y tie a and c
+    assert TP.BOOL not in plan.allowed[a]  # Less takes no bools (ONNX Less-13)
+
+
+def test_cast_to_is_the_output_dtype():
+    r = rule("(simplify t (Cast @x :to @to) (if (has-dtype @x @to)) @x)")
+    plan, _ = plan_dtypes(r.lhs, 18)
+    assert plan.var_of("to") is not None and plan.var_of("to") != plan.var_of("x")
+
+
+# ---- hints --------------------------------------------------------------------------------
+
+
+def test_hints_steer_towards_and_away_from_a_guard():
+    r = rule("(simplify t (Add @x @z) (if (all-equal @z 0) (broadcasts-into @z @x)) @x)")
+    holds = H.requests(r.guards)
+    assert H.Fill("z", 0) in holds and H.Within("z", "x") in holds
+    violate = H.requests(r.guards, violate=1)
+    assert (
+        H.Fill("z", 0) in violate
+        and H.Beyond("z", "x") in violate
+        and H.Within("z", "x") not in violate
+    )
+
+
+def test_a_negated_guard_is_satisfied_by_the_violation():
+    r = rule("(simplify t (Identity @x) (if (not (is-float @x))) @x)")
+    (req,) = H.requests(r.guards)
+    assert isinstance(req, H.DtypeIn) and not req.dtypes & {TP.FLOAT, TP.FLOAT16, TP.DOUBLE}
+
+
+def test_every_shipped_guard_has_a_hint():
+    used = {g.fn for r in RULES.rules for g in r.guards}
+    assert used <= set(H.HINTS), used - set(H.HINTS)
+
+
+# ---- comparison ---------------------------------------------------------------------------
+
+
+def test_exact_comparison_equates_nans_and_signed_zeros_only():
+    a = np.array([np.nan, -0.0, 1.0], np.float32)
+    assert compare(a, np.array([np.nan, 0.0, 1.0], np.float32), Tolerance()).ok
+    assert not compare(a, np.array([np.nan, 0.0, np.nextafter(np.float32(1), 2)]), Tolerance()).ok
+    assert not compare(np.array([np.inf]), np.array([np.nan]), Tolerance()).ok
+
+
+def test_shape_and_integer_mismatches_are_exact():
+    assert compare(np.zeros((2, 1)), np.zeros((2,)), Tolerance()).reason == "shape (2, 1) != (2,)"
+    big = np.array([2**53 + 1], np.int64)
+    d = compare(big, big - 1, tolerance("scaled", "reassoc", TP.INT64))
+    assert not d.ok and d.max_abs == 1
+
+
+def test_scaled_tolerance_is_relative_to_the_computation():
+    tol = tolerance("scaled", "reassoc", TP.FLOAT)
+    got, want = np.array([1e-3], np.float32), np.array([0.0], np.float32)
+    assert not compare(got, want, tol).ok
+    assert compare(got, want, tol, scale=100.0).ok  # 1e-3 <= 1e-4 + 1e-3 * 100
+
+
+def test_mode_is_bitwise_unless_an_op_sums_in_any_order():
+    by_name = {r.name: r for r in RULES.rules}
+    assert mode_of(by_name["add-zero"]) == "bitwise"
+    assert mode_of(by_name["matmul-add-to-gemm"]) == "scaled"  # exact class, but a matrix product
+    assert mode_of(by_name["scale-through-add"]) == "scaled"  # reassoc
+
+
+# ---- executors ----------------------------------------------------------------------------
+
+
+def test_integer_division_by_zero_is_a_hazard_not_a_crash():
+    m = model("(int64[2] x, int64[2] y) => (int64[2] z) { z = Div(x, y) }")
+    feeds = {"x": np.array([1, 2]), "y": np.array([1, 0])}
+    _, values = run_reference(m, feeds)
+    assert hazard(m, values) == "integer Div by zero"
+
+
+def test_missing_kernels_are_recorded_with_the_message():
+    m = model("(int64[2,2] a, int64[2,2] b) => (int64[2,2] y) { y = Gemm(a, b) }")
+    with pytest.raises(ExecError):
+        run_ort(m, {"a": np.eye(2, dtype=np.int64), "b": np.eye(2, dtype=np.int64)})
+    assert "Could not find an implementation" in NO_KERNEL[("Gemm", "T", TP.INT64)]
+
+
+def test_the_right_side_not_running_is_a_failure():
+    lhs = model("(float[2] x) => (float[2] y) { y = Relu(x) }")
+    rhs = model("(float[2] x) => (float[3] y) { y = Reshape(x, x) }")
+    out = run_both(lhs, rhs, {"x": np.ones(2, np.float32)}, "bitwise", "exact")
+    assert out.status == "fail" and "right side" in out.reason
+
+
+# ---- drawing ------------------------------------------------------------------------------
+
+_OPS = sorted(op for op in SAMPLERS if OPS.get(op) is not None)
+
+
+@pytest.mark.parametrize("op", _OPS)
+def test_every_sampler_draws_valid_nodes(op):
+    spec = OPS.get(op)
+    args = " ".join(f"@a{i}" for i in range(spec.n_required))
+    r = rule(f"(simplify t ({op} {args} :attrs @rest) (Identity ({op} {args} :attrs @rest)))")
+    seen = []
+
+    @settings(
+        max_examples=8,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.data())
+    def draw(data):
+        inst = instantiate(r, Gen(data, r.lhs, [], "full", lowest_opset(r)).example())
+        out = run_both(inst.lhs, inst.rhs, inst.feeds, "bitwise", "exact")
+        seen.append(out.status)
+
+    draw()
+    assert seen.count("ok") >= len(seen) // 2, seen  # mostly valid: few rejected draws
+
+
+def test_guards_are_evaluated_on_the_engines_facts():
+    r = rule("(simplify t (Transpose @x :perm @p) (if (identity-perm @p)) @x)")
+
+    @settings(
+        max_examples=20,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.data())
+    def draw(data):
+        inst = instantiate(r, Gen(data, r.lhs, H.requests(r.guards), "full", 13).example())
+        rank = len(inst.example.leaves["x"].shape)
+        assert inst.attrs["p"] == tuple(range(rank)) and inst.guards == (True,)
+
+    draw()
+
+
+# ---- verdicts -----------------------------------------------------------------------------
+
+
+def test_a_wrong_rule_fails_with_a_reproducible_counterexample():
+    r = rule("(simplify sub-as-add (Sub @a @b) (Add @a @b))")
+    first, again = verify_rule(r, examples=20), verify_rule(r, examples=20)
+    assert first.status == "FAIL" and first.failure.check == "numeric"
+    text = first.failure.text
+    assert "counterexample" in text and "left side:" in text and "right side:" in text
+    assert "onnxruntime" in text and "onnx.reference" in text and "opset" in text
+    assert first.repro == "rewrite verify t.rules --rule sub-as-add --seed 0 --examples 20"
+    assert again.failure.text == text  # the same seed shrinks to the same counterexample
+
+
+def test_a_rule_the_engine_never_applies_fails_the_engine_check():
+    # two Transposes without perm: the importer writes the perm out, so this never matches
+    r = rule("(simplify reverse-reverse (Transpose (Transpose @x)) @x)")
+    res = verify_rule(r, examples=10)
+    assert res.status == "FAIL" and res.failure.check == "engine"
+    assert "did not apply the rule" in res.failure.reason
+
+
+def test_a_rule_without_a_generator_is_unsupported():
+    r = rule("(simplify range-identity (Identity (Range @a @b @c)) (Range @a @b @c))")
+    res = verify_rule(r)
+    assert res.status == "unsupported" and "Range" in res.detail
+
+
+def test_shipped_rule_checks_include_the_companions():
+    res = verify_rule(next(r for r in RULES.rules if r.name == "add-zero"), RULES, examples=10)
+    names = [c.name for c in res.checks]
+    assert (
+        names[:3] == ["numeric", "engine", "commuted"] and "negative: all-equal (guard 1)" in names
+    )
+    assert res.status == "pass"
+
+
+# ---- engine fixes found by the verifier ---------------------------------------------------
+
+
+def test_a_scalar_transpose_is_optimized_without_crashing():
+    # a rank-0 Transpose has perm (); the exporter and shape inference wrote it untyped
+    m = model("(float x) => (float y) { t = Transpose(x) y = Relu(t) }")
+    out, _ = optimize_model(m, RULES)
+    assert [n.op_type for n in out.graph.node] == ["Relu"]
+
+
+def test_a_training_dropout_of_constants_is_not_folded():
+    # Dropout with training_mode true drops at random: folding it bakes one draw into the model
+    m = model(
+        "(float[2] y) => (float[4] z) "
+        "<float[4] x = {1., 2., 3., 4.}, float r = {0.5}, bool t = {1}> "
+        "{ d = Dropout(x, r, t) z = Add(d, d) }"
+    )
+    out, report = optimize_model(m, RULES)
+    assert [n.op_type for n in out.graph.node] == ["Dropout", "Add"] and not report.changed

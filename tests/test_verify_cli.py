@@ -1,0 +1,55 @@
+"""`rewrite verify`: the table, the counterexample with its reproduction command, exit codes."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+WRONG = ROOT / "tests" / "wrong_rules"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rewrite.cli", "verify", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.slow
+def test_a_wrong_rule_exits_1_with_its_counterexample():
+    r = run_cli(str(WRONG / "arith.rules"), "--rule", "sub-one-dropped", "--jobs", "1")
+    assert r.returncode == 1, r.stderr
+    assert "FAIL: sub-one-dropped" in r.stdout and "counterexample (shrunk)" in r.stdout
+    assert "reproduce: rewrite verify" in r.stdout and "--rule sub-one-dropped --seed 0" in r.stdout
+    assert (
+        "arith.rules:8" in r.stdout and "caught after" in r.stdout and "Traceback" not in r.stderr
+    )
+
+
+@pytest.mark.slow
+def test_verified_rules_exit_0_with_a_table():
+    r = run_cli("--rule", "add-zero", "--rule", "neg-neg", "--examples", "10", "--jobs", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for col in ("rule", "file:line", "examples", "max abs err", "max rel err", "status"):
+        assert col in r.stdout
+    assert "add-zero-c1" in r.stdout  # a :c variant comes with its rule
+    assert "patterns/algebra/arith.rules:25" in r.stdout and "3 rules, 3 verified" in r.stdout
+
+
+def test_usage_errors_exit_2():
+    r = run_cli("--rule", "no-such-rule")
+    assert r.returncode == 2 and "no rule named no-such-rule" in r.stderr
+    assert run_cli("--examples", "0").returncode == 2
+
+
+def test_a_rules_error_is_one_line_and_exit_1(tmp_path):
+    bad = tmp_path / "bad.rules"
+    bad.write_text("(simplify x (Nope @a) @a)\n")
+    r = run_cli(str(bad))
+    assert (
+        r.returncode == 1 and "unknown operator 'Nope'" in r.stderr and "Traceback" not in r.stderr
+    )

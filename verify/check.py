@@ -1,0 +1,154 @@
+"""Run a left side and a right side on both executors and decide.
+
+The verdict of one example (`Outcome.status`):
+
+- `reject`: the left side is not a valid computation on these values: onnxruntime, which
+  checks models strictly, rejects it, or it divides an integer by zero. The example is
+  dropped. onnxruntime having no kernel for an (op, dtype) is not a reason: that example is
+  compared on `onnx.reference` alone, with a note; likewise a left side only the reference
+  cannot run (it has no negative pads, for one) is compared on onnxruntime alone.
+- `fail`: the sides differ on every executor that ran both, or the right side cannot run
+  (or divides by zero) where the left side can. This is a wrong rule.
+- `ok`: the sides agree on at least one executor. If another executor says they differ, or
+  the executors disagree about the left side itself, that is an executor bug and is kept as
+  a note, not as a rule failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from verify.compare import Diff, compare, scale_of, tolerance, worst
+from verify.execute import ExecError, hazard, is_random, run_ort, run_reference
+
+EXECUTORS = ("onnxruntime", "onnx.reference")
+
+
+@dataclass
+class Outcome:
+    """One example's verdict (see module doc). outputs: (side, executor) -> output arrays;
+    diffs: executor -> worst Diff of the sides; notes: executor problems seen."""
+
+    status: str
+    reason: str = ""
+    diffs: dict[str, Diff] = field(default_factory=dict)
+    outputs: dict[tuple[str, str], list[np.ndarray]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    tolerance: str = ""
+    scale: float = 0.0
+
+    @property
+    def worst(self) -> Diff:
+        return worst(list(self.diffs.values()))
+
+
+def run_both(
+    lhs: onnx.ModelProto, rhs: onnx.ModelProto, feeds: dict, mode: str, fp: str
+) -> Outcome:
+    """Run both sides on both executors and compare (`mode`: `bitwise` or `scaled`, see
+    `verify.compare`; `fp`: the rule's numeric class)."""
+    out = Outcome("ok")
+    if is_random(lhs):
+        return Outcome("reject", "the left side is random (Dropout in training mode)")
+    if is_random(rhs):
+        return _fail(
+            out, "the right side is random (Dropout in training mode) where the left side is not"
+        )
+    values: list[dict] = [feeds]
+    why = _left(out, lhs, feeds, values)
+    if why:
+        return Outcome("reject", f"left side: {why}")
+    why = _right(out, rhs, feeds, values)
+    if why:
+        return _fail(out, why)
+    out.scale = scale_of(*values)
+    return _judge(out, lhs, mode, fp)
+
+
+def _left(out: Outcome, lhs: onnx.ModelProto, feeds: dict, values: list) -> str | None:
+    """Run the left side where it runs; the reason it is not a valid example, or None.
+
+    onnxruntime checks models strictly, so an error there (other than a missing kernel)
+    makes the example invalid; an error of the reference alone is the reference's limit
+    (e.g. negative pads), and the example is compared on onnxruntime only."""
+    try:
+        out.outputs[("left", "onnx.reference")], left_values = run_reference(lhs, feeds)
+        values.append(left_values)
+        why = hazard(lhs, left_values)
+        if why:
+            return why
+    except ExecError as e:
+        if any(n.op_type in ("Div", "Mod", "ReduceMean") for n in lhs.graph.node):
+            return f"{e} (and no intermediate values to rule out an integer division by zero)"
+        out.notes.append(f"left side not run on {e}")
+    try:
+        out.outputs[("left", "onnxruntime")] = run_ort(lhs, feeds)
+    except ExecError as e:
+        if e.kind != "no-kernel" or ("left", "onnx.reference") not in out.outputs:
+            return str(e)
+        out.notes.append(f"left side not run on {e}")
+    return None
+
+
+def _right(out: Outcome, rhs: onnx.ModelProto, feeds: dict, values: list) -> str | None:
+    """Run the right side on the executors that ran the left side (the reference first, so
+    that its values rule out a division by zero before onnxruntime runs); why the rule is
+    wrong, or None."""
+    risky = any(n.op_type in ("Div", "Mod", "ReduceMean") for n in rhs.graph.node)
+    if ("left", "onnx.reference") in out.outputs:
+        try:
+            out.outputs[("right", "onnx.reference")], right_values = run_reference(rhs, feeds)
+            values.append(right_values)
+            why = hazard(rhs, right_values)
+            if why:
+                return f"the right side has an {why} where the left side has none"
+        except ExecError as e:
+            out.notes.append(f"right side not run on {e}")
+    checked = ("right", "onnx.reference") in out.outputs or not risky
+    if ("left", "onnxruntime") in out.outputs and checked:
+        try:
+            out.outputs[("right", "onnxruntime")] = run_ort(rhs, feeds)
+        except ExecError as e:
+            if e.kind != "no-kernel":
+                return f"onnxruntime cannot run the right side, only the left: {e.message}"
+            out.notes.append(f"right side not run on {e}")
+    if not any(side == "right" for side, _ in out.outputs):
+        return "no executor runs the right side where the left side runs"
+    return None
+
+
+def _judge(out: Outcome, lhs: onnx.ModelProto, mode: str, fp: str) -> Outcome:
+    elem = [o.type.tensor_type.elem_type for o in lhs.graph.output]
+    tols = [tolerance(mode, fp, t) for t in elem]
+    out.tolerance = "; ".join(sorted({str(t) for t in tols}))
+    for ex in EXECUTORS:
+        left, right = out.outputs.get(("left", ex)), out.outputs.get(("right", ex))
+        if left is not None and right is not None:
+            if len(left) != len(right):
+                return _fail(out, f"{len(right)} outputs on the right, {len(left)} on the left")
+            out.diffs[ex] = worst(
+                [compare(r, lv, t, out.scale) for lv, r, t in zip(left, right, tols)]
+            )
+    bad = [ex for ex, d in out.diffs.items() if not d.ok]
+    if bad and len(bad) == len(out.diffs):
+        return _fail(out, "the two sides differ" + _why(out.diffs[bad[0]]))
+    if bad:
+        out.notes.append(f"executors disagree: only {', '.join(bad)} sees the sides differ")
+    lo, lr = out.outputs.get(("left", "onnxruntime")), out.outputs.get(("left", "onnx.reference"))
+    if lo is not None and lr is not None:
+        across = worst([compare(a, b, t, out.scale) for a, b, t in zip(lo, lr, tols)])
+        if not across.ok:
+            out.notes.append("onnxruntime and onnx.reference disagree on the left side")
+    return out
+
+
+def _why(d: Diff) -> str:
+    return f" ({d.reason})" if d.reason and d.reason != "values differ" else ""
+
+
+def _fail(out: Outcome, reason: str) -> Outcome:
+    out.status, out.reason = "fail", reason
+    return out

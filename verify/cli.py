@@ -1,0 +1,190 @@
+"""`rewrite verify [PATHS...] [--examples N] [--seed S] [--rule NAME] [--jobs J]`.
+
+Verifies every rule of the given `.rules` files and directories (the shipped library when
+none are given; `verify.runner` says what is checked), with a progress bar on stderr, then
+prints each failure's counterexample and a table: rule, `file:line`, examples tried (for a
+failure: the examples it took to catch it), max abs and rel error, status, seconds. Exits 1
+if any rule is not verified: `FAIL` (a counterexample), `unsat` (no valid example could be
+drawn) or `unsupported` (an op has no example generator); 2 for a usage error.
+
+Rules are verified in `--jobs` worker processes (default: one per CPU).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def add_parser(subparsers) -> None:
+    """Register the `verify` subcommand on `rewrite`'s subparsers."""
+    from verify.runner import DEFAULT_EXAMPLES  # noqa: PLC0415
+
+    v = subparsers.add_parser(
+        "verify",
+        help="check every rule numerically (Hypothesis differential tests)",
+        description="Verify rules: draw examples of each rule's left side (shapes, dtypes, values "
+        "and attributes that satisfy its guards), run both sides on onnxruntime and "
+        "onnx.reference, check that the engine applies the rule, and shrink any failure to a "
+        "minimal counterexample. "
+        "Exit 1 if any rule is not verified.",
+    )
+    v.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="rule files or directories (default: the shipped library)",
+    )
+    v.add_argument(
+        "--examples",
+        type=int,
+        default=DEFAULT_EXAMPLES,
+        metavar="N",
+        help=f"examples per rule and direction (default {DEFAULT_EXAMPLES})",
+    )
+    v.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    v.add_argument(
+        "--rule",
+        action="append",
+        metavar="NAME",
+        help="verify only this rule (repeatable; NAME also selects its :c variants)",
+    )
+    v.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="J",
+        help="worker processes (default: one per CPU)",
+    )
+    v.set_defaults(func=cmd_verify)
+
+
+def cmd_verify(args) -> int:
+    from rewrite.cli import _load_rules  # noqa: PLC0415
+
+    if args.examples <= 0 or args.jobs <= 0:
+        return _usage("--examples and --jobs must be positive")
+    rules = _load_rules(args.paths)
+    if rules is None:
+        return EXIT_FAIL
+    names = select(rules, args.rule)
+    if names is None:
+        return _usage(
+            f"no rule named {', '.join(args.rule)} in {', '.join(rules.files) or 'the library'}"
+        )
+    start = time.perf_counter()
+    results = run(args.paths, names, args.examples, args.seed, args.jobs)
+    _print(results, time.perf_counter() - start, args)
+    return EXIT_OK if all(r.status == "pass" for r in results) else EXIT_FAIL
+
+
+def select(rules, wanted: list[str] | None) -> list[str] | None:
+    """Names of the rules to verify: all, or those named (or whose `:c` base is named);
+    None if a name matches nothing."""
+    from verify.engine import base_name  # noqa: PLC0415
+
+    if not wanted:
+        return rules.names()
+    names = [r.name for r in rules.rules if r.name in wanted or base_name(r.name) in wanted]
+    return names or None
+
+
+def run(paths, names: list[str], examples: int, seed: int, jobs: int) -> list:
+    """`verify.runner.RuleResult`s of the rules `names` of the rules at `paths` (the shipped
+    library when empty), verified in `jobs` processes, with a progress bar on stderr."""
+    paths = tuple(str(Path(p)) for p in paths)
+    jobs = min(jobs, len(names))
+    results = {}
+    columns = (
+        TextColumn("verifying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("", total=len(names))
+        if jobs == 1:
+            for name in names:
+                bar.update(task, description=name)
+                results[name] = _verify_one(paths, name, examples, seed)
+                bar.advance(task)
+        else:
+            with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+                futures = {pool.submit(_verify_one, paths, n, examples, seed): n for n in names}
+                for f in as_completed(futures):
+                    results[futures[f]] = f.result()
+                    bar.update(task, description=futures[f])
+                    bar.advance(task)
+    return [results[n] for n in names]
+
+
+_CACHE: dict = {}
+
+
+def _verify_one(paths: tuple[str, ...], name: str, examples: int, seed: int):
+    """Verify rule `name` of the rules at `paths` (in a worker process: rules loaded once)."""
+    from dsl import load_rules, shipped_rules_dir  # noqa: PLC0415
+    from verify.runner import verify_rule  # noqa: PLC0415
+
+    if paths not in _CACHE:
+        _CACHE[paths] = load_rules([Path(p) for p in paths] if paths else [shipped_rules_dir()])
+    rules = _CACHE[paths]
+    rule = next(r for r in rules.rules if r.name == name)
+    return verify_rule(rule, rules, examples, seed)
+
+
+def _print(results, seconds: float, args) -> None:
+    for r in results:
+        if r.status != "pass":
+            out.rule(
+                f"{r.status}: {r.rule.name} ({r.rule.span.file}:{r.rule.span.line})", style="red"
+            )
+            f = r.failure
+            out.print(
+                f.text if f and f.text else (f.reason if f else r.detail or "no valid example"),
+                markup=False,
+            )
+            out.print(f"reproduce: {r.repro}", markup=False)
+    table = Table(title="rule verification", title_justify="left")
+    for col in ("rule", "file:line", "examples", "max abs err", "max rel err", "status", "s"):
+        table.add_column(col, justify="left" if col in ("rule", "file:line", "status") else "right")
+    for r in results:
+        f = r.failure
+        examples = f"caught after {f.caught_after}" if f and f.caught_after else str(r.examples)
+        style = "green" if r.status == "pass" else "red"
+        errors = (f.max_abs, f.max_rel) if f else (r.max_abs, r.max_rel)
+        abs_err, rel_err = ("-" if e is None else f"{e:.3g}" for e in errors)
+        table.add_row(
+            r.rule.name,
+            f"{r.rule.span.file}:{r.rule.span.line}",
+            examples,
+            abs_err,
+            rel_err,
+            f"[{style}]{r.status}[/{style}]",
+            f"{r.seconds:.2f}",
+        )
+    out.print(table)
+    failed = [r for r in results if r.status != "pass"]
+    out.print(
+        f"{len(results)} rules, {len(results) - len(failed)} verified, {len(failed)} not "
+        f"({args.examples} examples per rule, seed {args.seed}, {seconds:.1f} s)",
+        markup=False,
+    )
+
+
+def _usage(msg: str) -> int:
+    err.print(f"rewrite verify: error: {msg}", markup=False)
+    return EXIT_USAGE

@@ -1,0 +1,113 @@
+"""How the two sides' outputs are compared.
+
+- Integers and bools: exactly.
+- Floats, for an `exact` rule whose ops all compute each element on its own (no sums whose
+  order a kernel may choose: the op table's cost classes `matmul`, `gemm`, `conv`, `reduce`,
+  `normalize`, `pool`): exactly, bit for bit, except that every NaN equals every NaN and
+  -0.0 equals +0.0 (the sign-of-zero convention of patterns/algebra/arith.rules).
+- Other floats: the numeric class's tolerance from `frontends.onnx.check.TOLERANCES` (the
+  optimizer's own output check), scaled by the magnitude of the computation:
+  `|a - b| <= atol + rtol * max(|b|, S)`, S the largest finite magnitude among the example's
+  inputs and intermediate values. Rounding errors of a regrouped sum are proportional to its
+  terms, not to its result: (x + b) * s and x * s + b * s differ by about eps * |x * s| even
+  when the result is near 0. NaN equals NaN; an infinity only equals itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from onnx import TensorProto
+
+from frontends.onnx.check import TOLERANCES
+from rewrite.ops import OPS
+from verify.instance import op_names
+
+INEXACT_COSTS = frozenset({"matmul", "gemm", "conv", "reduce", "normalize", "pool"})
+_FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+
+
+def mode_of(rule) -> str:
+    """`bitwise` for an exact rule whose ops allow it, else `scaled` (see module doc)."""
+    ops = op_names(rule.lhs) | op_names(rule.rhs)
+    inexact = any(OPS.get(op).cost in INEXACT_COSTS for op in ops)
+    return "bitwise" if rule.fp == "exact" and not inexact else "scaled"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """rtol/atol of one comparison; both 0 means exact."""
+
+    rtol: float = 0.0
+    atol: float = 0.0
+
+    def __str__(self) -> str:
+        if not self.rtol and not self.atol:
+            return "exact (NaN == NaN, -0.0 == +0.0)"
+        return f"|a-b| <= {self.atol:g} + {self.rtol:g} * max(|b|, S)"
+
+
+def tolerance(mode: str, fp: str, elem_type: int) -> Tolerance:
+    """The tolerance for outputs of ONNX `elem_type` under `mode` and numeric class `fp`."""
+    if mode == "bitwise" or elem_type not in _FLOAT_TYPES:
+        return Tolerance()
+    rtol, atol = TOLERANCES[fp].get(elem_type, (0.0, 0.0))
+    return Tolerance(rtol, atol)
+
+
+@dataclass(frozen=True)
+class Diff:
+    """One comparison: verdict, max absolute and relative error, and why it failed."""
+
+    ok: bool
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    reason: str = ""
+
+
+def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance, scale: float = 0.0) -> Diff:
+    """Compare `got` against `want` (see module doc). `scale` is S."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return Diff(False, np.inf, np.inf, f"shape {got.shape} != {want.shape}")
+    if got.dtype != want.dtype:
+        return Diff(False, np.inf, np.inf, f"dtype {got.dtype} != {want.dtype}")
+    if got.size == 0:
+        return Diff(True)
+    if not np.issubdtype(want.dtype, np.floating):
+        same = bool(np.array_equal(got, want))
+        err = 0.0 if same else float(np.max(np.abs(got.astype(object) - want.astype(object))))
+        return Diff(same, err, 0.0 if same else np.inf, "" if same else "values differ")
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        equal = (g == w) | (np.isnan(g) & np.isnan(w))
+        err = np.where(equal, 0.0, np.abs(g - w))
+        err = np.where(np.isnan(err), np.inf, err)
+        rel = err / np.maximum(np.maximum(np.abs(w), np.abs(g)), np.finfo(np.float64).tiny)
+        rel = np.where(equal, 0.0, np.where(np.isnan(rel), np.inf, rel))  # inf / inf
+        bound = tol.atol + tol.rtol * np.maximum(np.abs(w), scale)
+        ok = bool(np.all(equal | (err <= bound)))
+    max_rel = float(np.max(rel))
+    return Diff(ok, float(np.max(err)), max_rel, "" if ok else "values differ")
+
+
+def scale_of(*value_maps: dict) -> float:
+    """S: the largest finite magnitude among float arrays in the given name -> value maps."""
+    s = 0.0
+    for values in value_maps:
+        for v in values.values():
+            a = np.asarray(v) if v is not None else None
+            if a is not None and a.size and np.issubdtype(a.dtype, np.floating):
+                finite = np.abs(a[np.isfinite(a)].astype(np.float64))
+                if finite.size:
+                    s = max(s, float(finite.max()))
+    return s
+
+
+def worst(diffs: list[Diff]) -> Diff:
+    """The failing diff with the largest error, else the largest error among passing ones."""
+    if not diffs:
+        return Diff(True)
+    bad = [d for d in diffs if not d.ok]
+    return max(bad or diffs, key=lambda d: (d.max_abs, d.max_rel))

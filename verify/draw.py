@@ -1,0 +1,249 @@
+"""Drawing one example of a pattern: opset, dtypes, shapes, attributes, constants and values.
+
+`Gen.draw()` walks a rule's left side bottom-up. Each operator node is handed to the
+*sampler* of its op (`SAMPLERS`, filled by `verify.ops_basic` and `verify.ops_nn`): the
+sampler knows what makes the op valid (Transpose's perm is a permutation of the input's rank,
+MatMul's inner dimensions agree, ...) and proposes shapes for the node's free inputs, values
+for its shape-like inputs (Reshape's shape, Squeeze's axes) and values for its free
+attributes. Proposals then pass through the guards' requests (`verify.hints`), and the node's
+output type comes from the engine's own shape rules (`rewrite.infer.infer_type`).
+
+Everything is drawn from Hypothesis's `data` object, so a failing example shrinks: towards
+float32, opset 18, rank 0, size-1 dimensions, default attributes and small values.
+
+A *leaf* is a term capture (drawn once, however often the pattern uses it) or a wildcard in
+an input slot. A leaf in an optional slot may be drawn absent. Shapes of independent leaves
+are drawn as broadcasts of one per-example *universe* shape (rank 0 to 5, with size-1 and,
+rarely, size-0 dimensions), so elementwise patterns are valid without rejection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from dsl.ir import OpNode, Term
+from rewrite.infer import infer_type
+from rewrite.types import TensorType
+from verify import hints as H
+from verify.dtypes import plan_dtypes
+from verify.steer import MAX_RANK, Steer
+from verify.values import Values, sampled
+
+MAX_ELEMENTS = 256
+OPSETS = (18, 19, 20, 21, 13, 14, 15, 16, 17)  # shrinking order: 18 first
+# dimension sizes, in shrinking order; size 0 is rare (every tensor using it is empty)
+_DIMS = (1,) * 6 + (2,) * 6 + (3,) * 6 + (4,) * 4 + (5,) * 2 + (0,)
+
+SAMPLERS: dict[str, Callable[[NodeCtx], None]] = {}
+
+
+def sampler(*ops: str):
+    """Register a sampler for `ops`: a function of a `NodeCtx` that puts every free input
+    (`NodeCtx.put`) and sets every attribute (`NodeCtx.attr`)."""
+
+    def deco(fn):
+        for op in ops:
+            SAMPLERS[op] = fn
+        return fn
+
+    return deco
+
+
+@dataclass
+class Leaf:
+    """One leaf of the example. value: set for constants with fixed values (shape-like
+    inputs, `Fill`, `CopyValues`), else drawn at the end; const: an initializer."""
+
+    name: str
+    dtype: int
+    shape: tuple[int, ...] | None = None
+    const: bool = False
+    absent: bool = False
+    value: np.ndarray | None = None
+    uses: list[tuple[str, int]] = field(default_factory=list)
+    copy_of: str | None = None
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.dtype, self.shape)
+
+
+@dataclass(frozen=True)
+class DrawnNode:
+    """One drawn op node: input names ("" for absent), output name, canonical attributes
+    (op-table order, as the engine's importer fills them in) and output type."""
+
+    op: str
+    inputs: tuple[str, ...]
+    output: str
+    attrs: tuple[tuple[str, Any], ...]
+    type: TensorType
+
+
+@dataclass
+class Example:
+    """A drawn left side: its opset, leaves (graph inputs and initializers), nodes in
+    topological order, root output name, and attribute captures' values."""
+
+    opset: int
+    leaves: dict[str, Leaf]
+    nodes: list[DrawnNode]
+    root: str
+    attrs: dict[str, Any]
+    types: dict[str, TensorType]
+    output_of: dict[int, str]
+
+
+class Gen(Steer, Values):
+    """Draws one `Example` of pattern `lhs` from Hypothesis `data`.
+
+    reqs: the guards' requests (`verify.hints.requests`). values: `full` (every float,
+    NaN, infinities, -0.0 and subnormals included) or `bounded` (finite |v| <= 8, plus NaN and
+    signed zeros; for comparisons with a tolerance, where huge values make any regrouping of
+    sums overflow or cancel). lo_opset: the lowest opset every op of the rule exists at.
+    What the draws depend on is only `data`, never state learnt while running (such as
+    onnxruntime's missing kernels), so that a seed always replays the same examples. Calls
+    `hypothesis.assume(False)` when the drawn choices make an invalid node.
+    """
+
+    def __init__(self, data, lhs: Term, reqs, values: str = "full", lo_opset: int = 13):
+        self.data, self.lhs, self.values_mode = data, lhs, values
+        self.lo_opset = lo_opset
+        self.reqs: dict[str, list[H.Request]] = {}
+        for r in reqs:
+            for name in {r.name, *(getattr(r, f, None) for f in ("big", "source", "of", "inp"))}:
+                if name:
+                    self.reqs.setdefault(name, []).append(r)
+        self.leaves: dict[str, Leaf] = {}
+        self.types: dict[str, TensorType] = {}
+        self.attrs: dict[str, Any] = {}
+        self.nodes: list[DrawnNode] = []
+        self.output_of: dict[int, str] = {}  # id() of a pattern node -> its drawn output
+        self._fresh = 0
+
+    def draw(self, strategy, label: str | None = None):
+        return self.data.draw(strategy, label=label)
+
+    def pick(self, options, label: str | None = None):
+        """One of `options` (shrinking towards the first)."""
+        return self.data.draw(sampled(tuple(options)), label=label)
+
+    # ---- the example -------------------------------------------------------------------------
+
+    def example(self) -> Example:
+        """Draw the whole example (see class doc)."""
+        opsets = [o for o in OPSETS if o >= self.lo_opset] or [self.lo_opset]
+        self.opset = self.pick(opsets, "opset")
+        self._choose_dtypes()
+        self.universe = self.new_shape(self.draw(st.integers(0, MAX_RANK), "rank"))
+        root = self.node(self.lhs)
+        self._draw_values()
+        return Example(
+            self.opset, self.leaves, self.nodes, root, self.attrs, self.types, self.output_of
+        )
+
+    def _choose_dtypes(self) -> None:
+        plan, self.plan_nodes = plan_dtypes(self.lhs, self.opset)
+        for rs in self.reqs.values():
+            for r in rs:
+                _dtype_request(plan, r)
+        chosen: dict[int, int] = {}
+        for v in plan.roots():
+            options = plan.choices(v, chosen, ())
+            assume(options)
+            chosen[v] = self.pick(options, "dtype")
+        self.plan, self.chosen = plan, chosen
+
+    def dtype_of(self, var: int) -> int:
+        return self.chosen[self.plan.find(var)]
+
+    def node(self, t: OpNode) -> str:
+        """Draw node `t` (children first); returns its output name."""
+        inputs = [self.node(a) if isinstance(a, OpNode) else None for a in t.args]
+        sample = SAMPLERS.get(t.op)
+        if sample is None:
+            raise Unsupported(f"no example generator for operator {t.op}")
+        ctx = NodeCtx(self, t, inputs)
+        sample(ctx)
+        ctx.finish()
+        values = tuple(self.const_value(n) for n in ctx.names)
+        typ = infer_type(t.op, ctx.attr_tuple(), tuple(ctx.types), values)
+        assume(typ.shape is not None and typ.static and typ.dtype)
+        assume(typ.numel <= 4 * MAX_ELEMENTS)
+        out = t.bind or self.fresh("n")
+        self.types[out] = typ
+        self.nodes.append(DrawnNode(t.op, tuple(ctx.names), out, ctx.attr_tuple(), typ))
+        self.output_of[id(t)] = out
+        return out
+
+    def fresh(self, prefix: str) -> str:
+        self._fresh += 1
+        return f"_{prefix}{self._fresh}"
+
+    def const_value(self, name: str):
+        leaf = self.leaves.get(name)
+        return leaf.value if leaf is not None and leaf.const and not leaf.absent else None
+
+    # ---- shapes ------------------------------------------------------------------------------
+
+    def dim(self) -> int:
+        return self.pick(_DIMS, "dim")
+
+    def new_shape(self, rank: int) -> tuple[int, ...]:
+        shape = [self.dim() for _ in range(rank)]
+        while math.prod(shape) > MAX_ELEMENTS:
+            shape[shape.index(max(shape))] = 1 if max(shape) <= 2 else 2
+        return tuple(shape)
+
+    def sub_shape(self, base: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        """A shape that broadcasts into `base` (the universe by default): a suffix of it,
+        with some dimensions set to 1."""
+        base = self.universe if base is None else base
+        drop = base and self.draw(st.integers(0, 3), "drop axes") == 3  # mostly all axes
+        k = len(base) - (self.draw(st.integers(1, len(base)), "dropped") if drop else 0)
+        suffix = base[len(base) - k :]
+        return tuple(
+            1 if d != 1 and self.draw(st.integers(0, 3), "to 1") == 3 else d for d in suffix
+        )
+
+    def compatible(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+        """A shape that broadcasts with all of `shapes`: mostly one that broadcasts into
+        their broadcast, sometimes a bigger one (more leading axes, size-1 axes grown)."""
+        if not shapes:
+            return self.sub_shape()
+        try:
+            base = tuple(int(d) for d in np.broadcast_shapes(*shapes))
+        except ValueError:
+            return self.sub_shape()
+        if self.draw(st.integers(0, 3), "grow") < 3:
+            return self.sub_shape(base)
+        extra = self.draw(st.integers(0, max(0, MAX_RANK - len(base))), "rank")
+        grown = tuple(self.dim() if d == 1 else d for d in base)
+        return self.new_shape(extra) + grown
+
+
+class Unsupported(Exception):
+    """The verifier cannot draw examples for this rule (e.g. no generator for an op)."""
+
+
+def _dtype_request(plan, r) -> None:
+    a = plan.var_of(r.name)
+    if isinstance(r, H.SameDtype):
+        b = plan.var_of(r.other)
+        if a is not None and b is not None:
+            plan.union(a, b)
+    elif isinstance(r, H.DtypeIn) and a is not None:
+        plan.restrict(a, r.dtypes)
+    elif isinstance(r, H.DtypeFrom) and a is not None and plan.var_of(r.source) is not None:
+        plan.depends[a] = (plan.var_of(r.source), r.fn)
+
+
+from verify import ops_basic, ops_nn  # noqa: E402,F401  (register the samplers)
+from verify.node import NodeCtx  # noqa: E402  (NodeCtx uses Gen's helpers)

@@ -1,0 +1,351 @@
+"""Generation hints: what a guard asks of the examples drawn for a rule.
+
+A rule's guards are exact predicates, evaluated on every drawn example exactly as the engine
+evaluates them (`hypothesis.assume` drops the examples they reject). Drawing blindly and
+filtering would reject almost everything (`all-equal @z 0` on random floats), so each guard
+of the registry may have a *hint*, keyed by the guard's name: a function from the guard's
+arguments to `Request`s that steer the drawing towards examples the guard accepts, and
+optionally a second one, its *violation*, that steers towards examples it rejects (for the
+negative companion check, where exactly one guard must fail):
+
+    @hint("all-equal")
+    def _all_equal(x: Arg, v: Arg) -> list[Request]:
+        return [Const(x.name), Fill(x.name, v.value)]
+
+    @violation("broadcasts-into")
+    def _grows(z: Arg, x: Arg) -> list[Request]:
+        return [Beyond(z.name, x.name)]
+
+Arguments are `Arg`s: a capture name (`Arg.name`) or a literal value (`Arg.value`). Requests
+are declarative; `verify.draw` applies them when it draws the captures they name (a request
+that names a capture drawn before the other one it relates to is applied to whichever is drawn
+second). A hint is only a bias: the guard itself still decides. A guard without a hint works,
+with a higher rejection rate. A negated guard `(not (g ...))` is satisfied by g's violation
+and violated by g's hint.
+
+Requests:
+
+| request                  | effect                                                        |
+|--------------------------|---------------------------------------------------------------|
+| `Const(x)` / `Input(x)`  | x is an initializer / a graph input                           |
+| `Fill(x, v)`             | x is a constant whose every element is v                      |
+| `OneElement(x)`          | x is a constant of shape (1, ..., 1) or ()                    |
+| `Many(x)`                | x has more than one element                                   |
+| `Within(z, x)`           | z's shape broadcasts into x's (`broadcasts-into z x`)         |
+| `Beyond(z, x)`           | z's shape broadcasts with x's into a bigger shape than x's    |
+| `CopyValues(b, a)`       | b is a constant equal to a (`same-values`)                    |
+| `NoZero(s)` / `Zero(s)`  | a Reshape target shape without / with a 0 entry               |
+| `Rank(x, n)`             | x has rank n                                                  |
+| `RankAtLeast(x, n)`      | x has rank n or more                                          |
+| `ChannelOf(b, y)`        | b is a per-channel constant for the (N, C, ...) tensor y       |
+| `KeepType(y, x)`         | y (an op's output) has x's type: the op is drawn as a no-op    |
+| `SameDtype(a, b)`        | a and b have one dtype                                         |
+| `DtypeIn(x, dtypes)`     | x's dtype is one of `dtypes`                                   |
+| `DtypeFrom(x, y, f)`     | x's dtype is in `f(dtype of y)`                                |
+| `IdentityPerm(p)`        | attribute p is the identity permutation of its length          |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dsl.ir import Capture, Guard, Literal
+from rewrite.registry import GUARDS
+from rewrite.types import ClassInfo, TensorType
+from verify.dtypes import CANDIDATES, FLOATS
+
+
+@dataclass(frozen=True)
+class Arg:
+    """A guard argument: a capture (`name`) or a literal (`value`)."""
+
+    name: str | None = None
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """Base of the requests a hint makes; `name` is the capture it steers."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Const(Request):
+    pass
+
+
+@dataclass(frozen=True)
+class Fill(Request):
+    value: Any = 0
+
+
+@dataclass(frozen=True)
+class Input(Request):
+    pass
+
+
+@dataclass(frozen=True)
+class OneElement(Request):
+    pass
+
+
+@dataclass(frozen=True)
+class Many(Request):
+    pass
+
+
+@dataclass(frozen=True)
+class Beyond(Request):
+    big: str = ""
+
+
+@dataclass(frozen=True)
+class Zero(Request):
+    pass
+
+
+@dataclass(frozen=True)
+class Within(Request):
+    big: str = ""
+
+
+@dataclass(frozen=True)
+class CopyValues(Request):
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class NoZero(Request):
+    pass
+
+
+@dataclass(frozen=True)
+class Rank(Request):
+    n: int = 0
+
+
+@dataclass(frozen=True)
+class RankAtLeast(Request):
+    n: int = 0
+
+
+@dataclass(frozen=True)
+class ChannelOf(Request):
+    of: str = ""
+
+
+@dataclass(frozen=True)
+class KeepType(Request):
+    inp: str = ""
+
+
+@dataclass(frozen=True)
+class SameDtype(Request):
+    other: str = ""
+
+
+@dataclass(frozen=True)
+class DtypeIn(Request):
+    dtypes: frozenset = frozenset()
+
+
+@dataclass(frozen=True)
+class DtypeFrom(Request):
+    source: str = ""
+    fn: Callable[[int], frozenset] = frozenset
+
+
+@dataclass(frozen=True)
+class IdentityPerm(Request):
+    pass
+
+
+HINTS: dict[str, Callable[..., list[Request]]] = {}
+VIOLATIONS: dict[str, Callable[..., list[Request]]] = {}
+
+
+def hint(guard_name: str):
+    """Register the hint of guard `guard_name`: requests that make it hold."""
+
+    def deco(fn):
+        HINTS[guard_name] = fn
+        return fn
+
+    return deco
+
+
+def violation(guard_name: str):
+    """Register the violation of guard `guard_name`: requests that make it fail."""
+
+    def deco(fn):
+        VIOLATIONS[guard_name] = fn
+        return fn
+
+    return deco
+
+
+def requests(guards: tuple[Guard, ...], violate: int | None = None) -> list[Request]:
+    """The requests that make every guard hold, except guard number `violate`, which is
+    steered to fail."""
+    out: list[Request] = []
+    for i, g in enumerate(guards):
+        holds = (i != violate) != g.negate  # a negated guard holds when g fails
+        fn = (HINTS if holds else VIOLATIONS).get(g.fn)
+        args = [Arg(a.name) if isinstance(a, Capture) else Arg(None, _lit(a)) for a in g.args]
+        if fn is not None and all(a.name is not None or a.value is not None for a in args):
+            out += fn(*args)
+    return out
+
+
+def _lit(a):
+    return a.value if isinstance(a, Literal) else None
+
+
+# ---- the hints of the registry's guards ----------------------------------------------------
+
+
+@hint("identity-perm")
+def _identity_perm(p: Arg) -> list[Request]:
+    return [IdentityPerm(p.name)] if p.name else []
+
+
+@hint("is-constant")
+def _is_constant(x: Arg) -> list[Request]:
+    return [Const(x.name)]
+
+
+@hint("all-equal")
+def _all_equal(x: Arg, v: Arg) -> list[Request]:
+    return [Const(x.name), Fill(x.name, v.value)]
+
+
+@hint("one-element")
+def _one_element(x: Arg) -> list[Request]:
+    return [Const(x.name), OneElement(x.name)]
+
+
+@hint("same-values")
+def _same_values(a: Arg, b: Arg) -> list[Request]:
+    return [Const(a.name), Const(b.name), CopyValues(b.name, a.name), CopyValues(a.name, b.name)]
+
+
+@hint("no-zero-dims")
+def _no_zero_dims(s: Arg) -> list[Request]:
+    return [Const(s.name), NoZero(s.name)]
+
+
+@hint("rank")
+def _rank(x: Arg, n: Arg) -> list[Request]:
+    return [Rank(x.name, int(n.value))] if n.value is not None else []
+
+
+@hint("rank-at-least")
+def _rank_at_least(x: Arg, n: Arg) -> list[Request]:
+    return [RankAtLeast(x.name, int(n.value))] if n.value is not None else []
+
+
+@hint("same-type")
+def _same_type(a: Arg, b: Arg) -> list[Request]:
+    return [SameDtype(a.name, b.name), KeepType(a.name, b.name)]
+
+
+@hint("same-dtype")
+def _same_dtype(a: Arg, b: Arg) -> list[Request]:
+    return [SameDtype(a.name, b.name)]
+
+
+@hint("has-dtype")
+def _has_dtype(x: Arg, t: Arg) -> list[Request]:
+    if t.name is not None:  # an attribute capture: a Cast's `to`
+        return [SameDtype(x.name, t.name)]
+    return [DtypeIn(x.name, frozenset({int(t.value)}))]
+
+
+@hint("is-float")
+def _is_float(x: Arg) -> list[Request]:
+    return [DtypeIn(x.name, FLOATS)]
+
+
+def _lossless(d: int) -> frozenset:
+    """The dtypes a value of dtype `d` casts to without loss, by the guard itself."""
+    guard = GUARDS["cast-lossless"].fn
+    return frozenset(t for t in CANDIDATES if guard(ClassInfo(TensorType(d, ())), t))
+
+
+@hint("cast-lossless")
+def _cast_lossless(x: Arg, to: Arg) -> list[Request]:
+    if to.name is None:
+        return [DtypeIn(x.name, frozenset(d for d in CANDIDATES if int(to.value) in _lossless(d)))]
+    return [DtypeFrom(to.name, x.name, _lossless)]
+
+
+@hint("broadcasts-into")
+def _broadcasts_into(z: Arg, x: Arg) -> list[Request]:
+    return [Within(z.name, x.name)]
+
+
+@hint("channel-bias")
+def _channel_bias(b: Arg, y: Arg) -> list[Request]:
+    return [Const(b.name), ChannelOf(b.name, y.name)]
+
+
+# ---- violations ------------------------------------------------------------------------------
+
+
+@violation("is-constant")
+def _not_constant(x: Arg) -> list[Request]:
+    return [Input(x.name)]
+
+
+@violation("one-element")
+def _not_one_element(x: Arg) -> list[Request]:
+    return [Const(x.name), Many(x.name)]
+
+
+@violation("no-zero-dims")
+def _zero_dims(s: Arg) -> list[Request]:
+    return [Const(s.name), Zero(s.name)]
+
+
+@violation("rank")
+def _other_rank(x: Arg, n: Arg) -> list[Request]:
+    return [Rank(x.name, int(n.value) + 1)] if n.value is not None else []
+
+
+@violation("rank-at-least")
+def _lower_rank(x: Arg, n: Arg) -> list[Request]:
+    return [Rank(x.name, int(n.value) - 1)] if n.value is not None and n.value > 0 else []
+
+
+@violation("has-dtype")
+def _other_dtype(x: Arg, t: Arg) -> list[Request]:
+    if t.name is not None:
+        return [DtypeFrom(t.name, x.name, lambda d: frozenset(CANDIDATES) - {d})]
+    return [DtypeIn(x.name, frozenset(CANDIDATES) - {int(t.value)})]
+
+
+@violation("is-float")
+def _not_float(x: Arg) -> list[Request]:
+    return [DtypeIn(x.name, frozenset(CANDIDATES) - FLOATS)]
+
+
+@violation("cast-lossless")
+def _lossy(x: Arg, to: Arg) -> list[Request]:
+    if to.name is None:
+        return [
+            DtypeIn(x.name, frozenset(d for d in CANDIDATES if int(to.value) not in _lossless(d)))
+        ]
+    return [DtypeFrom(to.name, x.name, lambda d: frozenset(CANDIDATES) - _lossless(d))]
+
+
+@violation("broadcasts-into")
+def _grows(z: Arg, x: Arg) -> list[Request]:
+    return [Beyond(z.name, x.name)]
+
+
+@violation("channel-bias")
+def _not_channel(b: Arg, y: Arg) -> list[Request]:
+    return [Const(b.name)]

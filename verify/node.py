@@ -1,0 +1,187 @@
+"""`NodeCtx`: what an op's sampler sees of one pattern node while an example is drawn.
+
+Each input slot is *known* (a child node's output, or a capture drawn earlier), *free* (a
+leaf this node draws: the sampler proposes its shape with `put`) or *absent*. Each attribute
+is fixed by the pattern (a literal, or a capture bound earlier) or free (the sampler proposes
+a value with `attr`). Proposals pass through the guards' requests (`verify.hints`), so a
+sampler only has to know its op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from dsl.ir import Absent, Capture, Literal, OpNode
+from rewrite.ops import NONE, OPS, REQUIRED
+from rewrite.types import TensorType
+from verify import hints as H
+from verify.dtypes import np_type
+
+
+class NodeCtx:
+    """One node being drawn. names: per slot, the input's name ("" if absent); types: per
+    slot, its type once known (None while free or when absent)."""
+
+    def __init__(self, gen, t: OpNode, inputs: list[str | None]):
+        from verify.draw import Leaf  # noqa: PLC0415
+
+        self.gen, self.t, self.op = gen, t, t.op
+        self.spec = OPS.get(t.op)
+        n = len(t.args)
+        self.names: list[str] = [""] * n
+        self.types: list[TensorType | None] = [None] * n
+        self.pending: dict[int, Any] = {}
+        self.attrs: dict[str, Any] = {}
+        self._Leaf = Leaf
+        for i, a in enumerate(t.args):
+            self._slot(i, a, inputs[i])
+        self.keep_type = any(
+            isinstance(r, H.KeepType) and r.name == t.bind and _capture(t.args[0]) == r.inp
+            for r in gen.reqs.get(t.bind or "", ())
+        )
+
+    def _slot(self, i: int, a, child: str | None) -> None:
+        g = self.gen
+        if child is not None:
+            self.names[i], self.types[i] = child, g.types[child]
+            return
+        if isinstance(a, Absent):
+            return
+        name = a.name if isinstance(a, Capture) else None
+        leaf = g.leaves.get(name) if name else None
+        if leaf is None and name in g.types:  # an `Op@name` bound earlier
+            self.names[i], self.types[i] = name, g.types[name]
+            return
+        if leaf is None:
+            var = g.plan.var_of(name) if name else g.plan.find(g.plan.slot_var[(id(self.t), i)])
+            leaf = self._Leaf(name or g.fresh("w"), g.dtype_of(var))
+            g.leaves[leaf.name] = leaf
+            optional = i >= self.spec.n_required
+            if optional and not g.reqs.get(leaf.name) and g.draw(st.integers(0, 2), "absent") == 2:
+                leaf.absent = True
+        leaf.uses.append((self.op, i))
+        if leaf.absent:
+            return
+        self.names[i] = leaf.name
+        if leaf.shape is None:
+            self.pending[i] = leaf
+        else:
+            self.types[i] = leaf.type
+
+    # ---- what samplers read ------------------------------------------------------------------
+
+    def draw(self, strategy, label: str | None = None):
+        return self.gen.draw(strategy, label)
+
+    def pick(self, options, label: str | None = None):
+        """One of `options` (shrinking towards the first)."""
+        return self.gen.pick(options, label)
+
+    def free(self, i: int) -> bool:
+        """True if slot i is a leaf this node still has to `put`."""
+        return i in self.pending and self.pending[i].shape is None
+
+    def present(self, i: int) -> bool:
+        return i < len(self.names) and self.names[i] != ""
+
+    def shape(self, i: int) -> tuple[int, ...] | None:
+        """The shape of slot i if known (None while free or when absent)."""
+        t = self.types[i] if i < len(self.types) else None
+        return None if t is None else tuple(t.shape)
+
+    def dtype(self, i: int) -> int:
+        g = self.gen
+        return g.dtype_of(g.plan.slot_var[(id(self.t), i)])
+
+    @property
+    def out_dtype(self) -> int:
+        g = self.gen
+        return g.dtype_of(g.plan.slot_var[(id(self.t), -1)])
+
+    def value(self, i: int):
+        """The constant value of slot i, if it is a constant already drawn with values."""
+        return self.gen.const_value(self.names[i]) if self.present(i) else None
+
+    # ---- what samplers write -----------------------------------------------------------------
+
+    def put(self, i: int, shape, value=None) -> TensorType | None:
+        """Propose `shape` (and for a shape-like input, its `value`, which makes it a
+        constant) for free slot i; returns the slot's final type. A known or absent slot is
+        left as it is."""
+        leaf = self.pending.get(i)
+        if leaf is None:
+            return self.types[i] if i < len(self.types) else None
+        if leaf.shape is None:
+            leaf.shape = tuple(int(d) for d in shape)
+            if value is not None:
+                leaf.value = np.asarray(value).astype(np_type(leaf.dtype)).reshape(leaf.shape)
+                leaf.const = True
+            self.gen.finalize(leaf)
+        for j, other in self.pending.items():  # the same capture in several slots
+            if other is leaf:
+                self.types[j] = leaf.type
+        self.gen.types[leaf.name] = leaf.type
+        return leaf.type
+
+    def attr(self, name: str, propose: Callable[[], Any] | Any = None) -> Any:
+        """The value of attribute `name`: the pattern's literal, a capture's earlier value, or
+        else `propose()` (after the guards' requests, e.g. `identity-perm`)."""
+        if name in self.attrs:
+            return self.attrs[name]
+        v = dict(self.t.attrs)[name]
+        if isinstance(v, Literal):
+            value = v.value
+        elif isinstance(v, Capture) and v.name in self.gen.attrs:
+            value = self.gen.attrs[v.name]
+        else:
+            value = propose() if callable(propose) else propose
+            if isinstance(v, Capture):
+                reqs = self.gen.reqs.get(v.name, ())
+                if value is not None and any(isinstance(r, H.IdentityPerm) for r in reqs):
+                    value = tuple(range(len(value)))
+                self.gen.attrs[v.name] = value
+        self.attrs[name] = value
+        return value
+
+    def wants(self, i: int, kind: type) -> bool:
+        """True if the leaf at slot i has a request of type `kind` (e.g. `hints.NoZero`)."""
+        name = self.names[i] if i < len(self.names) else ""
+        return any(isinstance(r, kind) and r.name == name for r in self.gen.reqs.get(name, ()))
+
+    def filled(self, i: int):
+        """The value a `Fill` request gives every element of the leaf at slot i, or None."""
+        name = self.names[i] if i < len(self.names) else ""
+        fills = [r for r in self.gen.reqs.get(name, ()) if isinstance(r, H.Fill) and r.name == name]
+        return fills[0].value if fills else None
+
+    def is_fixed(self, name: str) -> bool:
+        """True if attribute `name` is not free: a literal or an already bound capture."""
+        v = dict(self.t.attrs)[name]
+        return isinstance(v, Literal) or (isinstance(v, Capture) and v.name in self.gen.attrs)
+
+    def finish(self) -> None:
+        """Put the slots and set the attributes the sampler left alone (defaults)."""
+        for i in list(self.pending):
+            if self.free(i):
+                self.put(
+                    i,
+                    self.gen.compatible(
+                        [s for s in map(self.shape, range(len(self.types))) if s is not None]
+                    ),
+                )
+        for a in self.spec.attrs:
+            if a.name not in self.attrs:
+                if a.default is REQUIRED and not self.is_fixed(a.name):
+                    raise RuntimeError(f"the {self.op} sampler left required :{a.name} unset")
+                self.attr(a.name, None if a.default in (NONE, REQUIRED) else a.default)
+
+    def attr_tuple(self) -> tuple[tuple[str, Any], ...]:
+        return tuple((a.name, self.attrs[a.name]) for a in self.spec.attrs)
+
+
+def _capture(t) -> str | None:
+    return t.name if isinstance(t, Capture) else None

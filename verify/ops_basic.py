@@ -1,0 +1,265 @@
+"""Samplers for elementwise, broadcasting, view and movement ops (see `verify.draw`).
+
+A sampler knows one op (or family) from the ONNX operator specification: which inputs must
+agree in shape, which are shape-like constants and what values make them valid, and the
+domains of the attributes. It honours `NodeCtx.keep_type` (a `same-type` guard asks for the
+op drawn as a no-op) where the op can be one.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from hypothesis import strategies as st
+
+from verify import hints as H
+from verify.draw import sampler
+from verify.dtypes import FLOATS
+
+# Value domains of input slots, (op, slot) -> domain (`verify.draw.elements`): a numpy
+# reference cannot raise integers to negative powers, a variance is not negative, and an
+# integer divided by zero is undefined (onnxruntime dies of SIGFPE).
+VALUE_DOMAINS = {
+    ("Pow", 1): "exponent",
+    ("BatchNormalization", 4): "nonneg",
+    ("Div", 1): "nonzero",
+    ("Mod", 1): "nonzero",
+}
+
+_UNARY = [
+    "Relu",
+    "Neg",
+    "Sqrt",
+    "Erf",
+    "Tanh",
+    "Sigmoid",
+    "Exp",
+    "Log",
+    "Abs",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Not",
+    "Sin",
+    "Cos",
+    "Sign",
+    "Identity",
+    "LeakyRelu",
+    "HardSigmoid",
+    "Gelu",
+    "Cast",
+]
+_BROADCAST = [
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Equal",
+    "Less",
+    "Greater",
+    "And",
+    "Or",
+    "Mod",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "Where",
+]
+_SMALL_FLOATS = st.sampled_from([0.01, 0.2, 0.5, -0.5, 2.0, 1.0 / 6.0]) | st.floats(-3, 3, width=32)
+
+
+def _attr_strategy(ctx, name: str, rank: int):
+    """Strategy for a free attribute of a unary op."""
+    table = {
+        ("LeakyRelu", "alpha"): _SMALL_FLOATS,
+        ("HardSigmoid", "alpha"): _SMALL_FLOATS,
+        ("HardSigmoid", "beta"): _SMALL_FLOATS,
+        ("Gelu", "approximate"): st.sampled_from(["none", "tanh"]),
+        ("Cast", "to"): st.just(ctx.out_dtype),
+        # saturate only applies to float8 targets, which are never drawn; onnxruntime rejects
+        # it on any other cast
+        ("Cast", "saturate"): st.just(1),
+        ("Softmax", "axis"): st.integers(-rank, rank - 1),
+        ("LogSoftmax", "axis"): st.integers(-rank, rank - 1),
+    }
+    return table[(ctx.op, name)]
+
+
+@sampler(*_UNARY)
+def _unary(ctx) -> None:
+    x = ctx.put(0, ctx.gen.sub_shape())
+    for a in ctx.spec.attrs:
+        ctx.attr(a.name, lambda a=a: ctx.draw(_attr_strategy(ctx, a.name, x.rank), a.name))
+
+
+@sampler("Softmax", "LogSoftmax")
+def _softmax(ctx) -> None:
+    shape = ctx.gen.sub_shape()
+    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    ctx.attr("axis", lambda: ctx.draw(_attr_strategy(ctx, "axis", max(x.rank, 1)), "axis"))
+
+
+@sampler(*_BROADCAST)
+def _broadcast(ctx) -> None:
+    n = len(ctx.names)
+    for i in range(n):
+        known = [s for s in map(ctx.shape, range(n)) if s is not None]
+        ctx.put(i, ctx.gen.compatible(known))
+    if ctx.op == "Mod":  # fmod=0 is integer modulus; floats need fmod=1
+        ctx.attr("fmod", lambda: 1 if ctx.dtype(0) in FLOATS else ctx.pick([0, 1], "fmod"))
+
+
+@sampler("Clip")
+def _clip(ctx) -> None:
+    ctx.put(0, ctx.gen.sub_shape())
+    for i in (1, 2):  # min and max are scalars (ONNX Clip-13)
+        ctx.put(i, ())
+
+
+@sampler("Dropout")
+def _dropout(ctx) -> None:
+    ctx.put(0, ctx.gen.sub_shape())
+    ctx.put(1, (), ctx.pick([0.5, 0.0, 0.1, 0.9], "ratio"))
+    ctx.put(2, (), ctx.draw(st.booleans(), "training_mode"))
+    ctx.attr("seed", lambda: ctx.draw(st.none() | st.integers(0, 100), "seed"))
+
+
+@sampler("CastLike")
+def _castlike(ctx) -> None:
+    ctx.put(0, ctx.gen.sub_shape())
+    ctx.put(1, ctx.gen.sub_shape())
+    ctx.attr("saturate", 1)
+
+
+@sampler("Transpose")
+def _transpose(ctx) -> None:
+    fixed = ctx.attr("perm") if ctx.is_fixed("perm") else None
+    shape = ctx.gen.sub_shape()
+    if fixed is not None:
+        shape = ctx.gen._with_rank(shape, len(fixed))
+    x = ctx.put(0, shape)
+    r = x.rank
+    if ctx.keep_type:
+        ctx.attr("perm", tuple(range(r)))
+    # every permutation equally likely (Hypothesis's permutations favour the identity)
+    ctx.attr("perm", lambda: ctx.pick(list(itertools.permutations(range(r))), "perm"))
+
+
+@sampler("Reshape")
+def _reshape(ctx) -> None:
+    allowzero = ctx.attr("allowzero", lambda: ctx.pick([0, 1], "allowzero"))
+    shape = ctx.gen.sub_shape()
+    if allowzero and ctx.wants(1, H.Zero) and 0 not in shape:  # a real 0 needs 0 elements
+        shape = (0,) + shape[1:]
+    x = ctx.put(0, shape)
+    if not ctx.free(1):
+        return
+    src = tuple(x.shape)
+    target = list(src) if ctx.keep_type else _regroup(ctx, src)
+    if ctx.wants(1, H.Zero) and not allowzero and src and src[0] and target[:1] != [src[0]]:
+        target = [src[0]] + _regroup(ctx, src[1:])  # a 0 needs an axis to copy
+    n = int(np.prod(src))
+    zero_ok = allowzero == 0 and not ctx.wants(1, H.NoZero)
+    copies = [i for i in range(min(len(target), len(src))) if target[i] == src[i]]
+    for i in copies:
+        if zero_ok and ctx.draw(st.integers(0, 3), "copy dim") == 3:
+            target[i] = 0  # 0 copies the input's dimension i (allowzero=0)
+    if zero_ok and copies and ctx.wants(1, H.Zero) and 0 not in target:
+        target[ctx.pick(copies, "copy dim")] = 0
+    if n > 0 and target and ctx.draw(st.booleans(), "infer a dim"):
+        target[ctx.draw(st.integers(0, len(target) - 1), "which")] = -1
+    ctx.put(1, (len(target),), target)
+
+
+def _regroup(ctx, src: tuple[int, ...]) -> list[int]:
+    """A shape with `src`'s element count: a prefix of `src` kept (as exporters write
+    Reshape(x, (0, 0, -1))), the rest of the count split into new factors."""
+    n = int(np.prod(src))
+    if n == 0:
+        return list(src)
+    keep = ctx.draw(st.integers(0, len(src)), "kept axes")
+    out, rest = list(src[:keep]), int(np.prod(src[keep:]))
+    k = ctx.draw(st.integers(0 if out else 1, 3), "new axes")
+    for _ in range(k - 1 if k else 0):
+        divisors = [d for d in range(1, min(rest, 6) + 1) if rest % d == 0]
+        d = ctx.pick(divisors, "factor")
+        out.append(d)
+        rest //= d
+    if k:
+        out.append(rest)
+    elif rest != 1:
+        out[-1] *= rest
+    return out
+
+
+@sampler("Flatten")
+def _flatten(ctx) -> None:
+    if ctx.keep_type:
+        x = ctx.put(0, (ctx.gen.dim(), ctx.gen.dim()))
+        ctx.attr("axis", lambda: ctx.pick([1, -1], "axis"))
+        return
+    x = ctx.put(0, ctx.gen.sub_shape())
+    ctx.attr("axis", lambda: ctx.draw(st.integers(-x.rank, x.rank), "axis"))
+
+
+@sampler("Squeeze")
+def _squeeze(ctx) -> None:
+    shape = list(ctx.gen.sub_shape())
+    if ctx.present(1) and 1 not in shape and len(shape) < 5:
+        shape.insert(ctx.draw(st.integers(0, len(shape)), "where"), 1)
+    x = ctx.put(0, shape)
+    if not ctx.free(1):
+        return
+    ones = [i for i, d in enumerate(x.shape) if d == 1] or [0]
+    axes = ctx.draw(st.lists(st.sampled_from(ones), min_size=1, unique=True), "axes")
+    ctx.put(1, (len(axes),), _signed_axes(ctx, axes, x.rank))
+
+
+@sampler("Unsqueeze")
+def _unsqueeze(ctx) -> None:
+    base = ctx.gen.sub_shape()
+    x = ctx.put(0, base[max(0, len(base) - 4) :])
+    if not ctx.free(1):
+        return
+    k = ctx.draw(st.integers(1, max(1, 5 - x.rank)), "new axes")
+    axes = ctx.draw(
+        st.lists(st.integers(0, x.rank + k - 1), min_size=k, max_size=k, unique=True), "axes"
+    )
+    ctx.put(1, (k,), _signed_axes(ctx, axes, x.rank + k))
+
+
+def _signed_axes(ctx, axes: list[int], rank: int) -> list[int]:
+    """`axes`, each possibly written negative (counted from the end of `rank`)."""
+    return [a - rank if ctx.draw(st.booleans(), "negative axis") else a for a in axes]
+
+
+@sampler("Expand")
+def _expand(ctx) -> None:
+    x = ctx.put(0, ctx.gen.sub_shape())
+    if ctx.free(1):
+        target = ctx.gen.sub_shape(x.shape) if ctx.keep_type else ctx.gen.compatible([x.shape])
+        ctx.put(1, (len(target),), list(target))
+
+
+@sampler("Tile")
+def _tile(ctx) -> None:
+    x = ctx.put(0, ctx.gen.sub_shape())
+    if ctx.free(1):
+        reps = (
+            [1] * x.rank if ctx.keep_type else [ctx.pick([1, 2, 0, 3], "repeat") for _ in x.shape]
+        )
+        ctx.put(1, (x.rank,), reps)
+
+
+@sampler("Shape", "Size")
+def _shape(ctx) -> None:
+    x = ctx.put(0, ctx.gen.sub_shape())
+    for name in ("start", "end") if ctx.op == "Shape" else ():
+        bounds = st.none() | st.integers(-x.rank - 1, x.rank + 1)
+        ctx.attr(name, lambda name=name, bounds=bounds: ctx.draw(bounds, name))
+    if ctx.op == "Shape" and ctx.attrs["start"] is None:
+        ctx.attrs["start"] = 0
+
+
+from verify import ops_movement  # noqa: E402,F401  (Slice, Pad)

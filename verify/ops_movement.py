@@ -1,0 +1,91 @@
+"""Samplers for Slice and Pad (see `verify.draw`), whose shape-like inputs interact.
+
+Under `keep_type` (a `same-type` guard) they are drawn so that the output keeps the input's
+shape, which includes the cases that are *not* no-ops: a Slice over a whole axis with step -1
+reverses it, and Pad with pads (1, -1) shifts it. A rule that treats "same type" as "no-op"
+is caught by exactly these examples.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from verify.draw import sampler
+
+BIG = 2**31 - 1  # an end past any axis (Slice clamps it), in int32 too
+
+
+@sampler("Slice")
+def _slice(ctx) -> None:
+    shape = ctx.gen.sub_shape()
+    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    if not ctx.free(1):
+        return
+    r = x.rank
+    k = (
+        ctx.draw(st.integers(1, r), "sliced axes")
+        if ctx.present(3)
+        else ctx.draw(st.integers(1, r), "k")
+    )
+    if ctx.present(3):
+        axes = ctx.draw(st.permutations(range(r)), "axes")[:k]
+    else:
+        axes = list(range(k))
+    steps = [_step(ctx) if ctx.present(4) else 1 for _ in axes]
+    bounds = [_bounds(ctx, x.shape[a], s) for a, s in zip(axes, steps)]
+    ctx.put(1, (k,), [b[0] for b in bounds])
+    ctx.put(2, (k,), [b[1] for b in bounds])
+    ctx.put(3, (k,), [a - r if ctx.draw(st.booleans(), "negative axis") else a for a in axes])
+    ctx.put(4, (k,), steps)
+
+
+def _step(ctx) -> int:
+    if ctx.filled(4) is not None:
+        return int(ctx.filled(4))
+    choices = [1, -1] if ctx.keep_type else [1, -1, 2, -2, 3]
+    return ctx.pick(choices, "step")
+
+
+def _bounds(ctx, d: int, step: int) -> tuple[int, int]:
+    """(start, end) on an axis of length d: the whole axis under keep_type, else any."""
+    if ctx.keep_type:
+        if step > 0:
+            return ctx.pick([0, -d, -BIG]), ctx.pick([d, BIG])
+        return ctx.pick([-1, d - 1, BIG]), ctx.pick([-d - 1, -BIG])
+    return ctx.draw(st.integers(-d - 1, d + 1), "start"), ctx.draw(
+        st.integers(-d - 1, d + 1), "end"
+    )
+
+
+@sampler("Pad")
+def _pad(ctx) -> None:
+    # "wrap" (Pad-19) is left out: onnxruntime 1.31 fails on it ("Unexpected mode of 3")
+    modes = ["constant", "edge", "reflect"]
+    mode = ctx.attr("mode", lambda: ctx.pick(modes, "mode"))
+    shape = ctx.gen.sub_shape()
+    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    r = x.rank
+    axes = list(range(r))
+    if ctx.free(3):
+        axes = ctx.draw(st.permutations(range(r)), "axes")[: ctx.draw(st.integers(1, r), "k")]
+        ctx.put(
+            3,
+            (len(axes),),
+            [a - r if ctx.draw(st.booleans(), "negative axis") else a for a in axes],
+        )
+    if ctx.free(1):
+        begins, ends = zip(*(_pads(ctx, x.shape[a], mode) for a in axes))
+        ctx.put(1, (2 * len(axes),), list(begins) + list(ends))
+    ctx.put(2, ())
+
+
+def _pads(ctx, d: int, mode: str) -> tuple[int, int]:
+    """(begin, end) pads of an axis of length d, valid for `mode`."""
+    if ctx.keep_type:
+        p = ctx.draw(st.integers(0, min(d, 2)), "shift")
+        return (p, -p) if ctx.draw(st.booleans(), "direction") else (-p, p)
+    if mode == "constant":
+        lo = -min(d, 2)
+        return ctx.draw(st.integers(lo, 2), "begin"), ctx.draw(st.integers(lo, 2), "end")
+    hi = max(0, min(2, d - 1 if mode == "reflect" else d))
+    return ctx.draw(st.integers(0, hi), "begin"), ctx.draw(st.integers(0, hi), "end")

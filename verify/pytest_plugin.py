@@ -1,0 +1,135 @@
+"""pytest plugin: every rule of a `.rules` file is a test item (`rewrite verify` per rule).
+
+    pytest --rules PATH [--rules PATH...] [--rules-examples N] [--rules-seed S]
+
+collects each rule of the `.rules` files under PATH as its own item, with the rule's name as
+id (`patterns/algebra/arith.rules::add-zero`); with no other test paths on the command line
+only the rules are collected. A rule that is not verified fails with its shrunk
+counterexample and the command that reproduces it.
+
+A project can also collect rules as part of its test suite: `.rules` files under a path in
+the `rules_paths` ini option are collected whenever pytest collects that path (for example,
+listed in `testpaths`). This project does so for `patterns/`.
+
+Registered as the `pytest11` entry point `verify.pytest_plugin`; in a source checkout that is
+not installed, load it with `-p verify.pytest_plugin` (this project's `addopts` does). Under
+`CI`, Hypothesis's `ci` profile is loaded (derandomized, no database).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("rewrite-verify", "rule verification (rewrite verify)")
+    group.addoption(
+        "--rules",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="collect each rule of these .rules files or directories as a test item",
+    )
+    group.addoption(
+        "--rules-examples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="examples per rule and direction (default: ini rules_examples, else 50)",
+    )
+    group.addoption(
+        "--rules-seed", type=int, default=0, metavar="S", help="random seed (default 0)"
+    )
+    parser.addini(
+        "rules_paths",
+        type="paths",
+        default=[],
+        help=".rules files or directories whose rules are collected as test items",
+    )
+    parser.addini("rules_examples", default="", help="examples per rule and direction")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "rule: a rule verified by the rewrite verify plugin")
+    if os.environ.get("CI"):
+        from hypothesis import settings  # noqa: PLC0415
+
+        settings.load_profile("ci")
+    given = [str(Path(p)) for p in config.getoption("rules")]
+    if given:
+        if config.args_source == pytest.Config.ArgsSource.ARGS:
+            config.args.extend(p for p in given if p not in config.args)
+        else:  # no test paths given: only the rules
+            config.args[:] = given
+
+
+def pytest_collect_file(file_path: Path, parent):
+    if file_path.suffix == ".rules" and _wanted(file_path, parent.config):
+        return RulesFile.from_parent(parent, path=file_path)
+    return None
+
+
+def _wanted(path: Path, config) -> bool:
+    roots = [Path(p).resolve() for p in config.getoption("rules")]
+    roots += [Path(p).resolve() for p in config.getini("rules_paths")]
+    path = path.resolve()
+    return any(path == r or path.is_relative_to(r) for r in roots)
+
+
+class RulesFile(pytest.File):
+    """One `.rules` file: one item per rule (after `for` and `:c` expansion)."""
+
+    def collect(self):
+        from dsl import load_rules  # noqa: PLC0415
+
+        rules = load_rules([self.path])
+        for rule in rules.rules:
+            yield RuleItem.from_parent(self, name=rule.name, rule=rule, rules=rules)
+
+
+class RuleNotVerified(Exception):
+    """A rule failed verification; the message is its report."""
+
+
+class RuleItem(pytest.Item):
+    """One rule, verified by `verify.runner.verify_rule` when run."""
+
+    def __init__(self, *, rule, rules, **kw):
+        super().__init__(**kw)
+        self.rule, self.rules = rule, rules
+        self.add_marker("rule")
+
+    def runtest(self) -> None:
+        from verify.runner import DEFAULT_EXAMPLES, verify_rule  # noqa: PLC0415
+
+        config = self.config
+        examples = config.getoption("rules_examples") or int(
+            config.getini("rules_examples") or DEFAULT_EXAMPLES
+        )
+        res = verify_rule(self.rule, self.rules, examples, config.getoption("rules_seed"))
+        self.user_properties += [
+            ("examples", res.examples),
+            ("max_abs", res.max_abs),
+            ("status", res.status),
+        ]
+        if res.status != "pass":
+            f = res.failure
+            body = (
+                f.text
+                if f and f.text
+                else (f.reason if f else res.detail or "no valid example was drawn")
+            )
+            raise RuleNotVerified(
+                f"{res.status}: {self.rule.name} ({self.rule.span})\n{body}\nreproduce: {res.repro}"
+            )
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, RuleNotVerified):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, self.rule.span.line - 1, f"rule {self.rule.name}"

@@ -1,0 +1,364 @@
+"""Verify rules: one Hypothesis run per check of a rule, and the results.
+
+For each direction of a rule (two for an `equal` rule):
+
+| check        | examples (checked, drawn at most) | what must hold                            |
+|--------------|-----------------------------------|-------------------------------------------|
+| `numeric`    | `examples` (default 50), -        | both sides agree (`verify.check`)         |
+| `engine`     | 2, 10                             | the engine fires on the left side, and    |
+|              |                                   | its output agrees with its input          |
+| `multi-use`  | 1, 6 (if the match has inner ops) | the same, inner values also graph outputs |
+| `commuted`   | 1, 6 (for `:c` rules)             | the `:c` family fires on swapped operands |
+| `negative G` | 1, 12 per guard G                 | with only G violated, no firing           |
+
+A failing check is shrunk by Hypothesis to a minimal counterexample. The seed makes a run
+reproducible; under Hypothesis's `ci` profile (loaded when `CI` is set) runs are
+derandomized instead. A negative check that draws no example violating only its guard (the
+guards may imply each other) is a note, not a failure.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable, UnsatisfiedAssumption
+
+from dsl import shipped_rules_dir
+from dsl.ir import OpNode, Rule, RuleSet
+from verify.check import run_both
+from verify.compare import mode_of
+from verify.draw import SAMPLERS, Gen
+from verify.engine import commuted_positions, family, run_engine
+from verify.hints import requests
+from verify.instance import NotAMatch, instantiate, lhs_model, lowest_opset, op_names, reversed_rule
+from verify.report import failure_text
+
+DEFAULT_EXAMPLES = 50
+# (examples checked, examples drawn at most) of the companion checks
+ENGINE, COMPANION, NEGATIVE = (2, 10), (1, 6), (1, 12)
+
+
+@dataclass
+class Failure:
+    """A failed check: its name, why, the counterexample text, and after how many valid
+    examples it was first seen (before shrinking)."""
+
+    check: str
+    reason: str
+    text: str
+    caught_after: int | None = None
+    max_abs: float | None = None  # errors of the counterexample, None if nothing compared
+    max_rel: float | None = None
+
+
+@dataclass
+class CheckResult:
+    """One check of one direction of a rule."""
+
+    name: str
+    examples: int = 0
+    invalid: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    failure: Failure | None = None
+    unsat: bool = False
+    notes: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class RuleResult:
+    """The verdict on one rule: `pass`, `FAIL`, `unsat` (no valid example could be drawn) or
+    `unsupported` (an op has no example generator); `repro` is the command to rerun it."""
+
+    rule: Rule
+    status: str
+    checks: list[CheckResult]
+    seconds: float
+    repro: str = ""
+    detail: str = ""
+
+    @property
+    def examples(self) -> int:
+        return sum(c.examples for c in self.checks if c.name.startswith("numeric"))
+
+    @property
+    def max_abs(self) -> float:
+        return max((c.max_abs for c in self.checks), default=0.0)
+
+    @property
+    def max_rel(self) -> float:
+        return max((c.max_rel for c in self.checks), default=0.0)
+
+    @property
+    def failure(self) -> Failure | None:
+        return next((c.failure for c in self.checks if c.failure), None)
+
+    @property
+    def notes(self) -> Counter:
+        total = Counter()
+        for c in self.checks:
+            total.update(c.notes)
+        return total
+
+
+class _Found(Exception):
+    def __init__(self, failure: Failure):
+        super().__init__(failure.reason)
+        self.failure = failure
+
+
+def verify_rule(
+    rule: Rule, rules: RuleSet | None = None, examples: int = DEFAULT_EXAMPLES, seed: int = 0
+) -> RuleResult:
+    """Run every check of `rule` (`rules`: the rule set it came from, for its `:c` family).
+    Never raises for a wrong rule: the verdict is in the result."""
+    start = time.perf_counter()
+    repro = repro_command(rule, seed, examples)
+    missing = sorted(
+        op
+        for op in op_names(rule.lhs) | op_names(rule.rhs if rule.kind == "equal" else None)
+        if op not in SAMPLERS
+    )
+    if missing:
+        return RuleResult(
+            rule, "unsupported", [], 0.0, repro, f"no example generator for {', '.join(missing)}"
+        )
+    checks: list[CheckResult] = []
+    directions = [rule, reversed_rule(rule)] if rule.kind == "equal" else [rule]
+    members = family(rule, rules)
+    for d in directions:
+        checks += _Checker(d, members, seed).run_all(examples)
+        if any(c.failure for c in checks):
+            break
+    status = "FAIL" if any(c.failure for c in checks) else "pass"
+    if status == "pass" and any(c.unsat for c in checks if c.name.startswith("numeric")):
+        status = "unsat"
+    return RuleResult(rule, status, checks, time.perf_counter() - start, repro)
+
+
+def verify_rules(
+    rules: RuleSet,
+    examples: int = DEFAULT_EXAMPLES,
+    seed: int = 0,
+    names: set[str] | None = None,
+    on_result=None,
+) -> list[RuleResult]:
+    """Verify every rule of `rules` (only those in `names`, if given), in order; calls
+    `on_result(result)` after each."""
+    out = []
+    for r in rules.rules:
+        if names is None or r.name in names:
+            out.append(verify_rule(r, rules, examples, seed))
+            if on_result:
+                on_result(out[-1])
+    return out
+
+
+def repro_command(rule: Rule, seed: int, examples: int) -> str:
+    """The shell command that reruns this rule's verification."""
+    file = rule.span.file
+    shipped = (
+        file.startswith("patterns/") and (shipped_rules_dir() / file[len("patterns/") :]).exists()
+    )
+    where = "" if shipped else f"{file} "
+    ci = "CI=1 " if settings.default.derandomize else ""
+    return f"{ci}rewrite verify {where}--rule {rule.name} --seed {seed} --examples {examples}"
+
+
+class _Checker:
+    """The checks of one direction of a rule."""
+
+    def __init__(self, rule: Rule, members: tuple[Rule, ...], seed: int):
+        self.rule, self.members, self.seed = rule, members, seed
+        self.mode = mode_of(rule)
+        self.values = "full" if self.mode == "bitwise" else "bounded"
+        self.lo = lowest_opset(rule)
+        self.suffix = " (reverse)" if rule.name.endswith(" (reverse)") else ""
+
+    def run_all(self, examples: int) -> list[CheckResult]:
+        positive = self.positive
+        out = [self.hypothesis("numeric", positive, self.numeric, examples)]
+        if out[0].failure:
+            return out
+        out.append(self.hypothesis("engine", positive, self.engine(False, frozenset()), *ENGINE))
+        if any(isinstance(a, OpNode) for a in self.rule.lhs.args):
+            out.append(
+                self.hypothesis("multi-use", positive, self.engine(True, frozenset()), *COMPANION)
+            )
+        swaps = (
+            frozenset(commuted_positions(self.rule, self.members))
+            if not self.suffix
+            else frozenset()
+        )
+        if swaps:
+            out.append(self.hypothesis("commuted", positive, self.engine(False, swaps), *COMPANION))
+        for i, g in enumerate(self.rule.guards):
+            name = f"negative: {'not ' if g.negate else ''}{g.fn} (guard {i + 1})"
+            out.append(self.hypothesis(name, self.violating(i), self.negative, *NEGATIVE))
+        for c in out:
+            if c.unsat and c.name.startswith("negative"):
+                c.notes[f"{c.name}: no example violates only this guard"] += 1
+        return out
+
+    # ---- one Hypothesis run --------------------------------------------------------------------
+
+    def hypothesis(
+        self, name: str, draw, check, n: int, attempts: int | None = None
+    ) -> CheckResult:
+        """Run `check(draw(data))` under Hypothesis until `n` valid examples were checked.
+
+        With `attempts` (the companion checks), Hypothesis draws at most that many examples:
+        an invalid one counts as a passing attempt instead of a rejection (else Hypothesis
+        tries hundreds of times when no example can be valid), and valid ones beyond the first
+        `n` are drawn but not checked. What is drawn depends on Hypothesis's data alone, never
+        on what was learnt while running, so a failure replays and shrinks."""
+        res = CheckResult(name + self.suffix)
+
+        @settings(
+            max_examples=attempts or n,
+            deadline=None,
+            database=None,
+            verbosity=Verbosity.quiet,
+            phases=(Phase.explicit, Phase.generate, Phase.shrink),
+            print_blob=False,
+            report_multiple_bugs=False,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(st.data())
+        def test(data):
+            try:
+                inst = draw(data)
+                if not (attempts and res.failure is None and res.examples >= n):
+                    check(inst, res)
+            except UnsatisfiedAssumption:
+                res.invalid += 1
+                if not attempts:
+                    raise
+
+        if not settings.default.derandomize:
+            test = hypothesis_seed(self.seed)(test)
+        try:
+            test()
+        except _Found as e:
+            res.failure = e.failure
+        except Unsatisfiable:
+            res.unsat = True
+        except Exception as e:  # e.g. a flaky failure: report it, never hide it
+            found = _found_in(e)
+            if found is not None:
+                res.failure = found
+                found.reason = (
+                    f"{found.reason} (flaky: {type(e).__name__}, it did not fail again on replay)"
+                )
+            else:
+                text = "".join(traceback.format_exception(e)[-12:])
+                res.failure = Failure(
+                    res.name, f"{type(e).__name__}: {str(e).strip()}", text, res.examples
+                )
+        if res.examples == 0 and not res.failure:
+            res.unsat = True
+        return res
+
+    def found(self, res: CheckResult, reason: str, inst, out, extra=()) -> None:
+        d = out.worst if out is not None and out.diffs else None
+        text = failure_text(res.name, reason, inst, out, extra)
+        res.failure = Failure(
+            res.name, reason, text, res.examples, d and d.max_abs, d and d.max_rel
+        )
+        raise _Found(res.failure)
+
+    def count(self, res: CheckResult, out) -> None:
+        """Count a checked example (only until the first failure: not while shrinking)."""
+        if res.failure is None:
+            res.examples += 1
+            if out is not None and out.status == "ok":
+                d = out.worst
+                res.max_abs, res.max_rel = max(res.max_abs, d.max_abs), max(res.max_rel, d.max_rel)
+                res.notes.update(out.notes)
+
+    # ---- drawing -------------------------------------------------------------------------------
+
+    def instance(self, data, reqs, build_rhs: bool = True):
+        gen = Gen(data, self.rule.lhs, reqs, self.values, self.lo)
+        try:
+            return instantiate(self.rule, gen.example(), build_rhs)
+        except NotAMatch:
+            reject()
+
+    def positive(self, data):
+        """An instance whose guards all hold."""
+        inst = self.instance(data, requests(self.rule.guards))
+        if not all(inst.guards) or inst.rhs is None:
+            reject()
+        return inst
+
+    def violating(self, i: int):
+        """Draws an instance whose guard i fails and whose other guards hold."""
+
+        def draw(data):
+            inst = self.instance(data, requests(self.rule.guards, violate=i), build_rhs=False)
+            if inst.guards[i] or not all(v for j, v in enumerate(inst.guards) if j != i):
+                reject()
+            return inst
+
+        return draw
+
+    # ---- the checks ----------------------------------------------------------------------------
+
+    def numeric(self, inst, res: CheckResult) -> None:
+        out = run_both(inst.lhs, inst.rhs, inst.feeds, self.mode, self.rule.fp)
+        if out.status == "reject":
+            reject()
+        self.count(res, out)
+        if out.status == "fail":
+            self.found(res, out.reason, inst, out)
+
+    def engine(self, multi_use: bool, swaps: frozenset):
+        rules = self.members if swaps else (self.rule,)
+        names = {r.name + self.suffix for r in rules}
+
+        def check(inst, res: CheckResult) -> None:
+            swap = frozenset(inst.example.output_of[i] for i in swaps)
+            model = lhs_model(inst.example, extra_outputs=multi_use, swap=swap)
+            got = run_engine(model, inst.feeds, tuple(rules), names, True, self.mode, self.rule.fp)
+            if got.rejected:
+                reject()
+            self.count(res, got.outcome)
+            if got.problem:
+                self.found(res, got.problem, inst, got.outcome, _engine_extra(model, got))
+
+        return check
+
+    def negative(self, inst, res: CheckResult) -> None:
+        got = run_engine(
+            inst.lhs, inst.feeds, (self.rule,), {self.rule.name}, False, self.mode, self.rule.fp
+        )
+        self.count(res, None)
+        if got.problem:
+            self.found(res, got.problem, inst, got.outcome, _engine_extra(inst.lhs, got))
+
+
+def _found_in(e: BaseException) -> Failure | None:
+    """The first counterexample inside `e` (Hypothesis groups them in a flaky failure)."""
+    if isinstance(e, _Found):
+        return e.failure
+    for inner in getattr(e, "exceptions", ()):
+        found = _found_in(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def _engine_extra(model, got) -> list[str]:
+    from verify.report import graph_text  # noqa: PLC0415
+
+    lines = [f"rules fired: {got.fired or 'none'}"]
+    if got.optimized is not None and got.optimized is not model:
+        lines += ["optimized model:"] + ["  " + s for s in graph_text(got.optimized)]
+    return lines

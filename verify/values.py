@@ -1,0 +1,102 @@
+"""Values of drawn leaves: element strategies per dtype and mode, arrays, fills.
+
+Floats, `full`: 3 in 6 ordinary values (|v| <= 100), 1 in 6 any float of the width
+(Hypothesis favours the extremes: huge, tiny, subnormal), 1 in 6 NaN, 1 in 6 NaN, +-Inf or
+-0.0: NaN is where most float rewrites go wrong. Floats, `bounded` (comparisons with a
+tolerance, where huge values make any regrouping of sums overflow or cancel): 7 in 8 finite
+|v| <= 8 without subnormals, 1 in 8 NaN or a signed zero. Integers: the whole range of the
+dtype (Hypothesis favours small values and the bounds). Every element is drawn on its own,
+so a counterexample shrinks element by element.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache, lru_cache
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from verify.dtypes import FLOATS, np_type
+
+
+class Values:
+    """Value drawing for `verify.draw.Gen`, which provides `draw`, `leaves` and
+    `values_mode`."""
+
+    def _draw_values(self) -> None:
+        order = sorted(self.leaves.values(), key=lambda leaf: leaf.copy_of is not None)
+        for leaf in order:
+            if leaf.absent:
+                continue
+            if leaf.copy_of and self.leaves.get(leaf.copy_of) is not None:
+                src = self.leaves[leaf.copy_of]
+                if src.value is not None and src.value.shape == leaf.shape:
+                    leaf.value = src.value.astype(np_type(leaf.dtype))
+            if leaf.value is None:
+                leaf.value = self.draw(self.array(leaf), f"value of {leaf.name}")
+
+    def filled(self, leaf, v) -> np.ndarray:
+        dt = np_type(leaf.dtype)
+        value = np.full(leaf.shape, v).astype(dt)
+        if leaf.dtype in FLOATS and v == 0 and value.size:  # -0.0 is all-equal to 0 as well
+            signs = self.draw(hnp.arrays(bool, leaf.shape), "signs of zero")
+            value = np.where(signs, -value, value).astype(dt)
+        return value
+
+    def array(self, leaf):
+        """Strategy for the values of `leaf` (its dtype, shape and the value domains of the
+        slots it feeds, `verify.ops_basic.VALUE_DOMAINS`)."""
+        from verify.ops_basic import VALUE_DOMAINS  # noqa: PLC0415
+
+        domains = frozenset({VALUE_DOMAINS.get(u) for u in leaf.uses} - {None})
+        return _arrays(leaf.dtype, leaf.shape, self.values_mode, domains)
+
+
+@cache
+def sampled(options: tuple):
+    """`st.sampled_from(options)`, one strategy object per tuple (Hypothesis validates each
+    new strategy object on its first draw, which dominates drawing time otherwise)."""
+    return st.sampled_from(options)
+
+
+@lru_cache(maxsize=4096)
+def _arrays(dtype: int, shape: tuple, mode: str, domains: frozenset):
+    # fill=nothing: every element is drawn on its own (a fill value would make most of the
+    # array one value)
+    el = elements(dtype, mode, domains)
+    return hnp.arrays(np_type(dtype), shape, elements=el, fill=st.nothing())
+
+
+@cache
+def elements(dtype: int, mode: str, domains: frozenset):
+    """Hypothesis strategy for one element of `dtype`; `mode` and `domains` as in `Gen`.
+
+    Floats, `full`: 3 in 6 ordinary values (|v| <= 100), 1 in 6 any float of the width
+    (Hypothesis favours the extremes: huge, tiny, subnormal), 1 in 6 NaN, 1 in 6 NaN, +-Inf
+    or -0.0 (NaN is where most float rewrites go wrong).
+    Floats, `bounded`: 7 in 8 finite |v| <= 8 (no subnormals), 1 in 8 NaN or a signed zero.
+    Integers: the whole range of the dtype (Hypothesis favours small values and the bounds).
+    """
+    dt = np_type(dtype)
+    if dtype in FLOATS:
+        width = dt.itemsize * 8
+        if mode == "full":
+            ordinary = st.floats(-100, 100, width=width)
+            specials = st.sampled_from([math.nan, math.inf, -math.inf, -0.0])
+            s = st.one_of(
+                ordinary, ordinary, ordinary, st.floats(width=width), st.just(math.nan), specials
+            )
+        else:
+            finite = st.floats(-8, 8, width=width, allow_subnormal=False)
+            s = st.one_of(*[finite] * 7, st.sampled_from([0.0, -0.0, math.nan]))
+        return s.map(abs) if "nonneg" in domains else s
+    if dt == np.bool_:
+        return st.booleans()
+    info = np.iinfo(dt)
+    if "exponent" in domains:
+        return st.integers(0, 3)
+    lo = 0 if "nonneg" in domains else int(info.min)
+    s = st.integers(lo, int(info.max))
+    return s.filter(lambda v: v != 0) if "nonzero" in domains else s
