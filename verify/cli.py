@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
@@ -147,6 +148,26 @@ def _verify_one(paths: tuple[str, ...], name: str, examples: int, seed: int):
 
 
 def _print(results, seconds: float, args) -> None:
+    _print_failures(results)
+    out.print(_table(results))
+    failed = [r for r in results if r.status != "pass"]
+    out.print(
+        f"{len(results)} rules, {len(results) - len(failed)} verified, {len(failed)} not "
+        f"({args.examples} examples per rule, seed {args.seed}, {seconds:.1f} s)",
+        markup=False,
+    )
+    notes = sum((r.notes for r in results), Counter())
+    if notes:
+        out.print(
+            f"notes (executor limits and disagreements, not rule failures): {len(notes)} kinds; "
+            "the most frequent:",
+            markup=False,
+        )
+        for text, n in notes.most_common(5):
+            out.print(f"  {n:>4} x {text}", markup=False)
+
+
+def _print_failures(results) -> None:
     for r in results:
         if r.status != "pass":
             out.rule(
@@ -158,9 +179,27 @@ def _print(results, seconds: float, args) -> None:
                 markup=False,
             )
             out.print(f"reproduce: {r.repro}", markup=False)
+
+
+def _table(results) -> Table:
+    """rule, file:line, examples, max abs/rel error, how compared, status, seconds."""
+    from verify.compare import mode_of  # noqa: PLC0415
+
     table = Table(title="rule verification", title_justify="left")
-    for col in ("rule", "file:line", "examples", "max abs err", "max rel err", "status", "s"):
-        table.add_column(col, justify="left" if col in ("rule", "file:line", "status") else "right")
+    cols = (
+        "rule",
+        "file:line",
+        "examples",
+        "max abs err",
+        "max rel err",
+        "compared",
+        "status",
+        "s",
+    )
+    for col in cols:
+        table.add_column(
+            col, justify="right" if "err" in col or col in ("examples", "s") else "left"
+        )
     for r in results:
         f = r.failure
         examples = f"caught after {f.caught_after}" if f and f.caught_after else str(r.examples)
@@ -173,16 +212,11 @@ def _print(results, seconds: float, args) -> None:
             examples,
             abs_err,
             rel_err,
+            "bit-exact" if mode_of(r.rule) == "bitwise" else f"{r.rule.fp} tolerance",
             f"[{style}]{r.status}[/{style}]",
             f"{r.seconds:.2f}",
         )
-    out.print(table)
-    failed = [r for r in results if r.status != "pass"]
-    out.print(
-        f"{len(results)} rules, {len(results) - len(failed)} verified, {len(failed)} not "
-        f"({args.examples} examples per rule, seed {args.seed}, {seconds:.1f} s)",
-        markup=False,
-    )
+    return table
 
 
 def _usage(msg: str) -> int:

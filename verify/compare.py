@@ -76,9 +76,12 @@ def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance, scale: float = 0.
     if got.size == 0:
         return Diff(True)
     if not np.issubdtype(want.dtype, np.floating):
-        same = bool(np.array_equal(got, want))
-        err = 0.0 if same else float(np.max(np.abs(got.astype(object) - want.astype(object))))
-        return Diff(same, err, 0.0 if same else np.inf, "" if same else "values differ")
+        if np.array_equal(got, want):
+            return Diff(True)
+        g, w = got.astype(object).ravel(), want.astype(object).ravel()  # exact, no overflow
+        errs = [abs(a - b) for a, b in zip(g, w)]
+        rel = max(e / max(abs(a), abs(b)) for e, a, b in zip(errs, g, w) if e)
+        return Diff(False, float(max(errs)), float(rel), "values differ")
     g, w = got.astype(np.float64), want.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         equal = (g == w) | (np.isnan(g) & np.isnan(w))

@@ -117,8 +117,11 @@ class Gen(Steer, Values):
         self.data, self.lhs, self.values_mode = data, lhs, values
         self.lo_opset = lo_opset
         self.reqs: dict[str, list[H.Request]] = {}
-        for r in reqs:
-            for name in {r.name, *(getattr(r, f, None) for f in ("big", "source", "of", "inp"))}:
+        for r in reqs:  # an ordered de-duplication: a set's order changes with PYTHONHASHSEED
+            names = dict.fromkeys(
+                [r.name, *(getattr(r, f, None) for f in ("big", "source", "of", "inp"))]
+            )
+            for name in names:
                 if name:
                     self.reqs.setdefault(name, []).append(r)
         self.leaves: dict[str, Leaf] = {}

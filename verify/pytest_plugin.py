@@ -85,7 +85,9 @@ class RulesFile(pytest.File):
     def collect(self):
         from dsl import load_rules  # noqa: PLC0415
 
-        rules = load_rules([self.path])
+        here = Path(self.config.invocation_params.dir)
+        path = self.path.relative_to(here) if self.path.is_relative_to(here) else self.path
+        rules = load_rules([path])  # named as the user would type it, for the repro command
         for rule in rules.rules:
             yield RuleItem.from_parent(self, name=rule.name, rule=rule, rules=rules)
 
