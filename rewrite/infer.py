@@ -81,7 +81,6 @@ def _freeze(v):
 @lru_cache(maxsize=65536)
 def _onnx_infer(key) -> TensorType:
     op, attrs, inputs, values = key
-    spec = OPS.get(op)
     names, inits, vis = [], [], []
     for i, (t, v) in enumerate(zip(inputs, values)):
         if t is None:
@@ -95,16 +94,7 @@ def _onnx_infer(key) -> TensorType:
         vis.append(_value_info(name, t))
     while names and names[-1] == "":
         names.pop()
-    kw = {}
-    for a, val in attrs:
-        aspec = spec.attr_index[a]
-        if val is None or (aspec.default is not NONE and val == aspec.default):
-            continue
-        kw[a] = list(val) if isinstance(val, tuple) else val
-    node = helper.make_node(op, names, ["out"], **{a: v for a, v in kw.items() if v != []})
-    for a in [a for a, v in kw.items() if v == []]:  # an empty list (a rank-0 Transpose's
-        kind = spec.attr_index[a].kind  # perm) has no element to infer its type from
-        node.attribute.append(helper.make_attribute(a, [], attr_type=_LIST_TYPES[kind]))
+    node = onnx_node(op, names, ["out"], attrs)
     graph = helper.make_graph([node], "infer", vis, [helper.make_tensor_value_info("out", 0, None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
@@ -116,6 +106,29 @@ def _onnx_infer(key) -> TensorType:
 
 
 _LIST_TYPES = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.FLOATS}
+
+
+def onnx_node(op: str, inputs: list[str], outputs: list[str], attrs, name: str | None = None) -> onnx.NodeProto:
+    """NodeProto of a canonical op with canonical `attrs` (`(name, value)` pairs); attributes
+    that are absent or equal to their op-table default are left out, as ONNX writers do."""
+    spec = OPS.get(op)
+    kw = {}
+    for a, val in attrs:
+        aspec = spec.attr_index[a]
+        if val is None or (aspec.default is not NONE and _same(val, aspec.default)):
+            continue
+        kw[a] = list(val) if isinstance(val, tuple) else val
+    node = helper.make_node(op, inputs, outputs, name=name, **{a: v for a, v in kw.items() if v != []})
+    for a in [a for a, v in kw.items() if v == []]:  # an empty list (a rank-0 Transpose's
+        kind = spec.attr_index[a].kind  # perm) has no element to infer its type from
+        node.attribute.append(helper.make_attribute(a, [], attr_type=_LIST_TYPES[kind]))
+    return node
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return tuple(a) == tuple(b)
+    return a == b
 
 
 def _value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:

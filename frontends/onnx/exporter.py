@@ -14,7 +14,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from rewrite.graph import ABSENT, Node, TermGraph
-from rewrite.ops import NONE, OPS
+from rewrite.infer import onnx_node
 
 MAX_IR_VERSION = 13
 MAX_OPSET = 26
@@ -86,30 +86,7 @@ def export_node(n: Node, name) -> onnx.NodeProto:
         proto.input.extend(inputs)
         proto.output.extend(outputs)
         return proto
-    spec = OPS.get(n.op)
-    attrs = {}
-    for a, v in n.attrs:
-        aspec = spec.attr_index[a]
-        if v is None or (aspec.default is not NONE and _equal(v, aspec.default)):
-            continue
-        attrs[a] = list(v) if isinstance(v, tuple) else v
-    # an empty list (a rank-0 Transpose's perm) has no element to infer its type from
-    empty = [a for a, v in attrs.items() if v == []]
-    kept = {a: v for a, v in attrs.items() if a not in empty}
-    node = helper.make_node(n.op, inputs, outputs, name=n.name or None, **kept)
-    for a in empty:
-        kind = spec.attr_index[a].kind
-        node.attribute.append(helper.make_attribute(a, [], attr_type=_LIST_TYPES[kind]))
-    return node
-
-
-_LIST_TYPES = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.FLOATS}
-
-
-def _equal(a, b) -> bool:
-    if isinstance(a, tuple) or isinstance(b, tuple):
-        return tuple(a) == tuple(b)
-    return a == b
+    return onnx_node(n.op, inputs, outputs, n.attrs, name=n.name or None)
 
 
 def _output_identities(g: TermGraph, src_graph: onnx.GraphProto, nodes) -> list[onnx.NodeProto]:
