@@ -25,9 +25,18 @@ from rewrite.egraph import ENode, Snapshot
 from rewrite.graph import ABSENT, TermGraph
 from rewrite.ops import OPS, decode_attr
 from rewrite.rebuild import build_graph
+from rewrite.types import TensorType
 
 FOLD_MAX_ELEMENTS = 1 << 16  # a computed constant larger than this (and its inputs) stays an op
 _EPS = 1.0  # cost of a foldable e-node: near zero, positive so that choices stay acyclic
+
+
+def small_enough_to_fold(out: TensorType, inputs: list[TensorType]) -> bool:
+    """True if a computed constant of type `out` may be stored: its size is known and at most
+    FOLD_MAX_ELEMENTS or its largest input's size (so folding never blows a model up). The one
+    size rule shared by extraction (pricing constants at ~0) and `rewrite.fold`."""
+    limit = max([FOLD_MAX_ELEMENTS] + [t.numel or 0 for t in inputs])
+    return out.numel is not None and out.numel <= limit
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,8 @@ class _Costs:
             else:
                 self.kids.append(tuple(k for k in n.children if not snap.is_absent(k)))
                 self.group.append(-1)
-        self.constant = self._constant_classes()
+        self.constant: set[int] = set()
+        self._find_constant_classes()
         self.own = [self._own(i) for i in range(len(self.enodes))]
 
     def _own(self, i: int) -> float:
@@ -90,11 +100,10 @@ class _Costs:
             return self.snap.type_of(self.kids[i][0]).static
         if not all(k in self.constant for k in self.kids[i]):
             return False
-        limit = max([FOLD_MAX_ELEMENTS] + [self.snap.type_of(k).numel or 0 for k in self.kids[i]])
-        return out.numel is not None and out.numel <= limit
+        return small_enough_to_fold(out, [self.snap.type_of(k) for k in self.kids[i]])
 
-    def _constant_classes(self) -> set[int]:
-        self.constant: set[int] = set()
+    def _find_constant_classes(self) -> None:
+        """Fill `self.constant` to a fixpoint (a class is constant once one e-node folds)."""
         parents: dict[int, list[int]] = {}
         for i, ks in enumerate(self.kids):
             for k in ks:
@@ -106,7 +115,6 @@ class _Costs:
             if c not in self.constant and self._foldable(i):
                 self.constant.add(c)
                 work.extend(parents.get(c, ()))
-        return self.constant
 
 
 def extract(snap: Snapshot, model: CostModel | None = None) -> Extraction:

@@ -16,7 +16,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from rewrite.extract import FOLD_MAX_ELEMENTS
+from rewrite.extract import small_enough_to_fold
 from rewrite.graph import ABSENT, Node, TermGraph
 from rewrite.ops import OPS
 from rewrite.types import TensorType, onnx_dtype
@@ -73,8 +73,7 @@ def _foldable(n: Node, g: TermGraph, consts: dict) -> bool:
     if not n.outputs or not all(i == ABSENT or i in consts for i in n.inputs):
         return False
     out = g.values[n.outputs[0]].type
-    sizes = [g.values[i].type.numel or 0 for i in n.inputs if i != ABSENT]
-    return out.numel is not None and out.numel <= max([FOLD_MAX_ELEMENTS, *sizes])
+    return small_enough_to_fold(out, [g.values[i].type for i in n.inputs if i != ABSENT])
 
 
 def _shape_value(n: Node, t: TensorType) -> np.ndarray:
