@@ -166,13 +166,34 @@ class Snapshot:
 
     def type_of(self, c: int) -> TensorType:
         """The e-class's tensor type: an imported value's type if it holds one, else inferred
-        from one of its e-nodes by the op table's shape rule."""
+        from one of its e-nodes by the op table's shape rule.
+
+        Iterative (an explicit stack, children before parents), so a chain of any depth is
+        fine; on a cycle of e-classes the class met again while pending is seen as unknown."""
         t = self._types.get(c)
-        if t is None:
-            self._types[c] = UNKNOWN  # cycle guard
-            t = self._infer(c)
-            self._types[c] = t
-        return t
+        if t is not None:
+            return t
+        stack = [(c, False)]
+        while stack:
+            x, ready = stack.pop()
+            if ready:
+                self._types[x] = self._infer(x)
+                continue
+            if x in self._types:
+                continue
+            self._types[x] = UNKNOWN  # pending: a cycle back to x sees it as unknown
+            stack.append((x, True))
+            if self._handle_static(x) is None:
+                stack.extend((k, False) for n in self.classes.get(x, ()) for k in n.children
+                             if k not in self._types)
+        return self._types[c]
+
+    def _handle_static(self, c: int) -> TensorType | None:
+        for v in self.handles_of.get(c, ()):
+            t = self.handle_type(v)
+            if t.static:
+                return t
+        return None
 
     def _infer(self, c: int) -> TensorType:
         known = UNKNOWN
