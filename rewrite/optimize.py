@@ -1,6 +1,7 @@
 """`optimize`: the engine as a straight line of stages.
 
-    select rules -> emit egglog -> import into the e-graph -> saturate -> extract -> fold
+    fold shapes -> select rules -> emit egglog -> import into the e-graph -> saturate
+    -> extract -> fold
 
 The output is never worse than the input under the cost model: if extraction finds nothing
 cheaper, the input graph comes back unchanged (the same object).
@@ -9,17 +10,18 @@ cheaper, the input graph comes back unchanged (the same object).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from dsl.ir import OpNode, Rule, RuleSet
 from rewrite.cost import CostModel
 from rewrite.egraph import EGraph
 from rewrite.emit import emit, host_rule
-from rewrite.extract import extract
+from rewrite.extract import extract, input_cost
 from rewrite.fold import fold
 from rewrite.graph import TermGraph
 from rewrite.ops import OPS
 from rewrite.saturate import Limits, saturate
+from rewrite.shapes import fold_shapes
 
 FP_CLASSES = ("exact", "reassoc", "approx")
 
@@ -29,7 +31,8 @@ class Report:
     """What one optimization did.
 
     stop_reason: `saturated`, `iteration-limit`, `node-limit` or `time-limit`.
-    seconds: wall-clock seconds per stage (`emit`, `import`, `saturate`, `extract`, `fold`).
+    seconds: wall-clock seconds per stage (`shapes`, `emit`, `import`, `saturate`, `extract`,
+        `fold`).
     fired: rule name -> times it fired (matches applied). rejected: rule name -> reason
         -> count, for matches that were not applied (which guard failed, which builder could
         not build): the answer to "why did my rule not fire?". skipped: rules left out, with the reason (opset, numeric class).
@@ -97,6 +100,9 @@ def optimize(
         seconds[name] = now - clock
         clock = now
 
+    original = graph
+    graph, shape_stats = fold_shapes(graph)
+    stage("shapes")
     chosen, skipped = select(rules, graph.opset, fp)
     program = emit(RuleSet(tuple(chosen), rules.files))
     stage("emit")
@@ -106,8 +112,12 @@ def optimize(
     stage("saturate")
     ex = extract(snap, cost)
     stage("extract")
-    changed = ex.cost < ex.input_cost * (1 - 1e-9)  # summation order differs in the last bits
-    out = fold(ex.graph) if changed else graph
+    cheaper = ex.cost < ex.input_cost * (1 - 1e-9)  # summation order differs in the last bits
+    out = fold(ex.graph) if cheaper else graph
+    changed = cheaper or graph is not original and len(graph.nodes) < len(original.nodes)
+    if not changed:
+        out = original
+    cost_before = ex.input_cost if graph is original else input_cost(original, cost)
     stage("fold")
     report = Report(
         stop_reason=sat.stop_reason,
@@ -118,14 +128,15 @@ def optimize(
         fired=dict(sat.fired),
         rejected={rule: dict(reasons) for rule, reasons in sat.rejected.items()},
         skipped=skipped,
-        nodes_before=len(graph.nodes),
+        nodes_before=len(original.nodes),
         nodes_after=len(out.nodes),
-        ops_before=graph.op_counts(),
+        ops_before=original.op_counts(),
         ops_after=out.op_counts(),
-        cost_before=ex.input_cost,
-        cost_after=ex.cost if changed else ex.input_cost,
+        cost_before=cost_before,
+        cost_after=ex.cost if cheaper else ex.input_cost if changed else cost_before,
         changed=changed,
-        fp=_loosest(chosen, sat.fired) if changed else "exact",
+        fp=_loosest(chosen, sat.fired) if cheaper else "exact",
+        extra={"shapes": asdict(shape_stats)},
     )
     return out, report
 

@@ -1,0 +1,727 @@
+"""Symbolic shape analysis and shape folding over a TermGraph.
+
+Every dimension is a sympy integer expression: a number, or a symbol (an input's `dim_param`,
+or a fresh symbol `_uN` per dimension nothing knows), or an expression over symbols
+(`2*seq`, `floor(seq/2)`). Symbols are positive integers, so `seq - seq` is 0 and
+`Equal(seq, -1)` is false. Two dimensions are the same exactly when their expressions are,
+which is what lets a rule see that a reshape target copies its input's own dimensions.
+
+Besides shapes, the analysis propagates the *values* of small integer tensors (rank 0 or 1, at
+most `MAX_VALUE_ELEMENTS` elements) through the ops that compute on shapes: Shape, Size,
+Gather, Slice, Concat, Unsqueeze, Squeeze, Reshape, Cast, Identity, Add, Sub, Mul, Div, Mod,
+Max, Min, Neg, Abs, Equal, Less, Greater, Not, And, Or, Where, Range, Expand,
+ConstantOfShape, ReduceProd, ReduceSum, ReduceMax, ReduceMin. The semantics are the ONNX
+operator specification's (integer Div truncates, Mod with fmod=0 takes the divisor's sign, Slice
+and Shape clamp like Python slices).
+
+`fold_shapes` then rewrites the graph where the analysis knows enough:
+
+- a value whose every element is a number becomes a constant, and the nodes that computed it go;
+- a `Reshape` whose target is known symbolically gets a constant target, with `0` where an
+  element is the input's own dimension at that index (allowzero=0 only) and `-1` for the one
+  element left unknown;
+- an `Expand`, `Reshape` or `Slice` whose output has its input's shape, symbolically, is its
+  input.
+
+Symbols never stand for a particular size, so the folded graph computes the same at every
+input size the original accepts. Dimensions are written back into the TermGraph's types as
+ints or as the expression's text, so equal dimensions share one string everywhere (guards such
+as `broadcasts-into` compare those strings).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import onnx
+import sympy
+from onnx import helper
+
+from rewrite.graph import ABSENT, Node, TermGraph, Value
+from rewrite.types import TensorType, np_dtype
+
+MAX_VALUE_ELEMENTS = 64  # integer tensors up to this size have their values tracked
+_BIG = 2**31  # a Slice end at or past this is "to the end"
+
+Expr = sympy.Expr
+Shape = tuple  # tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class SymValue:
+    """The value of a small tensor: shape () or (n,), elements in row-major order, each a
+    sympy expression or None when unknown."""
+
+    shape: tuple[int, ...]
+    elems: tuple
+
+    @property
+    def known(self) -> bool:
+        """True when every element is a number (the value can become a constant)."""
+        return all(e is not None and e.is_number for e in self.elems)
+
+
+@dataclass
+class ShapeAnalysis:
+    """Result of `analyze`: per value id, its symbolic shape (None: rank unknown) and, for
+    small tensors the analysis could follow, its symbolic value."""
+
+    shapes: dict[int, Shape | None] = field(default_factory=dict)
+    values: dict[int, SymValue] = field(default_factory=dict)
+
+    def dim_text(self, vid: int) -> tuple | None:
+        """The shape of `vid` as TensorType dims: ints, or the expression's text."""
+        s = self.shapes.get(vid)
+        return None if s is None else tuple(to_dim(d) for d in s)
+
+
+@dataclass(frozen=True)
+class FoldStats:
+    """What `fold_shapes` did: values turned into constants, Reshape targets made constant,
+    no-op nodes removed, and nodes left after pruning."""
+
+    constants: int = 0
+    reshape_targets: int = 0
+    noops: int = 0
+    nodes_before: int = 0
+    nodes_after: int = 0
+
+
+def symbol(name: str) -> sympy.Symbol:
+    """The positive-integer symbol of a dimension name."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def to_dim(e: Expr):
+    """A dimension as TensorType stores it: an int, or the expression's text."""
+    if e is None:
+        return None
+    if e.is_Integer:
+        return int(e)
+    return str(e)
+
+
+class _Fresh:
+    def __init__(self):
+        self.n = itertools.count()
+
+    def __call__(self) -> sympy.Symbol:
+        return symbol(f"_u{next(self.n)}")
+
+
+def _from_dim(d, fresh) -> Expr:
+    if isinstance(d, int):
+        return sympy.Integer(d)
+    if isinstance(d, str) and d:
+        return symbol(d)
+    return fresh()
+
+
+def analyze(g: TermGraph) -> ShapeAnalysis:
+    """Symbolic shapes and small values of every value of `g`, in one pass in node order.
+
+    Shapes of graph inputs come from their types (`dim_param` names become symbols); an op the
+    analysis has no rule for takes the type already in the graph (ONNX shape inference at
+    import), with a fresh symbol for each unknown dimension. Never raises on odd nodes: what it
+    cannot follow stays unknown.
+    """
+    a = ShapeAnalysis()
+    fresh = _Fresh()
+
+    def from_type(vid: int) -> Shape | None:
+        t = g.values[vid].type
+        return None if t.shape is None else tuple(_from_dim(d, fresh) for d in t.shape)
+
+    for vid in g.inputs:
+        a.shapes[vid] = from_type(vid)
+    for vid, arr in g.constants.items():
+        a.shapes[vid] = tuple(sympy.Integer(int(d)) for d in np.shape(arr))
+        v = _value_of_array(arr)
+        if v is not None:
+            a.values[vid] = v
+    for n in g.nodes:
+        try:
+            _visit(n, g, a)
+        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError):
+            pass  # what the rule could not follow stays unknown
+        for o in n.outputs:
+            if o not in a.shapes:
+                a.shapes[o] = from_type(o)
+    return a
+
+
+def _value_of_array(arr) -> SymValue | None:
+    arr = np.asarray(arr)
+    if arr.ndim > 1 or arr.size > MAX_VALUE_ELEMENTS or arr.dtype.kind not in "iub":
+        return None
+    return SymValue(arr.shape, tuple(sympy.Integer(int(x)) for x in arr.reshape(-1)))
+
+
+def _attrs(n: Node) -> dict:
+    """A node's attributes: canonical ones, or read from its ONNX proto when opaque."""
+    if not n.opaque:
+        return dict(n.attrs)
+    if isinstance(n.payload, onnx.NodeProto):
+        return {x.name: helper.get_attribute_value(x) for x in n.payload.attribute}
+    return {}
+
+
+def _ints(a: ShapeAnalysis, vid: int) -> list[int] | None:
+    v = a.values.get(vid)
+    if v is None or not v.known:
+        return None
+    return [int(e) for e in v.elems]
+
+
+def _is_int_dtype(g: TermGraph, vid: int) -> bool:
+    dt = g.values[vid].type.dtype
+    return dt in (onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16,
+                  onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL)
+
+
+_SAME = set(
+    "Relu Neg Sqrt Erf Tanh Sigmoid Exp Log Abs Reciprocal Floor Ceil Sin Cos Sign Identity "
+    "Dropout LeakyRelu HardSigmoid Gelu Softmax LogSoftmax Not Cast CastLike Clip Elu Selu "
+    "Softplus Softsign HardSwish Mish Round IsNaN IsInf LayerNormalization "
+    "BatchNormalization InstanceNormalization RMSNormalization SimplifiedLayerNormalization "
+    "LpNormalization".split()
+)
+_BROADCAST = set(
+    "Add Sub Mul Div Pow Mod Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Where "
+    "Max Min PRelu BitShift Sum Mean".split()
+)
+_ARITH = {"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Sum"}
+_COMPARE = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or"}
+
+
+def broadcast(shapes: list[Shape]) -> Shape | None:
+    """Multidirectional (numpy) broadcasting of symbolic shapes (ONNX docs/Broadcasting.md).
+
+    A dimension of 1 takes the other; equal expressions stay; a symbol against a number > 1 is
+    that number (the model is valid, so the symbol must be 1 or equal). Two different symbols
+    give None for that dimension (either may be 1). Returns None if a rank is unknown."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(rank):
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        rest = []
+        for d in dims:
+            if d == 1 or any(d == r for r in rest):
+                continue
+            rest.append(d)
+        if not rest:
+            out.append(sympy.Integer(1))
+        elif len(rest) == 1:
+            out.append(rest[0])
+        else:
+            nums = [d for d in rest if d.is_number]
+            out.append(nums[0] if nums else None)
+    return tuple(out)
+
+
+def _visit(n: Node, g: TermGraph, a: ShapeAnalysis) -> None:
+    op = n.op if n.domain in ("", "ai.onnx") else None
+    if op is None or not n.outputs:
+        return
+    ins = [i for i in n.inputs]
+    s_in = [a.shapes.get(i) if i != ABSENT else None for i in ins]
+    out = n.outputs[0]
+    at = _attrs(n)
+    shp = None
+    if op in _SAME:
+        shp = s_in[0]
+    elif op in _BROADCAST:
+        shp = broadcast([s for i, s in zip(ins, s_in) if i != ABSENT])
+        if shp is not None and None in shp:
+            shp = None
+    elif op == "MatMul":
+        shp = _matmul(s_in[0], s_in[1])
+    elif op == "Gemm":
+        x, w = s_in[0], s_in[1]
+        if x is not None and w is not None:
+            m = x[1] if at.get("transA") else x[0]
+            k = w[0] if at.get("transB") else w[1]
+            shp = (m, k)
+    elif op == "Transpose":
+        x = s_in[0]
+        if x is not None:
+            perm = at.get("perm") or tuple(range(len(x) - 1, -1, -1))
+            shp = tuple(x[p] for p in perm)
+    elif op == "Reshape":
+        shp = _reshape(s_in[0], a.values.get(ins[1]), at.get("allowzero", 0))
+    elif op in ("Unsqueeze", "Squeeze"):
+        axes = _ints(a, ins[1]) if len(ins) > 1 and ins[1] != ABSENT else at.get("axes")
+        shp = _unsqueeze(s_in[0], axes) if op == "Unsqueeze" else _squeeze(s_in[0], axes)
+    elif op == "Flatten" and s_in[0] is not None:
+        x, ax = s_in[0], at.get("axis", 1)
+        ax = ax + len(x) if ax < 0 else ax
+        shp = (sympy.Mul(*x[:ax]), sympy.Mul(*x[ax:]))
+    elif op == "Concat" and all(s is not None for s in s_in):
+        axis = at["axis"]
+        rank = len(s_in[0])
+        axis = axis + rank if axis < 0 else axis
+        shp = tuple(sympy.Add(*[s[axis] for s in s_in]) if k == axis else s_in[0][k] for k in range(rank))
+    elif op == "Gather" and s_in[0] is not None and s_in[1] is not None:
+        axis = at.get("axis", 0)
+        axis = axis + len(s_in[0]) if axis < 0 else axis
+        shp = s_in[0][:axis] + s_in[1] + s_in[0][axis + 1:]
+    elif op == "Shape" and s_in[0] is not None:
+        shp = (sympy.Integer(len(range(len(s_in[0]))[slice(at.get("start", 0), at.get("end"))])),)
+    elif op == "Size":
+        shp = ()
+    elif op == "Expand":
+        t = a.values.get(ins[1])
+        if t is not None and s_in[0] is not None and None not in t.elems:
+            shp = broadcast([s_in[0], t.elems])
+            shp = None if shp is None or None in shp else shp
+    elif op == "ConstantOfShape":
+        t = a.values.get(ins[0])
+        if t is not None and None not in t.elems:
+            shp = tuple(t.elems)
+    elif op == "Slice":
+        shp = _slice_shape(s_in[0], [a.values.get(i) if i != ABSENT else None for i in ins[1:]] + [None] * (5 - len(ins)))
+    elif op.startswith("Reduce") and s_in[0] is not None:
+        axes = _ints(a, ins[1]) if len(ins) > 1 and ins[1] != ABSENT else at.get("axes")
+        shp = _reduce(s_in[0], axes, at.get("keepdims", 1), at.get("noop_with_empty_axes", 0))
+    elif op == "Range":
+        vals = [a.values.get(i) for i in ins]
+        if all(v is not None and v.known for v in vals):
+            start, limit, delta = (float(v.elems[0]) for v in vals)
+            shp = (sympy.Integer(max(int(np.ceil((limit - start) / delta)), 0)),)
+    elif op == "Split" and s_in[0] is not None:
+        _split(n, g, a, s_in[0], at)
+    if shp is not None:
+        a.shapes[out] = tuple(sympy.Integer(d) if isinstance(d, int) else d for d in shp)
+    _value(n, op, ins, at, g, a)
+
+
+def _matmul(x: Shape | None, w: Shape | None) -> Shape | None:
+    if x is None or w is None or not x or not w:
+        return None
+    x2 = x if len(x) > 1 else (sympy.Integer(1),) + x
+    w2 = w if len(w) > 1 else w + (sympy.Integer(1),)
+    batch = broadcast([x2[:-2], w2[:-2]])
+    if batch is None or None in batch:
+        return None
+    out = batch + (x2[-2], w2[-1])
+    if len(x) == 1:
+        out = out[:-2] + out[-1:]
+    if len(w) == 1:
+        out = out[:-1]
+    return out
+
+
+def _reshape(x: Shape | None, target: SymValue | None, allowzero: int) -> Shape | None:
+    if target is None or None in target.elems:
+        return None
+    out, infer = [], None
+    for i, e in enumerate(target.elems):
+        if e == 0 and not allowzero:
+            if x is None or i >= len(x):
+                return None
+            out.append(x[i])
+        elif e == -1:
+            infer = i
+            out.append(None)
+        else:
+            out.append(e)
+    if infer is not None:
+        if x is None:
+            return None
+        rest = sympy.Mul(*[d for d in out if d is not None])
+        out[infer] = sympy.simplify(sympy.Mul(*x) / rest)
+        if not out[infer].is_integer:
+            return None
+    return tuple(out)
+
+
+def _unsqueeze(x: Shape | None, axes) -> Shape | None:
+    if x is None or axes is None:
+        return None
+    rank = len(x) + len(axes)
+    axes = sorted(a + rank if a < 0 else a for a in axes)
+    out, it = [], iter(x)
+    for k in range(rank):
+        out.append(sympy.Integer(1) if k in axes else next(it))
+    return tuple(out)
+
+
+def _squeeze(x: Shape | None, axes) -> Shape | None:
+    if x is None:
+        return None
+    if axes is None:
+        if not all(d.is_number for d in x):
+            return None
+        return tuple(d for d in x if d != 1)
+    axes = {a + len(x) if a < 0 else a for a in axes}
+    return tuple(d for k, d in enumerate(x) if k not in axes)
+
+
+def _reduce(x: Shape, axes, keepdims: int, noop: int) -> Shape | None:
+    if axes is None or len(axes) == 0:
+        if noop:
+            return x
+        axes = range(len(x))
+    axes = {a + len(x) if a < 0 else a for a in axes}
+    if keepdims:
+        return tuple(sympy.Integer(1) if k in axes else d for k, d in enumerate(x))
+    return tuple(d for k, d in enumerate(x) if k not in axes)
+
+
+def _slice_shape(x: Shape | None, parts) -> Shape | None:
+    starts, ends, axes, steps = parts[:4]
+    if x is None or starts is None or ends is None:
+        return None
+    if None in starts.elems or None in ends.elems:
+        return None
+    n = len(starts.elems)
+    ax = [int(e) for e in axes.elems] if axes is not None and axes.known else (None if axes else list(range(n)))
+    st = [int(e) for e in steps.elems] if steps is not None and steps.known else (None if steps else [1] * n)
+    if ax is None or st is None:
+        return None
+    out = list(x)
+    for s, e, k, step in zip(starts.elems, ends.elems, ax, st):
+        k = k + len(x) if k < 0 else k
+        out[k] = _slice_len(x[k], s, e, step)
+        if out[k] is None:
+            return None
+    return tuple(out)
+
+
+def _slice_len(dim: Expr, s: Expr, e: Expr, step: int) -> Expr | None:
+    if dim.is_number and s.is_number and e.is_number:
+        return sympy.Integer(len(range(int(dim))[slice(int(s), int(e), step)]))
+    if step != 1:
+        return None
+
+    def clamp(v):
+        if v.is_number:
+            v = int(v)
+            if v >= _BIG:
+                return dim
+            if v < 0:
+                return sympy.Max(dim + v, 0)
+            return sympy.Min(v, dim)
+        return sympy.Min(v, dim) if v.is_nonnegative else None
+
+    s2, e2 = clamp(s), clamp(e)
+    if s2 is None or e2 is None:
+        return None
+    return sympy.Max(e2 - s2, 0)
+
+
+def _split(n: Node, g: TermGraph, a: ShapeAnalysis, x: Shape, at: dict) -> None:
+    axis = at.get("axis", 0)
+    axis = axis + len(x) if axis < 0 else axis
+    sizes = _ints(a, n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] != ABSENT else at.get("split")
+    if sizes is None or len(sizes) != len(n.outputs):
+        return
+    for o, size in zip(n.outputs, sizes):
+        a.shapes[o] = x[:axis] + (sympy.Integer(size),) + x[axis + 1:]
+
+
+# ---- values of small integer tensors --------------------------------------------------------
+
+
+def _value(n: Node, op: str, ins: list[int], at: dict, g: TermGraph, a: ShapeAnalysis) -> None:
+    out = n.outputs[0]
+    v = None
+    val = lambda i: a.values.get(i) if i != ABSENT else None  # noqa: E731
+    if op == "Shape":
+        x = a.shapes.get(ins[0])
+        if x is not None:
+            elems = tuple(x[slice(at.get("start", 0), at.get("end"))])
+            v = SymValue((len(elems),), elems)
+    elif op == "Size":
+        x = a.shapes.get(ins[0])
+        if x is not None:
+            v = SymValue((), (sympy.Mul(*x),))
+    elif op in ("Identity", "Cast") and val(ins[0]) is not None:
+        v = val(ins[0])
+        if op == "Cast" and not _cast_keeps(v, at.get("to")):
+            v = None
+    elif op == "Gather" and val(ins[0]) is not None and val(ins[1]) is not None:
+        data, idx = val(ins[0]), _ints(a, ins[1])
+        if idx is not None and len(data.shape) == 1:
+            elems = tuple(data.elems[i] for i in idx)
+            v = SymValue(val(ins[1]).shape, elems)
+    elif op == "Concat" and all(val(i) is not None and len(val(i).shape) == 1 for i in ins):
+        elems = tuple(e for i in ins for e in val(i).elems)
+        v = SymValue((len(elems),), elems)
+    elif op == "Unsqueeze" and val(ins[0]) is not None and val(ins[0]).shape == ():
+        v = SymValue((1,), val(ins[0]).elems)
+    elif op == "Squeeze" and val(ins[0]) is not None and val(ins[0]).shape == (1,):
+        v = SymValue((), val(ins[0]).elems)
+    elif op == "Reshape" and val(ins[0]) is not None:
+        shp = a.shapes.get(out)
+        if shp is not None and len(shp) <= 1 and all(d.is_number for d in shp):
+            v = SymValue(tuple(int(d) for d in shp), val(ins[0]).elems)
+    elif op == "Slice" and val(ins[0]) is not None and len(val(ins[0]).shape) == 1:
+        parts = [_ints(a, i) if i != ABSENT else None for i in ins[1:]] + [None] * (5 - len(ins))
+        starts, ends, axes, steps = parts[:4]
+        if starts is not None and ends is not None and (axes is None or axes in ([0], [-1])):
+            step = steps[0] if steps else 1
+            elems = val(ins[0]).elems[slice(starts[0], ends[0], step)]
+            v = SymValue((len(elems),), tuple(elems))
+    elif op in _ARITH or op in _COMPARE or op == "Where":
+        vs = [val(i) for i in ins]
+        if all(x is not None for x in vs):
+            v = _elementwise(op, vs, at, _is_int_dtype(g, ins[-1]))
+    elif op in ("Neg", "Abs", "Not") and val(ins[0]) is not None:
+        f = {"Neg": lambda e: -e, "Abs": lambda e: sympy.Abs(e),
+             "Not": lambda e: sympy.Integer(1 - int(e)) if e.is_number else None}[op]
+        x = val(ins[0])
+        v = SymValue(x.shape, tuple(None if e is None else f(e) for e in x.elems))
+    elif op == "Range":
+        vals = [_ints(a, i) for i in ins]
+        if all(x is not None for x in vals) and _is_int_dtype(g, ins[0]):
+            r = range(vals[0][0], vals[1][0], vals[2][0])
+            if len(r) <= MAX_VALUE_ELEMENTS:
+                v = SymValue((len(r),), tuple(sympy.Integer(x) for x in r))
+    elif op in ("ConstantOfShape", "Expand"):
+        shp = a.shapes.get(out)
+        fill = None
+        if op == "ConstantOfShape":
+            t = at.get("value")
+            arr = np.zeros(1, np.float32) if t is None else np.asarray(t)
+            if arr.dtype.kind in "iub":
+                fill = sympy.Integer(int(arr.reshape(-1)[0]))
+        elif val(ins[0]) is not None and val(ins[0]).shape in ((), (1,)):
+            fill = val(ins[0]).elems[0]
+        if fill is not None and shp is not None and len(shp) <= 1 and all(d.is_number for d in shp):
+            size = int(shp[0]) if shp else 1
+            if size <= MAX_VALUE_ELEMENTS:
+                v = SymValue(tuple(int(d) for d in shp), (fill,) * size)
+    elif op in ("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin") and val(ins[0]) is not None:
+        x = val(ins[0])
+        if None not in x.elems and len(x.shape) == 1 and x.elems:
+            f = {"ReduceProd": sympy.Mul, "ReduceSum": sympy.Add, "ReduceMax": sympy.Max,
+                 "ReduceMin": sympy.Min}[op]
+            shp = a.shapes.get(out)
+            if shp is not None and len(shp) <= 1:
+                v = SymValue(tuple(int(d) for d in shp), (f(*x.elems),))
+    if v is not None and len(v.elems) <= MAX_VALUE_ELEMENTS:
+        a.values[out] = v
+        if a.shapes.get(out) is None:
+            a.shapes[out] = tuple(sympy.Integer(d) for d in v.shape)
+
+
+def _cast_keeps(v: SymValue, to) -> bool:
+    """True if casting integer elements to `to` keeps them as they are (an integer type wide
+    enough for the known numbers, or any type for symbolic dims, which fit in int32)."""
+    if to not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+        return False
+    return all(e is None or not e.is_number or abs(int(e)) < 2**31 for e in v.elems)
+
+
+def _elementwise(op: str, vs: list[SymValue], at: dict, integer: bool) -> SymValue | None:
+    shape = max((x.shape for x in vs), key=len)
+    size = int(np.prod(shape)) if shape else 1
+    cols = []
+    for x in vs:
+        if len(x.elems) == size:
+            cols.append(x.elems)
+        elif len(x.elems) == 1:
+            cols.append(x.elems * size)
+        else:
+            return None
+    out = []
+    for args in zip(*cols):
+        if None in args:
+            out.append(None)
+            continue
+        out.append(_apply(op, args, at, integer))
+    return SymValue(shape, tuple(out))
+
+
+def _apply(op: str, args, at: dict, integer: bool) -> Expr | None:
+    if op == "Where":
+        c, x, y = args
+        return (x if int(c) else y) if c.is_number else None
+    x, y = args
+    if op == "Add" or op == "Sum":
+        return x + y
+    if op == "Sub":
+        return x - y
+    if op == "Mul":
+        return x * y
+    if op == "Max":
+        return sympy.Max(x, y)
+    if op == "Min":
+        return sympy.Min(x, y)
+    if op == "Div":
+        if not integer:
+            return None
+        if x.is_number and y.is_number:
+            return sympy.Integer(int(x) // int(y) if (int(x) >= 0) == (int(y) > 0) else -(abs(int(x)) // abs(int(y))))
+        if x.is_nonnegative and y.is_positive:
+            return sympy.floor(x / y)
+        return None
+    if op == "Mod":
+        if not integer or at.get("fmod"):
+            return None
+        if x.is_number and y.is_number:
+            return sympy.Integer(int(x) % int(y))
+        if x.is_nonnegative and y.is_positive:
+            return sympy.Mod(x, y)
+        return None
+    truth = _compare(op, x, y)
+    return None if truth is None else sympy.Integer(int(truth))
+
+
+def _compare(op: str, x: Expr, y: Expr) -> bool | None:
+    if op in ("And", "Or"):
+        if not (x.is_number and y.is_number):
+            return None
+        return bool(int(x)) and bool(int(y)) if op == "And" else bool(int(x)) or bool(int(y))
+    d = sympy.simplify(x - y)
+    if op == "Equal":
+        return d.is_zero
+    if op == "Less":
+        return d.is_negative
+    if op == "Greater":
+        return d.is_positive
+    if op == "LessOrEqual":
+        return d.is_nonpositive
+    return d.is_nonnegative
+
+
+# ---- rewriting the graph ----------------------------------------------------------------------
+
+
+def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[TermGraph, FoldStats]:
+    """Fold what the shape analysis knows into `g` (see the module doc) and drop dead nodes.
+
+    Returns the new TermGraph (types refined with the analysis's symbolic shapes) and
+    FoldStats. `g` itself is not changed. Raises nothing on graphs it cannot follow.
+    """
+    from rewrite.fold import prune  # noqa: PLC0415 (fold imports extract, which is heavier)
+
+    a = analysis or analyze(g)
+    values = [
+        Value(v.name, TensorType(v.type.dtype, a.dim_text(vid)) if a.shapes.get(vid) is not None else v.type)
+        for vid, v in enumerate(g.values)
+    ]
+    consts = dict(g.constants)
+    n_const = n_target = n_noop = 0
+    alias: dict[int, int] = {}
+    nodes: list[Node] = []
+    taken = {v.name for v in g.values}
+
+    def new_constant(base: str, arr: np.ndarray) -> int:
+        name = base
+        for k in itertools.count(1):
+            if name not in taken:
+                break
+            name = f"{base}_{k}"
+        taken.add(name)
+        values.append(Value(name, TensorType(helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape)))
+        consts[len(values) - 1] = arr
+        return len(values) - 1
+
+    for n in g.nodes:
+        n = _renamed(n, alias)
+        outs = [o for o in n.outputs]
+        if outs and not _effectful(n) and all(_foldable_value(a, g, o) for o in outs):
+            for o in outs:
+                consts[o] = _array(a.values[o], g.values[o].type)
+                values[o] = Value(values[o].name, TensorType(g.values[o].type.dtype, consts[o].shape))
+            n_const += 1
+            continue
+        if not n.opaque and len(n.outputs) == 1:
+            same = _noop_input(n, a)
+            if same is not None and g.values[same].type.dtype == g.values[n.outputs[0]].type.dtype:
+                alias[n.outputs[0]] = same
+                n_noop += 1
+                continue
+            if n.op == "Reshape" and n.inputs[1] not in consts:
+                target = _reshape_target(a, n)
+                if target is not None:
+                    vid = new_constant(f"{g.values[n.outputs[0]].name}_shape", target)
+                    n = replace(n, inputs=(n.inputs[0], vid))
+                    n_target += 1
+        nodes.append(n)
+    outputs = tuple(alias.get(o, o) for o in g.outputs)
+    out = prune(TermGraph(tuple(values), tuple(nodes), g.inputs, outputs, consts, g.opset, g.meta))
+    stats = FoldStats(n_const, n_target, n_noop, len(g.nodes), len(out.nodes))
+    return out, stats
+
+
+def _renamed(n: Node, alias: dict[int, int]) -> Node:
+    if not alias:
+        return n
+    ins = tuple(alias.get(i, i) for i in n.inputs)
+    imp = tuple(alias.get(i, i) for i in n.implicit)
+    if ins == n.inputs and imp == n.implicit:
+        return n
+    return replace(n, inputs=ins, implicit=imp)
+
+
+def _effectful(n: Node) -> bool:
+    from rewrite.ops import OPS  # noqa: PLC0415
+
+    spec = OPS.get(n.op)
+    if n.op in ("If", "Loop", "Scan") or n.domain not in ("", "ai.onnx"):
+        return True
+    return spec is not None and (spec.random or spec.effectful)
+
+
+def _foldable_value(a: ShapeAnalysis, g: TermGraph, vid: int) -> bool:
+    v = a.values.get(vid)
+    if v is None or not v.known or vid in g.constants:
+        return False
+    dt = g.values[vid].type.dtype
+    try:
+        np_dtype(dt)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return dt != 0 and dt != onnx.TensorProto.STRING
+
+
+def _array(v: SymValue, t: TensorType) -> np.ndarray:
+    return np.array([int(e) for e in v.elems], dtype=np_dtype(t.dtype)).reshape(v.shape)
+
+
+def _noop_input(n: Node, a: ShapeAnalysis) -> int | None:
+    """The input of an Expand, Reshape or Slice whose output has exactly the input's shape."""
+    if n.op not in ("Expand", "Reshape", "Slice"):
+        return None
+    x, y = a.shapes.get(n.inputs[0]), a.shapes.get(n.outputs[0])
+    if x is None or y is None or len(x) != len(y) or any(p != q for p, q in zip(x, y)):
+        return None
+    if n.op == "Slice" and len(n.inputs) > 4 and n.inputs[4] != ABSENT:
+        steps = a.values.get(n.inputs[4])  # a slice that keeps every index in order is x;
+        if steps is None or not steps.known or any(int(e) <= 0 for e in steps.elems):
+            return None  # a reversing one keeps the shape but not the order
+    return n.inputs[0]
+
+
+def _reshape_target(a: ShapeAnalysis, n: Node) -> np.ndarray | None:
+    """A constant Reshape target equivalent to the symbolic one: known numbers as they are,
+    `0` for an element equal to the input's own dimension at that index (allowzero=0), `-1`
+    for at most one element left over. None when that is not possible."""
+    target = a.values.get(n.inputs[1])
+    x = a.shapes.get(n.inputs[0])
+    if target is None or None in target.elems or target.known or target.shape == ():
+        return None
+    allowzero = n.attr("allowzero") or 0
+    out, unknown = [], 0
+    for i, e in enumerate(target.elems):
+        if e.is_number:
+            if int(e) == -1:
+                unknown += 1
+            elif int(e) == 0 and allowzero:
+                pass  # a real zero-sized dimension
+            out.append(int(e))
+        elif not allowzero and x is not None and i < len(x) and x[i] == e:
+            out.append(0)
+        else:
+            out.append(-1)
+            unknown += 1
+    if unknown > 1:
+        return None
+    return np.array(out, dtype=np.int64)
