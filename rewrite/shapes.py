@@ -6,9 +6,9 @@ or a fresh symbol `_uN` per dimension nothing knows), or an expression over symb
 `Equal(seq, -1)` is false. Two dimensions are the same exactly when their expressions are,
 which is what lets a rule see that a reshape target copies its input's own dimensions.
 
-Besides shapes, the analysis propagates the *values* of small integer tensors (rank 0 or 1, at
-most `MAX_VALUE_ELEMENTS` elements) through the ops that compute on shapes: Shape, Size,
-Gather, Slice, Concat, Unsqueeze, Squeeze, Reshape, Cast, Identity, Add, Sub, Mul, Div, Mod,
+Besides shapes, the analysis propagates the *values* of small integer tensors (at most
+`MAX_VALUE_ELEMENTS` elements) through the ops that compute on shapes: Shape, Size, Gather,
+Slice, Concat, Unsqueeze, Squeeze, Reshape, Flatten, Transpose, Cast, Identity, Add, Sub, Mul, Div, Mod,
 Max, Min, Neg, Abs, Equal, Less, Greater, Not, And, Or, Where, Range, Expand,
 ConstantOfShape, ReduceProd, ReduceSum, ReduceMax, ReduceMin. The semantics are the ONNX
 operator specification's (integer Div truncates, Mod with fmod=0 takes the divisor's sign, Slice
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 import sympy
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from rewrite.graph import ABSENT, Node, TermGraph, Value
 from rewrite.types import TensorType, np_dtype
@@ -51,11 +51,15 @@ Shape = tuple  # tuple[Expr, ...]
 
 @dataclass(frozen=True)
 class SymValue:
-    """The value of a small tensor: shape () or (n,), elements in row-major order, each a
-    sympy expression or None when unknown."""
+    """The value of a small tensor (at most MAX_VALUE_ELEMENTS elements): its shape and its
+    elements in row-major order, each a sympy expression or None when unknown."""
 
     shape: tuple[int, ...]
     elems: tuple
+
+    def array(self) -> np.ndarray:
+        """The value as a numpy object array of its elements."""
+        return _obj(list(self.elems)).reshape(self.shape)
 
     @property
     def known(self) -> bool:
@@ -154,7 +158,7 @@ def analyze(g: TermGraph) -> ShapeAnalysis:
 
 def _value_of_array(arr) -> SymValue | None:
     arr = np.asarray(arr)
-    if arr.ndim > 1 or arr.size > MAX_VALUE_ELEMENTS or arr.dtype.kind not in "iub":
+    if arr.size > MAX_VALUE_ELEMENTS or arr.dtype.kind not in "iub":
         return None
     return SymValue(arr.shape, tuple(sympy.Integer(int(x)) for x in arr.reshape(-1)))
 
@@ -164,7 +168,8 @@ def _attrs(n: Node) -> dict:
     if not n.opaque:
         return dict(n.attrs)
     if isinstance(n.payload, onnx.NodeProto):
-        return {x.name: helper.get_attribute_value(x) for x in n.payload.attribute}
+        out = {x.name: helper.get_attribute_value(x) for x in n.payload.attribute}
+        return {k: numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for k, v in out.items()}
     return {}
 
 
@@ -292,6 +297,16 @@ def _visit(n: Node, g: TermGraph, a: ShapeAnalysis) -> None:
         if all(v is not None and v.known for v in vals):
             start, limit, delta = (float(v.elems[0]) for v in vals)
             shp = (sympy.Integer(max(int(np.ceil((limit - start) / delta)), 0)),)
+        elif all(v is not None and v.elems[0] is not None for v in vals) and vals[2].elems[0] == 1:
+            shp = (sympy.Max(vals[1].elems[0] - vals[0].elems[0], 0),)
+    elif op == "Pad" and s_in[0] is not None:
+        pads = a.values.get(ins[1])
+        axes = _ints(a, ins[3]) if len(ins) > 3 and ins[3] != ABSENT else list(range(len(s_in[0])))
+        if pads is not None and None not in pads.elems and axes is not None and len(pads.elems) == 2 * len(axes):
+            x, k = list(s_in[0]), len(axes)
+            for j, ax in enumerate(axes):
+                x[ax] = x[ax] + pads.elems[j] + pads.elems[j + k]
+            shp = tuple(x)
     elif op == "Split" and s_in[0] is not None:
         _split(n, g, a, s_in[0], at)
     if shp is not None:
@@ -428,114 +443,123 @@ def _split(n: Node, g: TermGraph, a: ShapeAnalysis, x: Shape, at: dict) -> None:
 
 
 def _value(n: Node, op: str, ins: list[int], at: dict, g: TermGraph, a: ShapeAnalysis) -> None:
+    """Propagate the value of a small tensor through `n` (numpy object arrays of sympy
+    expressions, None for an unknown element)."""
     out = n.outputs[0]
-    v = None
-    val = lambda i: a.values.get(i) if i != ABSENT else None  # noqa: E731
+    arr = None
+
+    def val(i):
+        v = a.values.get(i) if i != ABSENT else None
+        return None if v is None else v.array()
+
+    def ints(i):
+        return _ints(a, i) if i != ABSENT else None
+
+    x = val(ins[0]) if ins else None
     if op == "Shape":
-        x = a.shapes.get(ins[0])
-        if x is not None:
-            elems = tuple(x[slice(at.get("start", 0), at.get("end"))])
-            v = SymValue((len(elems),), elems)
+        s = a.shapes.get(ins[0])
+        if s is not None:
+            arr = _obj(list(s[slice(at.get("start", 0), at.get("end"))]))
     elif op == "Size":
-        x = a.shapes.get(ins[0])
-        if x is not None:
-            v = SymValue((), (sympy.Mul(*x),))
-    elif op in ("Identity", "Cast") and val(ins[0]) is not None:
-        v = val(ins[0])
-        if op == "Cast" and not _cast_keeps(v, at.get("to")):
-            v = None
-    elif op == "Gather" and val(ins[0]) is not None and val(ins[1]) is not None:
-        data, idx = val(ins[0]), _ints(a, ins[1])
-        if idx is not None and len(data.shape) == 1:
-            elems = tuple(data.elems[i] for i in idx)
-            v = SymValue(val(ins[1]).shape, elems)
-    elif op == "Concat" and all(val(i) is not None and len(val(i).shape) == 1 for i in ins):
-        elems = tuple(e for i in ins for e in val(i).elems)
-        v = SymValue((len(elems),), elems)
-    elif op == "Unsqueeze" and val(ins[0]) is not None and val(ins[0]).shape == ():
-        v = SymValue((1,), val(ins[0]).elems)
-    elif op == "Squeeze" and val(ins[0]) is not None and val(ins[0]).shape == (1,):
-        v = SymValue((), val(ins[0]).elems)
-    elif op == "Reshape" and val(ins[0]) is not None:
-        shp = a.shapes.get(out)
-        if shp is not None and len(shp) <= 1 and all(d.is_number for d in shp):
-            v = SymValue(tuple(int(d) for d in shp), val(ins[0]).elems)
-    elif op == "Slice" and val(ins[0]) is not None and len(val(ins[0]).shape) == 1:
-        parts = [_ints(a, i) if i != ABSENT else None for i in ins[1:]] + [None] * (5 - len(ins))
-        starts, ends, axes, steps = parts[:4]
-        if starts is not None and ends is not None and (axes is None or axes in ([0], [-1])):
-            step = steps[0] if steps else 1
-            elems = val(ins[0]).elems[slice(starts[0], ends[0], step)]
-            v = SymValue((len(elems),), tuple(elems))
+        s = a.shapes.get(ins[0])
+        if s is not None:
+            arr = _obj(sympy.Mul(*s))
+    elif op in ("Identity", "Cast") and x is not None:
+        arr = x if op == "Identity" or _cast_keeps(x, at.get("to")) else None
+    elif op == "Gather" and x is not None and ints(ins[1]) is not None:
+        idx = np.array(ints(ins[1]), dtype=np.int64).reshape(a.values[ins[1]].shape)
+        arr = np.take(x, idx, axis=at.get("axis", 0))
+    elif op == "Concat" and all(val(i) is not None for i in ins):
+        arr = np.concatenate([val(i) for i in ins], axis=at["axis"])
+    elif op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten") and x is not None:
+        s = a.shapes.get(out)
+        if s is not None and all(d.is_number for d in s):
+            arr = x.reshape(tuple(int(d) for d in s))
+    elif op == "Transpose" and x is not None:
+        arr = x.transpose(at.get("perm") or None)
+    elif op == "Slice" and x is not None:
+        starts, ends = ints(ins[1]), ints(ins[2])
+        axes = ints(ins[3]) if len(ins) > 3 and ins[3] != ABSENT else list(range(len(starts or ())))
+        steps = ints(ins[4]) if len(ins) > 4 and ins[4] != ABSENT else [1] * len(starts or ())
+        if None not in (starts, ends, axes, steps):
+            sl = [slice(None)] * x.ndim
+            for st, en, ax, sp in zip(starts, ends, axes, steps):
+                sl[ax] = slice(st, en, sp)
+            arr = x[tuple(sl)]
     elif op in _ARITH or op in _COMPARE or op == "Where":
         vs = [val(i) for i in ins]
-        if all(x is not None for x in vs):
-            v = _elementwise(op, vs, at, _is_int_dtype(g, ins[-1]))
-    elif op in ("Neg", "Abs", "Not") and val(ins[0]) is not None:
-        f = {"Neg": lambda e: -e, "Abs": lambda e: sympy.Abs(e),
+        if all(v is not None for v in vs):
+            arr = _elementwise(op, vs, at, _is_int_dtype(g, ins[-1]))
+    elif op in ("Neg", "Abs", "Not") and x is not None:
+        f = {"Neg": lambda e: -e, "Abs": sympy.Abs,
              "Not": lambda e: sympy.Integer(1 - int(e)) if e.is_number else None}[op]
-        x = val(ins[0])
-        v = SymValue(x.shape, tuple(None if e is None else f(e) for e in x.elems))
+        arr = _map(lambda e: None if e is None else f(e), x)
     elif op == "Range":
-        vals = [_ints(a, i) for i in ins]
-        if all(x is not None for x in vals) and _is_int_dtype(g, ins[0]):
-            r = range(vals[0][0], vals[1][0], vals[2][0])
-            if len(r) <= MAX_VALUE_ELEMENTS:
-                v = SymValue((len(r),), tuple(sympy.Integer(x) for x in r))
+        r = [ints(i) for i in ins]
+        if all(v is not None for v in r) and _is_int_dtype(g, ins[0]):
+            rng = range(r[0][0], r[1][0], r[2][0])
+            if len(rng) <= MAX_VALUE_ELEMENTS:
+                arr = _obj([sympy.Integer(v) for v in rng])
     elif op in ("ConstantOfShape", "Expand"):
-        shp = a.shapes.get(out)
+        s = a.shapes.get(out)
         fill = None
         if op == "ConstantOfShape":
             t = at.get("value")
-            arr = np.zeros(1, np.float32) if t is None else np.asarray(t)
-            if arr.dtype.kind in "iub":
-                fill = sympy.Integer(int(arr.reshape(-1)[0]))
-        elif val(ins[0]) is not None and val(ins[0]).shape in ((), (1,)):
-            fill = val(ins[0]).elems[0]
-        if fill is not None and shp is not None and len(shp) <= 1 and all(d.is_number for d in shp):
-            size = int(shp[0]) if shp else 1
-            if size <= MAX_VALUE_ELEMENTS:
-                v = SymValue(tuple(int(d) for d in shp), (fill,) * size)
-    elif op in ("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin") and val(ins[0]) is not None:
-        x = val(ins[0])
-        if None not in x.elems and len(x.shape) == 1 and x.elems:
+            t = np.zeros(1, np.float32) if t is None else np.asarray(t)
+            if t.dtype.kind in "iub":
+                fill = _obj(sympy.Integer(int(t.reshape(-1)[0])))
+        else:
+            fill = x
+        if fill is not None and s is not None and all(d.is_number for d in s):
+            shape = tuple(int(d) for d in s)
+            if int(np.prod(shape)) <= MAX_VALUE_ELEMENTS:
+                arr = np.broadcast_to(fill, shape).copy()
+    elif op in ("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin") and x is not None:
+        s = a.shapes.get(out)
+        if x.ndim == 1 and x.size and None not in x.tolist() and s is not None and len(s) <= 1:
             f = {"ReduceProd": sympy.Mul, "ReduceSum": sympy.Add, "ReduceMax": sympy.Max,
                  "ReduceMin": sympy.Min}[op]
-            shp = a.shapes.get(out)
-            if shp is not None and len(shp) <= 1:
-                v = SymValue(tuple(int(d) for d in shp), (f(*x.elems),))
-    if v is not None and len(v.elems) <= MAX_VALUE_ELEMENTS:
-        a.values[out] = v
+            arr = _obj(f(*x.tolist())).reshape(tuple(int(d) for d in s))
+    if arr is not None and not isinstance(arr, np.ndarray):
+        arr = _obj(arr)  # numpy gives an element, not a 0-d array, for a scalar index
+    if arr is not None and arr.size <= MAX_VALUE_ELEMENTS:
+        a.values[out] = SymValue(arr.shape, tuple(arr.reshape(-1).tolist()))
         if a.shapes.get(out) is None:
-            a.shapes[out] = tuple(sympy.Integer(d) for d in v.shape)
+            a.shapes[out] = tuple(sympy.Integer(d) for d in arr.shape)
 
 
-def _cast_keeps(v: SymValue, to) -> bool:
+def _obj(x) -> np.ndarray:
+    """A numpy object array holding sympy expressions (a list gives a 1-D array)."""
+    if isinstance(x, list):
+        out = np.empty(len(x), dtype=object)
+        out[:] = x
+        return out
+    out = np.empty((), dtype=object)
+    out[()] = x
+    return out
+
+
+def _map(f, arr: np.ndarray) -> np.ndarray:
+    flat = [f(e) for e in arr.reshape(-1).tolist()]
+    return _obj(flat).reshape(arr.shape)
+
+
+def _cast_keeps(v: np.ndarray, to) -> bool:
     """True if casting integer elements to `to` keeps them as they are (an integer type wide
     enough for the known numbers, or any type for symbolic dims, which fit in int32)."""
     if to not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
         return False
-    return all(e is None or not e.is_number or abs(int(e)) < 2**31 for e in v.elems)
+    return all(e is None or not e.is_number or abs(int(e)) < 2**31 for e in v.reshape(-1).tolist())
 
 
-def _elementwise(op: str, vs: list[SymValue], at: dict, integer: bool) -> SymValue | None:
-    shape = max((x.shape for x in vs), key=len)
-    size = int(np.prod(shape)) if shape else 1
-    cols = []
-    for x in vs:
-        if len(x.elems) == size:
-            cols.append(x.elems)
-        elif len(x.elems) == 1:
-            cols.append(x.elems * size)
-        else:
-            return None
-    out = []
-    for args in zip(*cols):
-        if None in args:
-            out.append(None)
-            continue
-        out.append(_apply(op, args, at, integer))
-    return SymValue(shape, tuple(out))
+def _elementwise(op: str, vs: list[np.ndarray], at: dict, integer: bool) -> np.ndarray | None:
+    try:
+        cols = np.broadcast_arrays(*vs)
+    except ValueError:
+        return None
+    flat = [c.reshape(-1).tolist() for c in cols]
+    out = [None if None in args else _apply(op, args, at, integer) for args in zip(*flat)]
+    return _obj(out).reshape(cols[0].shape)
 
 
 def _apply(op: str, args, at: dict, integer: bool) -> Expr | None:
@@ -632,7 +656,7 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
                 values[o] = Value(values[o].name, TensorType(g.values[o].type.dtype, consts[o].shape))
             n_const += 1
             continue
-        if not n.opaque and len(n.outputs) == 1:
+        if n.domain in ("", "ai.onnx") and len(n.outputs) == 1:
             same = _noop_input(n, a)
             if same is not None and g.values[same].type.dtype == g.values[n.outputs[0]].type.dtype:
                 alias[n.outputs[0]] = same
@@ -687,7 +711,11 @@ def _array(v: SymValue, t: TensorType) -> np.ndarray:
 
 
 def _noop_input(n: Node, a: ShapeAnalysis) -> int | None:
-    """The input of an Expand, Reshape or Slice whose output has exactly the input's shape."""
+    """The input of an Expand, Reshape or Slice whose output has exactly the input's shape, or
+    of a Pad by all zeros."""
+    if n.op == "Pad":
+        pads = a.values.get(n.inputs[1])
+        return n.inputs[0] if pads is not None and pads.known and not any(pads.elems) else None
     if n.op not in ("Expand", "Reshape", "Slice"):
         return None
     x, y = a.shapes.get(n.inputs[0]), a.shapes.get(n.outputs[0])
@@ -708,7 +736,7 @@ def _reshape_target(a: ShapeAnalysis, n: Node) -> np.ndarray | None:
     x = a.shapes.get(n.inputs[0])
     if target is None or None in target.elems or target.known or target.shape == ():
         return None
-    allowzero = n.attr("allowzero") or 0
+    allowzero = _attrs(n).get("allowzero", 0)
     out, unknown = [], 0
     for i, e in enumerate(target.elems):
         if e.is_number:
