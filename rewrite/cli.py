@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -117,35 +119,49 @@ def cmd_optimize(args) -> int:
     for name in ("max_iterations", "max_nodes", "timeout"):
         if getattr(args, name) <= 0:
             return _fail(f"--{name.replace('_', '-')} must be positive")
+    start = time.perf_counter()
     rules = _load_rules(args.rules)
     if rules is None:
         return EXIT_FAIL
+    t_rules = time.perf_counter() - start
     try:
         model = load_model(src)
     except ModelError as e:
         return _fail(str(e))
+    t_load = time.perf_counter() - start - t_rules
     limits = Limits(args.max_iterations, args.max_nodes, args.timeout)
     with err.status("optimizing (import, saturate, extract, fold)..."):
         try:
             result, report = optimize_model(model, rules, limits=limits, fp=("exact", *args.allow))
         except Exception as e:  # an engine bug: say so in one line, write nothing
             return _fail(f"optimization failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    clock = time.perf_counter()
+    data = result.SerializeToString() if result is not model else None
+    t_serialize = time.perf_counter() - clock
     diffs = []
     if not args.no_check:
         with err.status("checking outputs under onnxruntime..."):
             try:
-                diffs = compare(model, result, fp=report.fp)
+                diffs = compare(model, result, fp=report.fp, original_source=str(src),
+                                optimized_source=data if data is not None else str(src))
             except CheckError as e:
                 return _fail(f"output check: {e}")
+    t_check = time.perf_counter() - clock - t_serialize
+    bad = [d for d in diffs if not d.ok]
+    clock = time.perf_counter()
+    if not bad:
+        save_model(result, dst, data)
+    t_save = time.perf_counter() - clock + t_serialize
+    seconds = {"rules": t_rules, "load": t_load, **report.seconds, "output check": t_check, "save": t_save}
+    seconds["other"] = max(time.perf_counter() - start - sum(seconds.values()), 0.0)
+    report = replace(report, seconds=seconds)
     _print_summary(report, diffs)
     if args.explain:
         _print_rejected(report)
     if args.report:
         _write_report(Path(args.report), report, diffs)
-    bad = [d for d in diffs if not d.ok]
     if bad:
         return _fail(f"output check failed for {', '.join(d.name for d in bad)}; nothing written")
-    save_model(result, dst)
     note = "" if report.changed else "; no rewrite made it cheaper, so it is the input unchanged"
     out.print(f"wrote {dst} ({report.nodes_before} -> {report.nodes_after} nodes{note})", markup=False)
     return EXIT_OK
@@ -169,8 +185,11 @@ def _print_summary(report, diffs) -> None:
     stages = Table(title="time per stage", title_justify="left")
     stages.add_column("stage")
     stages.add_column("seconds", justify="right")
+    stages.add_column("share", justify="right")
+    total = sum(report.seconds.values()) or 1.0
     for s, t in report.seconds.items():
-        stages.add_row(s, f"{t:.3f}")
+        stages.add_row(s, f"{t:.3f}", f"{100 * t / total:.0f}%")
+    stages.add_row("[b]total[/b]", f"{total:.3f}", "")
     out.print(stages)
     out.print(
         f"saturation: {report.stop_reason} after {report.iterations} iterations, "

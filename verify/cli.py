@@ -31,7 +31,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def add_parser(subparsers) -> None:
     """Register the `verify` subcommand on `rewrite`'s subparsers."""
-    from verify.runner import DEFAULT_EXAMPLES  # noqa: PLC0415
+    from verify.defaults import DEFAULT_EXAMPLES  # noqa: PLC0415
 
     v = subparsers.add_parser(
         "verify",

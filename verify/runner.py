@@ -38,8 +38,8 @@ from verify.engine import commuted_positions, family, run_engine
 from verify.hints import requests
 from verify.instance import NotAMatch, instantiate, lhs_model, lowest_opset, op_names, reversed_rule
 from verify.report import failure_text
+from verify.defaults import DEFAULT_EXAMPLES  # re-exported
 
-DEFAULT_EXAMPLES = 50
 # (examples checked, examples drawn at most) of the companion checks
 ENGINE, COMPANION, NEGATIVE = (2, 10), (1, 6), (1, 12)
 

@@ -84,32 +84,55 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     return feeds
 
 
-def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Run `model` under onnxruntime CPU with graph optimizations off. Raises CheckError."""
+def session(model: onnx.ModelProto | bytes | str) -> ort.InferenceSession:
+    """An onnxruntime CPU session with graph optimizations off, from a ModelProto, its
+    serialized bytes, or a file path (the cheapest: nothing is serialized in Python). Raises
+    CheckError."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 3
+    src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
-        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own exception types
+        raise CheckError(f"onnxruntime could not load the model: {str(e).splitlines()[0]}") from None
+
+
+def run(model: onnx.ModelProto | bytes | str | ort.InferenceSession, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Run a model (or a `session`) under onnxruntime CPU with graph optimizations off.
+    Raises CheckError."""
+    sess = model if isinstance(model, ort.InferenceSession) else session(model)
+    try:
         return sess.run(None, feeds)
     except Exception as e:  # onnxruntime raises its own exception types
         raise CheckError(f"onnxruntime could not run the model: {str(e).splitlines()[0]}") from None
 
 
 def compare(
-    original: onnx.ModelProto, optimized: onnx.ModelProto, runs: int = 2, seed: int = 0, fp: str = "exact"
+    original: onnx.ModelProto,
+    optimized: onnx.ModelProto,
+    runs: int = 2,
+    seed: int = 0,
+    fp: str = "exact",
+    *,
+    original_source: bytes | str | None = None,
+    optimized_source: bytes | str | None = None,
 ) -> list[OutputDiff]:
     """Run both models on `runs` sets of random inputs and compare every output, with the
     tolerances of numeric class `fp` (the loosest class among the rules that fired).
 
-    Returns one OutputDiff per output (the worst over all runs). Raises CheckError when either
-    model fails to run.
+    Each model gets one onnxruntime session, loaded from `*_source` when given (the file path
+    or the serialized bytes, so that a large model is not serialized again) or else from the
+    ModelProto. Returns one OutputDiff per output (the worst over all runs). Raises CheckError
+    when either model fails to load or run.
     """
     worst: dict[str, OutputDiff] = {}
     elem = {o.name: o.type.tensor_type.elem_type for o in original.graph.output}
+    s_orig = session(original_source or original)
+    s_opt = session(optimized_source or optimized)
     for r in range(runs):
         feeds = random_inputs(original, seed + r)
-        for name, a, b in zip(elem, run(original, feeds), run(optimized, feeds)):
+        for name, a, b in zip(elem, run(s_orig, feeds), run(s_opt, feeds)):
             d = _diff(name, elem[name], np.asarray(b), np.asarray(a), TOLERANCES[fp])
             if name not in worst or (worst[name].ok and not d.ok) or d.max_abs > worst[name].max_abs:
                 worst[name] = d

@@ -43,7 +43,7 @@ def import_model(model: onnx.ModelProto) -> TermGraph:
     """
     opset = default_opset(model)
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
     except Exception:  # shape inference is best-effort: unknown shapes are sound
         inferred = model
     b = _Builder(opset, _types_of(inferred.graph))
@@ -63,6 +63,38 @@ def import_model(model: onnx.ModelProto) -> TermGraph:
         opset=opset,
         meta=model,
     )
+
+
+SKELETON_MAX_ELEMENTS = 64  # initializers up to this size stay in a skeleton (shape constants)
+
+
+def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` without its weights: every initializer with more than
+    SKELETON_MAX_ELEMENTS elements becomes a graph input of the same type and shape.
+
+    What shape inference and `onnx.checker` need (nodes, types, small constants such as Reshape
+    targets) is all there, and copying it costs time linear in nodes, not in weight bytes (a
+    whole model is serialized by every call into onnx's C++ code). Subgraphs, functions and
+    opset imports are kept."""
+    out = onnx.ModelProto()
+    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
+        setattr(out, f, getattr(model, f))
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(model.functions)
+    g, src = out.graph, model.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    g.input.extend(src.input)
+    g.output.extend(src.output)
+    g.value_info.extend(src.value_info)
+    names = {i.name for i in src.input}
+    for init in src.initializer:
+        numel = int(np.prod(init.dims)) if init.dims else 1
+        if numel <= SKELETON_MAX_ELEMENTS:
+            g.initializer.append(init)
+        elif init.name not in names:
+            g.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    return out
 
 
 def _types_of(graph: onnx.GraphProto) -> dict[str, TensorType]:
