@@ -206,13 +206,13 @@ def _print_summary(report, diffs) -> None:
         out.print(fired)
     if diffs:
         check = Table(title="output check (onnxruntime, random inputs)", title_justify="left")
-        for col in ("output", "dtype", "max abs err", "max rel err", "status"):
+        for col in ("output", "dtype", "max abs err", "max err / max|b|", "status"):
             check.add_column(col)
         for d in diffs:
             check.add_row(d.name, d.dtype, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", "ok" if d.ok else "[red]FAIL[/red]")
         out.print(check)
         for dtype, rtol, atol in sorted({(d.dtype, d.rtol, d.atol) for d in diffs}):
-            rule = "exact" if rtol == 0 and atol == 0 else f"|a-b| <= atol + rtol*|b| with rtol {rtol:g}, atol {atol:g}"
+            rule = "exact" if rtol == 0 and atol == 0 else f"|a-b| <= atol + rtol*max|b| with rtol {rtol:g}, atol {atol:g}"
             out.print(f"tolerance for {dtype} ({report.fp} rules fired): {rule}", markup=False)
 
 

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx.parser
 import pytest
@@ -127,3 +128,39 @@ def test_explain_says_why_rules_did_not_fire(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "guard (all-equal @zero 0) failed" in r.stdout  # add-zero matched the residual Adds
     assert "fold-batchnorm-into-conv (numeric class reassoc not allowed)" in r.stdout
+
+
+def test_output_check_scales_with_the_output():
+    """A few ulps off an element near zero pass when the output's magnitude is large (a
+    correct MatMul+Add -> Gemm on Whisper was refused elementwise); a real error does not."""
+    from frontends.onnx.check import TOLERANCES, _diff
+    from onnx import TensorProto
+
+    want = np.array([1.0, -2.0, 1e-7, 3.0], np.float32)
+    near = want.copy()
+    near[2] += 2.2e-6  # 22x the element, 1e-6 of the output's scale
+    assert _diff("y", TensorProto.FLOAT, near, want, TOLERANCES["exact"]).ok
+    far = want.copy()
+    far[0] += 1e-3
+    assert not _diff("y", TensorProto.FLOAT, far, want, TOLERANCES["exact"]).ok
+    nan = want.copy()
+    nan[1] = np.nan
+    assert not _diff("y", TensorProto.FLOAT, nan, want, TOLERANCES["exact"]).ok
+
+
+def test_wrong_rule_on_a_real_model_is_refused(tmp_path):
+    """A wrong rule (Erf(x) as x, inside GELU) among the shipped ones, on a real BERT export:
+    the output check refuses the result, nothing is written."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import make_models
+
+    src = tmp_path / "bert.onnx"
+    make_models.bert(src, exporter="torchscript")
+    wrong = tmp_path / "wrong.rules"
+    wrong.write_text("(ruleset wrong)\n(simplify erf-as-identity (Erf @x) @x)\n")
+    out = tmp_path / "out.onnx"
+    r = run_cli("optimize", str(src), str(out), "--rules", str(ROOT / "patterns"), str(wrong))
+    assert r.returncode == 1 and "output check failed" in r.stderr, r.stdout + r.stderr
+    assert "erf-as-identity" in r.stdout and not out.exists()
+    r = run_cli("optimize", str(src), str(out))  # the shipped rules alone pass the same check
+    assert r.returncode == 0 and out.exists(), r.stderr

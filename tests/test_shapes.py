@@ -1,0 +1,141 @@
+"""Symbolic shape analysis and shape folding (rewrite.shapes): each folding checked on a small
+ONNX graph with symbolic dimensions, at two input sizes against the original."""
+
+import numpy as np
+import onnx
+import onnx.parser
+import pytest
+import sympy
+
+from frontends.onnx import export_model, import_model
+from frontends.onnx.check import run
+from rewrite.shapes import analyze, broadcast, fold_shapes, symbol
+
+
+def _model(text: str) -> onnx.ModelProto:
+    m = onnx.parser.parse_model(text)
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def _fold(m):
+    g = import_model(m)
+    out, stats = fold_shapes(g)
+    return export_model(out), stats
+
+
+def _same_at(m, folded, shapes):
+    """Run both models at each input shape (dict name -> shape) and compare exactly."""
+    rng = np.random.default_rng(0)
+    for shape in shapes:
+        feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in shape.items()}
+        want, got = run(m, feeds), run(folded, feeds)
+        assert len(want) == len(got)
+        for a, b in zip(want, got):
+            assert a.shape == b.shape and np.array_equal(a, b)
+
+
+HEADS = """<ir_version: 10, opset_import: ["" : 17]>
+g (float[B, S, 8] x) => (float[B, 2, S, 4] y) {
+  s = Shape(x)
+  i0 = Constant<value = int64[1] {0}>()
+  i1 = Constant<value = int64[1] {1}>()
+  b = Gather<axis = 0>(s, i0)
+  q = Gather<axis = 0>(s, i1)
+  h = Constant<value = int64[1] {2}>()
+  d = Constant<value = int64[1] {4}>()
+  t = Concat<axis = 0>(b, q, h, d)
+  r = Reshape(x, t)
+  y = Transpose<perm = [0, 2, 1, 3]>(r)
+}"""
+
+
+def test_reshape_target_from_own_dims_becomes_constant():
+    m = _model(HEADS)
+    folded, stats = _fold(m)
+    assert stats.reshape_targets == 1
+    ops = [n.op_type for n in folded.graph.node]
+    assert ops == ["Reshape", "Transpose"]  # Shape, Gather, Concat are gone
+    target = {i.name: onnx.numpy_helper.to_array(i) for i in folded.graph.initializer}
+    assert [list(v) for v in target.values()] == [[0, 0, 2, 4]]
+    _same_at(m, folded, [{"x": (2, 5, 8)}, {"x": (3, 1, 8)}])
+
+
+def test_expand_to_own_shape_disappears():
+    m = _model("""<ir_version: 10, opset_import: ["" : 17]>
+g (float[B, S] x) => (float[B, S] y) {
+  s = Shape(x)
+  e = Expand(x, s)
+  y = Relu(e)
+}""")
+    folded, stats = _fold(m)
+    assert stats.noops == 1 and [n.op_type for n in folded.graph.node] == ["Relu"]
+    _same_at(m, folded, [{"x": (2, 3)}, {"x": (4, 1)}])
+
+
+def test_static_dims_of_a_dynamic_shape_fold():
+    # the batch is symbolic, the spatial dims are not: H // 4 and (4 - H % 4) % 4 are numbers
+    m = _model("""<ir_version: 10, opset_import: ["" : 17]>
+g (float[B, 16, 16, 8] x) => (int64[2] y) {
+  i0 = Constant<value = int64[1] {0}>()
+  i1 = Constant<value = int64 {1}>()
+  four = Constant<value = int64 {4}>()
+  s = Shape(x)
+  h = Gather<axis = 0>(s, i1)
+  q = Div(h, four)
+  m = Mod(h, four)
+  p = Sub(four, m)
+  pm = Mod(p, four)
+  a = Unsqueeze(q, i0)
+  c = Unsqueeze(pm, i0)
+  y = Concat<axis = 0>(a, c)
+}""")
+    folded, stats = _fold(m)
+    assert stats.constants >= 1
+    (init,) = folded.graph.initializer
+    assert list(onnx.numpy_helper.to_array(init)) == [4, 0]
+    assert list(folded.graph.node) == []  # the output is the constant itself, same name
+
+
+def test_symbolic_arithmetic():
+    b, s = symbol("B"), symbol("S")
+    assert broadcast([(b, sympy.Integer(1)), (sympy.Integer(1), s)]) == (b, s)
+    assert broadcast([(b,), (s,)]) == (None,)  # either may be 1
+    assert broadcast([(b,), (sympy.Integer(3),)]) == (sympy.Integer(3),)
+    m = _model("""<ir_version: 10, opset_import: ["" : 17]>
+g (float[B, S] x) => (int64[1] y) {
+  one = Constant<value = int64[1] {1}>()
+  two = Constant<value = int64[1] {2}>()
+  s = Shape(x)
+  y = Slice(s, one, two)
+}""")
+    g = import_model(m)
+    a = analyze(g)
+    y = next(i for i, v in enumerate(g.values) if v.name == "y")
+    assert a.values[y].elems == (s,) and not a.values[y].known
+
+
+def test_reversing_slice_is_not_a_noop():
+    m = _model("""<ir_version: 10, opset_import: ["" : 17]>
+g (float[B, 4] x) => (float[B, 4] y) {
+  st = Constant<value = int64[1] {-1}>()
+  en = Constant<value = int64[1] {-9223372036854775807}>()
+  ax = Constant<value = int64[1] {1}>()
+  sp = Constant<value = int64[1] {-1}>()
+  y = Slice(x, st, en, ax, sp)
+}""")
+    folded, stats = _fold(m)
+    assert stats.noops == 0 and [n.op_type for n in folded.graph.node] == ["Slice"]
+    _same_at(m, folded, [{"x": (2, 4)}])
+
+
+@pytest.mark.parametrize("allowzero", [0, 1])
+def test_allowzero_reshape_never_gets_a_copying_zero(allowzero):
+    m = _model(HEADS.replace("r = Reshape(x, t)", f"r = Reshape<allowzero = {allowzero}>(x, t)"))
+    folded, stats = _fold(m)
+    if allowzero == 0:
+        (init,) = folded.graph.initializer
+        assert list(onnx.numpy_helper.to_array(init)) == [0, 0, 2, 4]
+    else:  # two symbolic dims, no copying 0 allowed, at most one -1: the target stays computed
+        assert stats.reshape_targets == 0 and "Concat" in [n.op_type for n in folded.graph.node]
+    _same_at(m, folded, [{"x": (2, 5, 8)}, {"x": (1, 3, 8)}])
