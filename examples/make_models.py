@@ -201,6 +201,71 @@ def vit(path=None, exporter="dynamo") -> onnx.ModelProto:
                        ["last_hidden_state", "pooler_output"], path, exporter=exporter)
 
 
+DYNAMIC_OPSET = 17  # the TorchScript exporter's usual target with dynamic axes
+
+
+def dynamic(name: str, layers: int = 4, hidden: int = 256) -> onnx.ModelProto:
+    """A mid-size model with the full structure of its architecture (``layers`` blocks, width
+    ``hidden``, real attention and normalization), exported by the TorchScript exporter at
+    opset ``DYNAMIC_OPSET`` with dynamic axes: batch and sequence for text models
+    (``batch``, ``seq``; T5's decoder ``dseq``), batch for image models (224/4 = 64 pixels).
+    ``name``: bert, gpt2, llama (GQA, RoPE, RMSNorm), t5, vit, swin, mobilenetv2.
+    Weights are perturbed (``_randomize``) so outputs are not degenerate."""
+    import transformers as T
+
+    torch.manual_seed(SEED)
+    heads = max(hidden // 64, 2)
+    text = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    image = {"pixel_values": {0: "batch"}}
+    ids, mask = _text_inputs(1000, batch=2, seq=16)
+    pixels = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(SEED))
+    if name == "bert":
+        m = T.BertModel(T.BertConfig(vocab_size=1000, hidden_size=hidden, num_hidden_layers=layers,
+                                     num_attention_heads=heads, intermediate_size=4 * hidden,
+                                     attn_implementation="eager"))
+        args, names, axes, extra = (ids, mask), ["input_ids", "attention_mask"], text, {}
+    elif name == "gpt2":
+        m = T.GPT2Model(T.GPT2Config(vocab_size=1000, n_embd=hidden, n_layer=layers, n_head=heads,
+                                     attn_implementation="eager"))
+        args, names, axes, extra = (ids, mask), ["input_ids", "attention_mask"], text, {"use_cache": False}
+    elif name == "llama":
+        m = T.LlamaModel(T.LlamaConfig(vocab_size=1000, hidden_size=hidden, intermediate_size=2 * hidden,
+                                       num_hidden_layers=layers, num_attention_heads=heads,
+                                       num_key_value_heads=max(heads // 2, 1),
+                                       attn_implementation="eager"))
+        args, names, axes, extra = (ids, mask), ["input_ids", "attention_mask"], text, {"use_cache": False}
+    elif name == "t5":
+        m = T.T5Model(T.T5Config(vocab_size=1000, d_model=hidden, d_kv=64, d_ff=4 * hidden,
+                                 num_layers=layers, num_heads=heads))
+        axes = {"input_ids": {0: "batch", 1: "seq"}, "decoder_input_ids": {0: "batch", 1: "dseq"}}
+        args, names, extra = (ids, ids[:, :8]), ["input_ids", "decoder_input_ids"], {"use_cache": False}
+    elif name == "vit":
+        m = T.ViTModel(T.ViTConfig(image_size=64, patch_size=16, hidden_size=hidden,
+                                   num_hidden_layers=layers, num_attention_heads=heads,
+                                   intermediate_size=4 * hidden, attn_implementation="eager"))
+        args, names, axes, extra = (pixels,), ["pixel_values"], image, {}
+    elif name == "swin":
+        m = T.SwinModel(T.SwinConfig(image_size=64, patch_size=4, embed_dim=hidden // 8,
+                                     depths=[2, 2], num_heads=[2, 4], window_size=4))
+        args, names, axes, extra = (pixels,), ["pixel_values"], image, {}
+    elif name == "mobilenetv2":
+        m = T.MobileNetV2Model(T.MobileNetV2Config(image_size=64, depth_multiplier=0.35))
+        args, names, axes, extra = (pixels,), ["pixel_values"], image, {}
+    else:
+        raise ValueError(f"unknown model {name!r}")
+    wrapper = _Wrapper(_randomize(m), names, ["last_hidden_state"], **extra).eval()
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(wrapper, args, buf, dynamo=False, opset_version=DYNAMIC_OPSET,
+                          input_names=names, output_names=["last_hidden_state"],
+                          dynamic_axes=axes, do_constant_folding=True)
+    proto = onnx.load_model_from_string(buf.getvalue())
+    proto.ir_version = IR_VERSION
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
 MODELS = {"bert": bert, "gpt2": gpt2, "resnet": resnet, "vit": vit}
 
 
