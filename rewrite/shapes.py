@@ -21,7 +21,7 @@ and Shape clamp like Python slices).
   element is the input's own dimension at that index (allowzero=0 only) and `-1` for the one
   element left unknown;
 - an `Expand`, `Reshape` or `Slice` whose output has its input's shape, symbolically, is its
-  input.
+  input (when the shape is static, the rule library's `noop-*` rules do this, by name).
 
 Symbols never stand for a particular size, so the folded graph computes the same at every
 input size the original accepts. Dimensions are written back into the TermGraph's types as
@@ -721,6 +721,8 @@ def _noop_input(n: Node, a: ShapeAnalysis) -> int | None:
     x, y = a.shapes.get(n.inputs[0]), a.shapes.get(n.outputs[0])
     if x is None or y is None or len(x) != len(y) or any(p != q for p, q in zip(x, y)):
         return None
+    if all(d.is_number for d in x):
+        return None  # static: the rule library's noop-* rules see it (and are named in reports)
     if n.op == "Slice" and len(n.inputs) > 4 and n.inputs[4] != ABSENT:
         steps = a.values.get(n.inputs[4])  # a slice that keeps every index in order is x;
         if steps is None or not steps.known or any(int(e) <= 0 for e in steps.elems):
