@@ -9,8 +9,9 @@ Each model is exported by both torch exporters, each export in its own subproces
 * ``torchscript``: ``torch.onnx.export(dynamo=False, opset_version=17)`` with ``dynamic_axes``
   on batch and sequence (batch only for image models);
 * ``dynamo``: ``torch.onnx.export(dynamo=True)`` (torch's default opset and its default
-  onnxscript optimization) with ``dynamic_shapes`` on the same axes, or static shapes when the
-  dynamic export fails or does not validate (recorded in the model's ``.json``).
+  onnxscript optimization) with ``dynamic_shapes`` on the same axes (named ``Dim``s, else
+  ``Dim.DYNAMIC``), or static shapes when the dynamic export fails or does not validate
+  (recorded in the model's ``.json`` as ``shapes``).
 
 Attention is transformers' default (sdpa) and falls back to ``attn_implementation="eager"``
 when an export fails. Weights are random (nothing is downloaded) but trained-like: nonzero
@@ -18,8 +19,8 @@ biases, norm scales around 1 but not 1, BatchNorm running statistics calibrated 
 batches. Every export is validated against torch under onnxruntime at the main shape and, when
 dynamic, at the second shape (batch 2, sequence halved). Files live in ``bench/.models/``
 (``NAME.EXPORTER.onnx`` + ``.json``; a failure is ``NAME.EXPORTER.failed`` with one line) and
-are only generated when missing. The synthetic stacks ``deep-1000``/``deep-10000``/
-``deep-50000`` come from ``bench/make_deep.py``.
+are only generated when missing. The synthetic stacks ``deep-1k``/``deep-10k``/``deep-50k``
+(about 1,000, 10,000 and 50,000 nodes) come from ``bench/make_deep.py``.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ SPECS = {s.name: s for s in [
          {"use_cache": False}),
     Spec("llama", "text", "LlamaModel", ("last_hidden_state",), dict(LLAMA, use_cache=False)),
 ]}
+CNNS = {"ResNetModel", "MobileNetV2Model"}  # no attention to choose
 DEEP = {f"deep-{n // 1000}k": n for n in (1000, 10000, 50000)}
 
 
@@ -233,9 +235,12 @@ def _axes(spec: Spec) -> tuple[dict, dict]:
     return ins, outs
 
 
-def _export(spec: Spec, wrapped, exporter: str, dynamic: bool):
-    """Export to a ModelProto; example inputs have batch 2 when dynamic (torch.export
-    specializes dimensions of size 1), batch 1 when static."""
+def _export(spec: Spec, wrapped, exporter: str, shapes_kind: str):
+    """Export to a ModelProto. ``shapes_kind``: "named" (dynamic axes batch/sequence; for
+    dynamo, named ``torch.export.Dim``s shared by the inputs), "dynamic" (dynamo: an
+    unnamed ``Dim.DYNAMIC`` per axis) or "static". Example inputs have batch 2 when dynamic
+    (torch.export specializes dimensions of size 1), batch 1 when static."""
+    dynamic = shapes_kind != "static"
     import io
 
     import onnx
@@ -251,10 +256,12 @@ def _export(spec: Spec, wrapped, exporter: str, dynamic: bool):
                               input_names=list(spec.inputs), output_names=list(spec.outputs),
                               dynamic_axes={**in_axes, **out_axes} if dynamic else None)
             return onnx.load_model_from_string(buf.getvalue())
-        shapes = None
-        if dynamic:
-            d = torch.export.Dim.DYNAMIC
-            shapes = {n: {a: d for a in ax} for n, ax in in_axes.items()}
+        shapes, dims = None, {}
+        if shapes_kind == "named":
+            shapes = {n: {a: dims.setdefault(d, torch.export.Dim(d)) for a, d in ax.items()}
+                      for n, ax in in_axes.items()}
+        elif shapes_kind == "dynamic":
+            shapes = {n: {a: torch.export.Dim.DYNAMIC for a in ax} for n, ax in in_axes.items()}
         prog = torch.onnx.export(wrapped, args, dynamo=True, external_data=False,
                                  input_names=list(spec.inputs), output_names=list(spec.outputs),
                                  dynamic_shapes=shapes)
@@ -287,7 +294,8 @@ def _validate(proto, spec: Spec, wrapped, dynamic: bool) -> dict:
                                    f"{w.shape}, max |diff| {diff:.3g} (scale {scale:.3g})")
             if not float(np.std(w)) > 1e-3 * max(1.0, scale) and w.size > 1:
                 raise RuntimeError(f"{o} is degenerate (std {np.std(w):.3g})")
-            res[f"{o}@{batch}x{seq}"] = {"max_abs_diff": diff, "scale": scale,
+            where = f"batch {batch}" if spec.kind == "image" else f"{batch}x{seq}"
+            res[f"{o}@{where}"] = {"max_abs_diff": diff, "scale": scale,
                                          "std": float(np.std(w))}
     return res
 
@@ -320,24 +328,28 @@ def generate_one(name: str, exporter: str) -> dict:
     for attn in (None, "eager"):
         model = _build(spec, attn)
         wrapped = _wrapper(model, spec)
-        for dynamic in (True, False) if exporter == "dynamo" else (True,):
+        kinds = ("named", "dynamic", "static") if exporter == "dynamo" else ("named",)
+        for kind in kinds:
+            dynamic = kind != "static"
             start = time.perf_counter()
             try:
-                proto = _export(spec, wrapped, exporter, dynamic)
+                proto = _export(spec, wrapped, exporter, kind)
                 secs = time.perf_counter() - start
                 _strip_stack_traces(proto)
                 notes = _fix_versions(proto)
                 check = _validate(proto, spec, wrapped, dynamic)
             except Exception as e:  # record and try the next variant
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-                errors.append(f"attn={attn or 'sdpa'} dynamic={dynamic}: "
+                errors.append(f"attn={attn or 'default'} shapes={kind}: "
                               f"{type(e).__name__}: {first}")
                 print(errors[-1], file=sys.stderr)
                 continue
             out = path_of(name, exporter)
             onnx.save_model(proto, str(out), save_as_external_data=False)
-            meta = {"model": name, "exporter": exporter, "attention": attn or "default(sdpa)",
-                    "dynamic": dynamic, "export_seconds": round(secs, 2),
+            used = getattr(model.config, "_attn_implementation", None)
+            meta = {"model": name, "exporter": exporter,
+                    "attention": "-" if spec.build in CNNS else (used or attn or "default"),
+                    "dynamic": dynamic, "shapes": kind, "export_seconds": round(secs, 2),
                     "ir_version": proto.ir_version,
                     "opset": max(o.version for o in proto.opset_import
                                  if o.domain in ("", "ai.onnx")),
@@ -449,7 +461,7 @@ def main(argv=None) -> None:
             t.add_row(name, exporter or "-", *[""] * 7, f"[red]{err}")
             continue
         t.add_row(name, exporter or "make_deep", f"{m['mb']:.0f}", str(m["compute_nodes"]),
-                  str(m["opset"]), str(m["ir_version"]), "dynamic" if m["dynamic"] else "static",
+                  str(m["opset"]), str(m["ir_version"]), {"named": "dynamic", "dynamic": "dynamic (unnamed)"}.get(m.get("shapes"), "static"),
                   m.get("attention", "-"), str(m.get("export_seconds", "-")),
                   "; ".join(m.get("notes", []))[:200])
     Console(width=200).print(t)

@@ -316,7 +316,7 @@ def model_ratios(r: dict) -> list[str]:
         parts = [f"{tool}:"]
         if best_n:
             q = x["compute_nodes"] / best_n
-            parts.append(f"nodes / best peer ({best}, {best_n}) = {q:.2f}{_mark(q <= 1)}")
+            parts.append(f"nodes / best peer ({best}, {best_n}) = {q:.3f}{_mark(q <= 1)}")
         if sim.get("ok"):
             q = x["seconds"] / sim["seconds"]
             parts.append(f"seconds / onnxsim = {q:.2f}{_mark(q <= 1)}")
@@ -386,7 +386,7 @@ def summary_tables(results: dict, tools: list[str]):
             x = r["tools"].get(tool, {})
             if x.get("ok") and best_n:
                 q = x["compute_nodes"] / best_n
-                row.append(f"{q:.2f}{_mark(q <= 1)}")
+                row.append(f"{q:.3f}{_mark(q <= 1)}")
             else:
                 row.append("[red]FAIL" if x.get("reason") else "-")
         x, sim = r["tools"].get("rewrite", {}), r["tools"].get("onnxsim", {})
