@@ -133,11 +133,16 @@ def compare(
     """
     worst: dict[str, OutputDiff] = {}
     elem = {o.name: o.type.tensor_type.elem_type for o in original.graph.output}
-    s_orig = session(original_source or original)
-    s_opt = session(optimized_source or optimized)
-    for r in range(runs):
-        feeds = random_inputs(original, seed + r)
-        for name, a, b in zip(elem, run(s_orig, feeds), run(s_opt, feeds)):
+    feeds = [random_inputs(original, seed + r) for r in range(runs)]
+    # one session at a time: each holds a copy of the weights
+    sess = session(original_source or original)
+    want = [run(sess, f) for f in feeds]
+    del sess
+    sess = session(optimized_source or optimized)
+    got = [run(sess, f) for f in feeds]
+    del sess
+    for outs_a, outs_b in zip(want, got):
+        for name, a, b in zip(elem, outs_a, outs_b):
             d = _diff(name, elem[name], np.asarray(b), np.asarray(a), TOLERANCES[fp])
             if name not in worst or (worst[name].ok and not d.ok) or d.max_abs > worst[name].max_abs:
                 worst[name] = d

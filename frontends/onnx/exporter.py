@@ -9,6 +9,8 @@ is rejected by it).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -34,28 +36,45 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
         nodes += _rebind_outer_names(n, name)
         nodes.append(export_node(n, name))
     used = {i for n in nodes for i in n.input} | {name(v) for v in g.outputs}
-    inits = [
-        numpy_helper.from_array(np.asarray(arr), name(vid))
-        for vid, arr in g.constants.items()
-        if name(vid) in used
-    ]
     nodes += _output_identities(g, src.graph, nodes)
-    graph = helper.make_graph(
-        nodes,
-        src.graph.name,
-        # an initializer also listed as an input (an overridable default) stays an input only
-        # while the initializer is still there
-        [i for i in src.graph.input if i.name not in _init_names(src) or i.name in {t.name for t in inits}],
-        list(src.graph.output),
-        initializer=inits,
-        doc_string=src.graph.doc_string,
-    )
-    model = helper.make_model(graph, opset_imports=list(src.opset_import), functions=list(src.functions))
+    # built in place: helper.make_graph/make_model copy every initializer (twice), which
+    # for a model of several hundred MB is most of the export's time and its peak memory
+    model = onnx.ModelProto()
+    graph = model.graph
+    graph.name, graph.doc_string = src.graph.name, src.graph.doc_string
+    graph.node.extend(nodes)
+    inits = set()
+    for vid, arr in g.constants.items():
+        if name(vid) in used:
+            _write_tensor(graph.initializer.add(), np.asarray(arr), name(vid))
+            inits.add(name(vid))
+    # an initializer also listed as an input (an overridable default) stays an input only
+    # while the initializer is still there
+    graph.input.extend(i for i in src.graph.input if i.name not in _init_names(src) or i.name in inits)
+    graph.output.extend(src.graph.output)
+    model.opset_import.extend(src.opset_import)
+    model.functions.extend(src.functions)
     model.ir_version = min(src.ir_version, MAX_IR_VERSION)
     for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
         setattr(model, field, getattr(src, field))
     model.metadata_props.extend(src.metadata_props)
     return model
+
+
+def _write_tensor(t: onnx.TensorProto, arr: np.ndarray, name: str) -> None:
+    """Fill TensorProto `t` with `arr` (numpy_helper.from_array's encoding, without building a
+    separate proto to copy)."""
+    if arr.dtype == object or arr.dtype.kind in "USO":
+        t.CopyFrom(numpy_helper.from_array(arr, name))
+        return
+    t.name = name
+    t.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)
+    t.dims.extend(arr.shape)
+    if arr.dtype == np.bool_:
+        arr = arr.astype(np.uint8)  # ONNX stores bool as one byte per element, like numpy
+    if sys.byteorder == "big":
+        arr = arr.byteswap()
+    t.raw_data = np.ascontiguousarray(arr).tobytes()
 
 
 def _rebind_outer_names(n: Node, name) -> list[onnx.NodeProto]:
