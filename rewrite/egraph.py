@@ -44,6 +44,8 @@ class EGraph:
         self.egg = egg.EGraph()
         self.next_id = len(graph.values)  # handles of e-classes added by host rules
         self.extra_types: dict[int, TensorType] = {}
+        self.strings: dict = {}  # egglog String value -> Python str, shared by snapshots
+        self.seen_rows: set = set()  # match-relation rows already handed to a snapshot
         self.run(schema())
         self._load(graph)
         self.run(program)
@@ -112,7 +114,11 @@ class ENode:
 
 @dataclass(eq=False)
 class Snapshot:
-    """The e-graph as rows. classes: e-class -> its e-nodes. handle: value id -> e-class."""
+    """The e-graph as rows. classes: e-class -> its e-nodes. handle: value id -> e-class.
+
+    rows: match-relation rows that no earlier snapshot of the same EGraph returned (a row
+    whose e-classes were merged since comes again; `apply_matches` keys matches by stable
+    terms, so it is not applied twice)."""
 
     graph: TermGraph
     nodes: list[tuple[int, ENode]]
@@ -129,7 +135,15 @@ class Snapshot:
         frozen = eg.egg.freeze().functions
         ids: dict = {}
         cid = lambda v: ids.setdefault(v, len(ids))  # noqa: E731
-        i64, string = eg.egg.value_to_i64, eg.egg.value_to_string
+        i64, to_string = eg.egg.value_to_i64, eg.egg.value_to_string
+        strings = eg.strings  # attribute values repeat: one FFI call per distinct value
+
+        def string(v):
+            s = strings.get(v)
+            if s is None:
+                s = strings[v] = to_string(v)
+            return s
+
         nodes: list[tuple[int, ENode]] = []
         handle: dict[int, int] = {}
         for name, fn in frozen.items():
@@ -147,13 +161,18 @@ class Snapshot:
                     attrs = tuple(string(v) for v in r.inputs[n_in:])
                     nodes.append((cid(r.output), ENode(name, kids, attrs)))
         rows = {}
+        seen = eg.seen_rows
         for rel in relations:
             fn = frozen.get(rel)
             sorts = fn.input_sorts if fn else []
-            rows[rel] = [
-                tuple(cid(v) if s == "Term" else string(v) for s, v in zip(sorts, r.inputs))
-                for r in (fn.rows if fn else [])
-            ]
+            new = []
+            for r in fn.rows if fn else ():
+                raw = (rel, *r.inputs)
+                if raw in seen:  # read by an earlier snapshot, with the same e-classes
+                    continue
+                seen.add(raw)
+                new.append(tuple(cid(v) if s == "Term" else string(v) for s, v in zip(sorts, r.inputs)))
+            rows[rel] = new
         classes: dict[int, list[ENode]] = {}
         for c, n in nodes:
             classes.setdefault(c, []).append(n)
