@@ -159,8 +159,17 @@ def rows_2d(x: ClassInfo) -> tuple[int, ...] | None:
 
 @guard("same-type", TERM, TERM)
 def same_type(a: ClassInfo, b: ClassInfo) -> bool:
-    """True if `a` and `b` have the same dtype and the same fully static shape."""
-    return a.type.static and a.type == b.type
+    """True if `a` and `b` have the same dtype and the same shape, dimension by dimension:
+    equal ints, or the same symbol (see `same_dim`); an unknown dimension is never equal."""
+    sa, sb = a.type.shape, b.type.shape
+    return (
+        bool(a.type.dtype)
+        and a.type.dtype == b.type.dtype
+        and sa is not None
+        and sb is not None
+        and len(sa) == len(sb)
+        and all(same_dim(x, y) for x, y in zip(sa, sb))
+    )
 
 
 @guard("has-dtype", TERM, ATTR)
@@ -169,16 +178,42 @@ def has_dtype(x: ClassInfo, elem_type: int) -> bool:
     return bool(x.type.dtype) and x.type.dtype == elem_type
 
 
+def same_dim(a, b) -> bool:
+    """True if dimensions `a` and `b` are known to be equal: equal ints, or the same symbol.
+
+    A symbol is a `dim_param` string: in ONNX a dimension variable names one size wherever it
+    appears in a graph (ONNX IR spec, "Tensor shapes"; the engine's shape analysis gives
+    dimensions it proves equal one string). None (unknown) equals nothing, not even None.
+    """
+    if a is None or b is None:
+        return False
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    return int(a) == int(b)
+
+
+def _static_one(d) -> bool:
+    return d is not None and not isinstance(d, str) and int(d) == 1
+
+
 @guard("broadcasts-into", TERM, TERM)
 def broadcasts_into(z: ClassInfo, x: ClassInfo) -> bool:
     """True if broadcasting `z` against `x` gives exactly `x`'s shape (numpy/ONNX
-    multidirectional broadcasting, ONNX docs/Broadcasting.md), so `x op z` is `x`-shaped."""
-    if not (z.type.static and x.type.static):
+    multidirectional broadcasting, ONNX docs/Broadcasting.md), so `x op z` is `x`-shaped.
+
+    Decided per dimension, right-aligned: `z` has at most `x`'s rank, and each of its
+    dimensions is a static 1 (which broadcasts into any size, 0 included) or the same
+    dimension as `x`'s (`same_dim`: equal ints or the same symbol). So a bias (D,) broadcasts
+    into ("batch", "seq", D). A symbol against anything else, or an unknown dimension, may
+    grow `x` at run time: False.
+    """
+    zs, xs = z.type.shape, x.type.shape
+    if zs is None or xs is None or len(zs) > len(xs):
         return False
-    try:
-        return np.broadcast_shapes(z.type.shape, x.type.shape) == tuple(x.type.shape)
-    except ValueError:
-        return False
+    return all(
+        _static_one(zd) or same_dim(zd, xd)
+        for zd, xd in zip(zs, xs[len(xs) - len(zs):])
+    )
 
 
 _LOSSLESS = {  # ONNX elem type -> types that hold every value of it exactly
@@ -237,8 +272,11 @@ def bn_shape(w: ClassInfo) -> tuple[int, ...] | None:
 @guard("channel-bias", TERM, TERM)
 def channel_bias(b: ClassInfo, y: ClassInfo) -> bool:
     """True if constant `b` added to Conv output `y` (N, C, spatial...) is a per-channel
-    bias: its shape, right-aligned against `y`, is (C, 1, ..., 1) possibly with leading 1s."""
-    if b.value is None or not y.type.static or y.type.rank is None or y.type.rank < 3:
+    bias: its shape, right-aligned against `y`, is (C, 1, ..., 1) possibly with leading 1s.
+    Only `y`'s rank and its channel count C (a static int) are needed: batch and spatial
+    dimensions may be symbolic (ONNX Conv: Y has shape (N, M, ...), M the output channels)."""
+    ys = y.type.shape
+    if b.value is None or ys is None or len(ys) < 3 or not isinstance(ys[1], int):
         return False
     shape, r = b.value.shape, y.type.rank
     if len(shape) != r and len(shape) != r - 1:

@@ -97,7 +97,9 @@ def test_rows_2d():
 def test_same_type():
     f = covers("same-type").fn
     assert f(t(2, 3), t(2, 3)) and not f(t(2, 3), t(3, 2)) and not f(t(2, 3), t(2, 3, dtype=TP.FLOAT16))
-    assert not f(t("n", 3), t("n", 3))  # symbolic dims may differ at run time
+    assert f(t("n", 3), t("n", 3))  # one symbol is one size (ONNX dim_param)
+    assert not f(t("n", 3), t("m", 3)) and not f(t(None, 3), t(None, 3)) and not f(t("n"), t(2))
+    assert not f(ClassInfo(TensorType(F32, None)), ClassInfo(TensorType(F32, None)))
 
 
 def test_has_dtype():
@@ -110,6 +112,12 @@ def test_broadcasts_into():
     assert f(t(1), t(4, 3)) and f(t(3), t(4, 3)) and f(t(4, 1), t(4, 3))
     assert not f(t(2, 4, 3), t(4, 3))  # would grow x
     assert not f(t(5), t(4, 3)) and not f(t("n"), t(4, 3))
+    # symbolic dimensions: the same symbol is the same size; a static 1 broadcasts into any
+    assert f(t(64), t("batch", "seq", 64)) and f(t(1, "seq", 1), t("batch", "seq", 64))
+    assert f(t("batch", 1, 64), t("batch", "seq", 64)) and f(t(1), t(0, 3))
+    assert not f(t("seq", 64), t("batch", 1, 64))  # seq may be > 1
+    assert not f(t("n"), t("m")) and not f(t(3), t("n")) and not f(t("n"), t(1))
+    assert not f(t(None), t(None)) and not f(t(1), ClassInfo(TensorType(F32, None)))
 
 
 def test_cast_lossless():
@@ -131,6 +139,8 @@ def test_channel_bias():
     assert not f(c(np.zeros((8,))), y)  # broadcasts over the last axis, not channels
     assert not f(c(np.zeros((2, 8, 1, 1))), y) and not f(c(np.zeros((8, 4, 1))), y)
     assert not f(t(8, 1, 1), y)
+    assert f(c(np.zeros((8, 1, 1))), t("n", 8, "h", "w"))  # dynamic batch and image size
+    assert not f(c(np.zeros((8, 1, 1))), t("n", "c", 4, 4))  # channel count unknown
 
 
 def test_same_dtype():
