@@ -111,6 +111,13 @@ _TABLE: list[OpSpec] = [
         cost="normalize",
         since=17,
     ),
+    _op(
+        "RMSNormalization",
+        "X scale",
+        attrs=[("axis", "int", -1), ("epsilon", "float", 1e-5), ("stash_type", "int", 1)],
+        cost="normalize",
+        since=23,
+    ),
     _op("MatMul", "A B", cost="matmul"),
     _op(
         "Gemm",

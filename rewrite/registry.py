@@ -278,10 +278,263 @@ def channel_bias(b: ClassInfo, y: ClassInfo) -> bool:
     ys = y.type.shape
     if b.value is None or ys is None or len(ys) < 3 or not isinstance(ys[1], int):
         return False
-    shape, r = b.value.shape, y.type.rank
+    shape, r = b.value.shape, len(ys)
     if len(shape) != r and len(shape) != r - 1:
         return False
     if len(shape) == r and shape[0] != 1:
         return False
     tail = shape[-(r - 1):]
-    return tail[0] == y.type.shape[1] and all(d == 1 for d in tail[1:])
+    return tail[0] == ys[1] and all(d == 1 for d in tail[1:])
+
+
+# ---- constants with a known value --------------------------------------------------------------
+
+
+@guard("all-equal-into", TERM, ATTR, TERM)
+def all_equal_into(c: ClassInfo, v: Any, x: ClassInfo) -> bool:
+    """True if `c` is a constant whose every element equals `v` (`all-equal`) and that
+    broadcasts into `x` (`broadcasts-into`): an operand that a fused op leaves out without
+    changing the output's shape, like GELU's 0.5 and 1.0.
+
+    `v` is rounded to `c`'s dtype before comparing (numpy's NEP 50 rule for a Python scalar
+    against an array), so `(all-equal-into @s 1.4142135623730951 @x)` accepts sqrt(2) as a
+    float32, float16 or double constant, each rounded once from the exact value.
+    """
+    return all_equal(c, v) and broadcasts_into(c, x)
+
+
+@builder("scalar-of", TERM)
+def scalar_of(c: ClassInfo) -> float | None:
+    """The value of a one-element floating-point constant `c` as a Python float, for a float
+    attribute such as LayerNormalization's `epsilon`. ONNX float attributes are float32, so
+    None when the value is not exactly a float32 (a double 1e-5 is not), and when `c` is not
+    a one-element float constant."""
+    if c.value is None or c.value.size != 1 or not np.issubdtype(c.value.dtype, np.floating):
+        return None
+    v = float(c.value.reshape(()))
+    return v if float(np.float32(v)) == v or np.isnan(v) else None
+
+
+# ---- normalizations ------------------------------------------------------------------------------
+
+
+@guard("last-axis", TERM, TERM)
+def last_axis(axes: ClassInfo, x: ClassInfo) -> bool:
+    """True if `axes` is a constant naming exactly one axis, `x`'s last: -1, or rank - 1 (a
+    reduction over the normalized axis of LayerNormalization/RMSNormalization with
+    axis=-1, ONNX operator spec)."""
+    r = x.type.rank
+    if axes.value is None or axes.value.size != 1 or r is None or r == 0:
+        return False
+    a = int(axes.value.reshape(()))
+    return a in (-1, r - 1)
+
+
+@guard("last-dim-vector", TERM, TERM)
+def last_dim_vector(w: ClassInfo, x: ClassInfo) -> bool:
+    """True if `w` is 1-D with `x`'s last dimension as its length (the same int or symbol):
+    the Scale and B inputs of LayerNormalization (and Scale of RMSNormalization) with
+    axis=-1, which onnxruntime requires to have the normalized shape exactly."""
+    ws, xs = w.type.shape, x.type.shape
+    return ws is not None and xs is not None and len(ws) == 1 and len(xs) >= 1 and (
+        same_dim(ws[0], xs[-1])
+    )
+
+
+# ---- padding -------------------------------------------------------------------------------------
+
+
+def _pad_pairs(pads: ClassInfo, x: ClassInfo) -> list[tuple[int, int]] | None:
+    """Pad's `pads` input (x1_begin, x2_begin, ..., x1_end, x2_end, ...) as (begin, end) per
+    axis of `x`, or None when not a constant of length 2 * rank(x)."""
+    r = x.type.rank
+    if pads.value is None or r is None or pads.value.shape != (2 * r,):
+        return None
+    p = [int(v) for v in pads.value]
+    return list(zip(p[:r], p[r:]))
+
+
+@guard("spatial-pads", TERM, TERM)
+def spatial_pads(pads: ClassInfo, x: ClassInfo) -> bool:
+    """True if `pads`, the pads input of Pad over `x` (N, C, spatial...), is a constant that
+    pads only the spatial axes, by non-negative amounts, and pads something: the padding a
+    Conv adds itself (its `pads` attribute covers the spatial axes only, begins then ends,
+    and must be non-negative; ONNX operator spec, Conv). All-zero pads are a no-op Pad,
+    removed as such (cleanup/identity.rules)."""
+    pairs = _pad_pairs(pads, x)
+    return (
+        pairs is not None
+        and len(pairs) >= 3
+        and pairs[0] == (0, 0)
+        and pairs[1] == (0, 0)
+        and all(b >= 0 and e >= 0 for b, e in pairs)
+        and any(b or e for b, e in pairs)
+    )
+
+
+@builder("merge-pads", TERM, ATTR, TERM)
+def merge_pads(pads: ClassInfo, p: tuple[int, ...] | None, x: ClassInfo) -> tuple[int, ...] | None:
+    """The `pads` attribute of a Conv whose input `x` was first padded by Pad input
+    `pads` (see `spatial-pads`): the existing attribute `p` (absent or () means zeros) plus
+    the Pad's spatial pads, begins then ends. None if `spatial-pads` does not hold or `p`
+    has another length."""
+    if not spatial_pads(pads, x):
+        return None
+    spatial = _pad_pairs(pads, x)[2:]
+    s = len(spatial)
+    old = tuple(p) if p else (0,) * (2 * s)
+    if len(old) != 2 * s:
+        return None
+    return tuple(old[i] + spatial[i][0] for i in range(s)) + tuple(
+        old[s + i] + spatial[i][1] for i in range(s)
+    )
+
+
+# ---- view ops: axes and shapes -------------------------------------------------------------------
+
+
+def _axes(a: ClassInfo, rank: int) -> list[int] | None:
+    """Constant axes `a` normalized into [0, rank), or None (not a constant 1-D tensor, out
+    of range, or repeated)."""
+    if a.value is None or a.value.ndim != 1:
+        return None
+    out = [int(v) + rank if int(v) < 0 else int(v) for v in a.value]
+    if any(not 0 <= v < rank for v in out) or len(set(out)) != len(out):
+        return None
+    return out
+
+
+@builder("merge-unsqueeze-axes", TERM, TERM, TERM)
+def merge_unsqueeze_axes(a: ClassInfo, b: ClassInfo, x: ClassInfo) -> tuple[int, ...] | None:
+    """Axes of one Unsqueeze equal to Unsqueeze(Unsqueeze(x, a), b), sorted, non-negative.
+
+    ONNX Unsqueeze: `axes` are positions in the output (negative ones count from the end of
+    the output's rank). The outer Unsqueeze puts b at their final positions; every other
+    final position holds, in order, an axis of the inner output, where a is. None unless
+    `x`'s rank is known and both axes are valid constants.
+    """
+    r = x.type.rank
+    if r is None or a.value is None or b.value is None:
+        return None
+    inner = _axes(a, r + a.value.size)
+    total = r + a.value.size + b.value.size
+    outer = _axes(b, total)
+    if inner is None or outer is None:
+        return None
+    rest = [i for i in range(total) if i not in outer]
+    return tuple(sorted(outer + [rest[i] for i in inner]))
+
+
+@builder("merge-squeeze-axes", TERM, TERM, TERM)
+def merge_squeeze_axes(a: ClassInfo, b: ClassInfo, x: ClassInfo) -> tuple[int, ...] | None:
+    """Axes of one Squeeze equal to Squeeze(Squeeze(x, a), b), sorted, non-negative.
+
+    ONNX Squeeze: `axes` are positions in the input (negative ones count from the end of the
+    input's rank). The outer axes b index the inner output, whose axes are x's axes without
+    a, in order. None unless `x`'s rank is known and both axes are valid constants.
+    """
+    r = x.type.rank
+    if r is None or a.value is None or b.value is None:
+        return None
+    inner = _axes(a, r)
+    outer = _axes(b, r - a.value.size)
+    if inner is None or outer is None:
+        return None
+    rest = [i for i in range(r) if i not in inner]
+    return tuple(sorted(inner + [rest[i] for i in outer]))
+
+
+@builder("unsqueeze-shape", TERM, TERM)
+def unsqueeze_shape(s: ClassInfo, a: ClassInfo) -> tuple[int, ...] | None:
+    """Reshape target equal to Unsqueeze(Reshape(_, s), a): `s` with a 1 inserted at each
+    output position in `a` (ONNX Unsqueeze). None unless both are constants and `s` has no
+    0 (which would copy the input dimension at its index, and the indices move)."""
+    if s.value is None or a.value is None or s.value.ndim != 1 or np.any(s.value == 0):
+        return None
+    rank = s.value.size + a.value.size
+    axes = _axes(a, rank)
+    if axes is None:
+        return None
+    rest = iter(int(v) for v in s.value)
+    return tuple(1 if i in axes else next(rest) for i in range(rank))
+
+
+@builder("squeeze-shape", TERM, TERM)
+def squeeze_shape(s: ClassInfo, a: ClassInfo) -> tuple[int, ...] | None:
+    """Reshape target equal to Squeeze(Reshape(_, s), a): `s` without the entries at `a`,
+    each of which must be a literal 1 (a -1 or 0 entry says nothing about its size). None
+    unless both are constants and `s` has no 0 (see `unsqueeze-shape`)."""
+    if s.value is None or a.value is None or s.value.ndim != 1 or np.any(s.value == 0):
+        return None
+    axes = _axes(a, s.value.size)
+    if axes is None or any(int(s.value[i]) != 1 for i in axes):
+        return None
+    return tuple(int(v) for i, v in enumerate(s.value) if i not in axes)
+
+
+# ---- Slice of Slice --------------------------------------------------------------------------------
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _slice_spec(x_rank: int, starts, ends, axes, steps) -> dict[int, tuple[int, int, int]] | None:
+    """One Slice's constant inputs as {axis: (start, end, step)}, axes normalized; None if
+    an input is not a constant, or the axes are invalid, or a step is 0."""
+    if starts.value is None or ends.value is None or axes.value is None or steps.value is None:
+        return None
+    k = starts.value.size
+    if not (ends.value.size == axes.value.size == steps.value.size == k) or starts.value.ndim != 1:
+        return None
+    ax = _axes(axes, x_rank)
+    if ax is None or any(int(v) == 0 for v in steps.value):
+        return None
+    return {
+        a: (int(s), int(e), int(t))
+        for a, s, e, t in zip(ax, starts.value, ends.value, steps.value)
+    }
+
+
+def _compose_axis(d, first, second) -> tuple[int, int, int] | None:
+    """One Slice (start, end, step) on an axis of length `d` (an int, or None/str when not
+    static) equal to slicing with `first` and then with `second` (ONNX Slice: a negative
+    start or end counts from the end, then both are clamped; numpy's rule)."""
+    if isinstance(d, int) and not isinstance(d, bool):
+        r = range(d)[slice(*first)][slice(*second)]
+        if len(r) == 0:
+            return (0, 0, 1)
+        end = r.stop if r.stop >= 0 else _INT64_MIN  # a negative end counts from the end
+        return (r.start, end, r.step)
+    (s1, e1, t1), (s2, e2, t2) = first, second
+    if t1 != 1 or t2 != 1 or min(s1, e1, s2, e2) < 0:
+        return None  # without the axis length, only non-negative unit-step slices compose
+    return (min(s1 + s2, _INT64_MAX), min(e1, s1 + e2, _INT64_MAX), 1)
+
+
+@builder("slice-merge", ATTR, TERM, TERM, TERM, TERM, TERM, TERM, TERM, TERM, TERM)
+def slice_merge(part: str, x, s1, e1, a1, t1, s2, e2, a2, t2) -> tuple[int, ...] | None:
+    """Input `part` ("starts", "ends", "axes" or "steps") of one Slice equal to
+    Slice(Slice(x, s1, e1, a1, t1), s2, e2, a2, t2), every input a constant.
+
+    Axes sliced by one of the two keep their (start, end, step); an axis sliced by both is
+    composed (`_compose_axis`): exactly, through the index range, when its length in `x` is
+    a static int, else only for non-negative starts and ends with step 1, where
+    x[s1:e1][s2:e2] is x[s1 + s2 : min(e1, s1 + e2)] whatever the length (both sides clamp
+    to it the same way). None when a slice cannot be composed.
+    """
+    shape = x.type.shape
+    if shape is None:
+        return None
+    first = _slice_spec(len(shape), s1, e1, a1, t1)
+    second = _slice_spec(len(shape), s2, e2, a2, t2)
+    if first is None or second is None:
+        return None
+    merged = dict(first)
+    for axis, spec in second.items():
+        if axis in first:
+            spec = _compose_axis(shape[axis], first[axis], spec)
+            if spec is None:
+                return None
+        merged[axis] = spec
+    axes = sorted(merged)
+    i = ("starts", "ends", "axes", "steps").index(part)
+    return tuple(axis if i == 2 else merged[axis][min(i, 2)] for axis in axes)

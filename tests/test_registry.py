@@ -159,6 +159,161 @@ def test_dtype_of():
     assert f(t(2, dtype=TP.FLOAT16)) == TP.FLOAT16 and f(ClassInfo(TensorType())) is None
 
 
+def test_all_equal_into():
+    f = covers("all-equal-into").fn
+    x = t("batch", "seq", 4)
+    assert f(c(np.float32(0.5)), 0.5, x) and f(c(np.full((1, 4), 2, np.int64)), 2, x)
+    assert not f(c(np.full((2, 4), 0.5, np.float32)), 0.5, x)  # grows x
+    assert not f(c(np.float32(0.25)), 0.5, x) and not f(t(), 0.5, x)
+    # the value is rounded to the constant's dtype: sqrt(2) as float32, float16 and double
+    for dtype in (np.float32, np.float16, np.float64):
+        assert f(c(np.asarray(np.sqrt(2), dtype)), 1.4142135623730951, x)
+    assert not f(c(np.float32(1.4142)), 1.4142135623730951, x)
+
+
+def test_scalar_of():
+    f = covers("scalar-of").fn
+    assert f(c(np.float32(1e-5))) == float(np.float32(1e-5)) and f(c(np.full((1, 1), 0.5, np.float16))) == 0.5
+    assert f(c(np.float64(0.25))) == 0.25  # a double that is a float32 too
+    assert f(c(np.float64(1e-5))) is None  # the attribute is a float32: 1e-5 would change
+    assert f(c(np.array([1.0, 2.0], np.float32))) is None and f(c(np.int64(1))) is None and f(t()) is None
+
+
+def test_last_axis():
+    f = covers("last-axis").fn
+    x = t("batch", "seq", 64)
+    assert f(c([-1]), x) and f(c([2]), x) and f(c(np.int64(-1)), x)
+    assert not f(c([1]), x) and not f(c([-2]), x) and not f(c([1, 2]), x) and not f(t(1), x)
+    assert not f(c([-1]), ClassInfo(TensorType(F32, None))) and not f(c([-1]), t())
+
+
+def test_last_dim_vector():
+    f = covers("last-dim-vector").fn
+    assert f(t(64), t("batch", "seq", 64)) and f(t("d"), t(2, "d"))
+    assert not f(t(1), t(2, 64)) and not f(t(1, 64), t(2, 64)) and not f(t(None), t(2, None))
+    assert not f(t(64), ClassInfo(TensorType(F32, None))) and not f(t(64), t())
+
+
+def test_spatial_pads():
+    f = covers("spatial-pads").fn
+    x = t("n", 3, "h", "w")
+    assert f(c([0, 0, 1, 1, 0, 0, 1, 1]), x) and f(c([0, 0, 0, 2, 0, 0, 0, 0]), x)
+    assert not f(c([0, 1, 1, 1, 0, 0, 1, 1]), x)  # pads channels
+    assert not f(c([0, 0, 1, -1, 0, 0, 1, 1]), x)  # crops
+    assert not f(c([0] * 8), x) and not f(c([0, 0, 1, 1]), x) and not f(t(8), x)
+    assert not f(c([0, 0, 0, 0]), t(2, 3)) and not f(c([0] * 8), ClassInfo(TensorType(F32, None)))
+
+
+def test_merge_pads():
+    f = covers("merge-pads").fn
+    x = t("n", 3, "h", "w")
+    assert f(c([0, 0, 1, 2, 0, 0, 3, 4]), None, x) == (1, 2, 3, 4)
+    assert f(c([0, 0, 1, 2, 0, 0, 3, 4]), (1, 1, 1, 1), x) == (2, 3, 4, 5)
+    assert f(c([0, 0, 1, 2, 0, 0, 3, 4]), (1, 1), x) is None  # pads of another rank
+    assert f(c([0, 1, 1, 2, 0, 0, 3, 4]), None, x) is None  # not spatial-pads
+
+    # the merged Conv computes what Pad + Conv computes
+    import onnx.reference
+    from onnx import helper
+
+    rng = np.random.default_rng(0)
+    xv, w = rng.standard_normal((1, 2, 5, 4), np.float32), rng.standard_normal((3, 2, 3, 2), np.float32)
+    pads, conv_pads = np.array([0, 0, 2, 0, 0, 0, 1, 3]), (1, 0, 0, 1)
+    merged = f(c(pads), conv_pads, t(1, 2, 5, 4))
+
+    def run(nodes, inits):
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, None)],
+                              [helper.make_tensor_value_info("y", F32, None)], inits)
+        return onnx.reference.ReferenceEvaluator(helper.make_model(g)).run(None, {"x": xv})[0]
+
+    want = run([helper.make_node("Pad", ["x", "p"], ["t"]),
+                helper.make_node("Conv", ["t", "w"], ["y"], pads=list(conv_pads))],
+               [onnx.numpy_helper.from_array(pads, "p"), onnx.numpy_helper.from_array(w, "w")])
+    got = run([helper.make_node("Conv", ["x", "w"], ["y"], pads=list(merged))],
+              [onnx.numpy_helper.from_array(w, "w")])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_merge_unsqueeze_axes():
+    f = covers("merge-unsqueeze-axes").fn
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        r, k1, k2 = rng.integers(0, 3), rng.integers(1, 3), rng.integers(1, 3)
+        a = rng.choice(r + k1, k1, replace=False) - rng.integers(0, 2) * (r + k1)
+        b = rng.choice(r + k1 + k2, k2, replace=False) - rng.integers(0, 2) * (r + k1 + k2)
+        x = np.zeros(tuple(rng.integers(2, 4, r)))
+        want = np.expand_dims(np.expand_dims(x, tuple(a)), tuple(b)).shape
+        got = f(c(a), c(b), t(*x.shape))
+        assert np.expand_dims(x, got).shape == want, (x.shape, a, b, got)
+    assert f(c([0]), c([0]), ClassInfo(TensorType(F32, None))) is None
+    assert f(c([0, 0]), c([1]), t(2)) is None and f(t(1), c([1]), t(2)) is None
+
+
+def test_merge_squeeze_axes():
+    f = covers("merge-squeeze-axes").fn
+    x = np.zeros((1, 3, 1, 1, 4))
+    assert f(c([0]), c([1]), t(*x.shape)) == (0, 2)  # second squeeze sees (3, 1, 1, 4)
+    assert f(c([-2]), c([-2]), t(*x.shape)) == (2, 3)
+    assert np.squeeze(np.squeeze(x, (0,)), (-2,)).shape == np.squeeze(x, f(c([0]), c([-2]), t(*x.shape))).shape
+    assert f(c([0]), c([4]), t(*x.shape)) is None and f(c([0]), t(1), t(*x.shape)) is None
+
+
+def test_unsqueeze_shape():
+    f = covers("unsqueeze-shape").fn
+    assert f(c([2, -1, 4]), c([0, -1])) == (1, 2, -1, 4, 1) and f(c([6]), c([1])) == (6, 1)
+    assert f(c([0, 4]), c([0])) is None and f(c([2, 4]), c([0, 0])) is None and f(t(2), c([0])) is None
+
+
+def test_squeeze_shape():
+    f = covers("squeeze-shape").fn
+    assert f(c([2, 1, -1, 1]), c([1, -1])) == (2, -1) and f(c([1]), c([0])) == ()
+    assert f(c([2, -1]), c([1])) is None  # -1 may not be 1
+    assert f(c([0, 1]), c([1])) is None and f(c([2, 1]), c([2])) is None and f(c([2, 1]), t(1)) is None
+
+
+def _ints(v):
+    return c(np.asarray(v, np.int64))
+
+
+def test_slice_merge():
+    f = covers("slice-merge").fn
+    rng = np.random.default_rng(0)
+    ends = [0, 1, 2, 3, 5, -1, -2, -7, 2**62, -(2**62)]
+    for _ in range(400):
+        shape = tuple(int(d) for d in rng.integers(0, 5, rng.integers(1, 4)))
+        x = np.arange(int(np.prod(shape))).reshape(shape)
+        r = len(shape)
+        slices, y = [], x
+        for _ in range(2):
+            k = int(rng.integers(1, r + 1))
+            axes = [int(a) for a in rng.choice(r, k, replace=False)]
+            st = [int(rng.choice(ends)) for _ in axes]
+            en = [int(rng.choice(ends)) for _ in axes]
+            sp = [int(rng.choice([1, 1, 2, -1, -2])) for _ in axes]
+            index = [slice(None)] * r
+            for a, s0, e0, t0 in zip(axes, st, en, sp):
+                index[a] = slice(s0, e0, t0)
+            y = y[tuple(index)]
+            slices.append([_ints(st), _ints(en), _ints([a - r * int(rng.integers(0, 2)) for a in axes]), _ints(sp)])
+        args = [w for s in slices for w in s]
+        for xt in (t(*shape), t(*("s%d" % i for i in range(r)))):
+            parts = [f(p, xt, *args) for p in ("starts", "ends", "axes", "steps")]
+            if parts[0] is None:
+                assert not xt.type.static  # static lengths always compose
+                continue
+            index = [slice(None)] * r
+            for s0, e0, a, t0 in zip(*parts):
+                index[a] = slice(s0, e0, t0)
+            np.testing.assert_array_equal(x[tuple(index)], y)
+    # without static lengths: non-negative, unit-step slices compose
+    one = _ints([1])
+    parts = [f(p, t("n"), _ints([2]), _ints([2**62]), _ints([0]), one, _ints([1]), _ints([3]), _ints([0]), one)
+             for p in ("starts", "ends", "axes", "steps")]
+    assert parts == [(3,), (5,), (0,), (1,)]
+    assert f("starts", t("n"), _ints([-2]), _ints([9]), _ints([0]), one, one, one, _ints([0]), one) is None
+    assert f("starts", t(4), t(1), one, one, one, one, one, one, one) is None  # not a constant
+
+
 def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS)
     missing = sorted(names - TESTED)
