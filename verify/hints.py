@@ -43,6 +43,7 @@ Requests:
 | `DtypeIn(x, dtypes)`     | x's dtype is one of `dtypes`                                   |
 | `DtypeFrom(x, y, f)`     | x's dtype is in `f(dtype of y)`                                |
 | `IdentityPerm(p)`        | attribute p is the identity permutation of its length          |
+| `SpatialPads(p)`         | Pad's pads p are non-negative and 0 on the first two axes      |
 """
 
 from __future__ import annotations
@@ -160,6 +161,11 @@ class DtypeFrom(Request):
 
 @dataclass(frozen=True)
 class IdentityPerm(Request):
+    pass
+
+
+@dataclass(frozen=True)
+class SpatialPads(Request):
     pass
 
 
@@ -292,6 +298,26 @@ def _channel_bias(b: Arg, y: Arg) -> list[Request]:
     return [Const(b.name), ChannelOf(b.name, y.name)]
 
 
+@hint("all-equal-into")
+def _all_equal_into(c: Arg, v: Arg, x: Arg) -> list[Request]:
+    return [Const(c.name), Fill(c.name, v.value), Within(c.name, x.name)]
+
+
+@hint("last-axis")
+def _last_axis(axes: Arg, x: Arg) -> list[Request]:
+    return [Const(axes.name), OneElement(axes.name), Fill(axes.name, -1)]
+
+
+@hint("spatial-pads")
+def _spatial_pads(pads: Arg, x: Arg) -> list[Request]:
+    return [RankAtLeast(x.name, 3), Const(pads.name), SpatialPads(pads.name)]
+
+
+@hint("last-dim-vector")
+def _last_dim_vector(w: Arg, x: Arg) -> list[Request]:
+    return [Rank(w.name, 1), Within(w.name, x.name), Many(w.name)]
+
+
 # ---- violations ------------------------------------------------------------------------------
 
 
@@ -349,3 +375,9 @@ def _grows(z: Arg, x: Arg) -> list[Request]:
 @violation("channel-bias")
 def _not_channel(b: Arg, y: Arg) -> list[Request]:
     return [Const(b.name)]
+
+
+@violation("all-equal-into")
+def _not_all_equal_into(c: Arg, v: Arg, x: Arg) -> list[Request]:
+    other = v.value + 1 if isinstance(v.value, int | float) else v.value
+    return [Const(c.name), Fill(c.name, other), Within(c.name, x.name)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from verify import hints as H
 from verify.draw import sampler
 
 BIG = 2**31 - 1  # an end past any axis (Slice clamps it), in int32 too
@@ -74,18 +75,29 @@ def _pad(ctx) -> None:
             [a - r if ctx.draw(st.booleans(), "negative axis") else a for a in axes],
         )
     if ctx.free(1):
-        begins, ends = zip(*(_pads(ctx, x.shape[a], mode) for a in axes))
+        spatial = ctx.wants(1, H.SpatialPads)  # `spatial-pads`: what a Conv pads
+        begins, ends = zip(
+            *(
+                (0, 0) if spatial and a < 2 else _pads(ctx, x.shape[a], mode, spatial)
+                for a in axes
+            )
+        )
+        if spatial and len(axes) > 2 and not any(begins[2:] + ends[2:]):
+            begins = begins[:2] + (1,) + begins[3:]  # padding nothing is not padding
         ctx.put(1, (2 * len(axes),), list(begins) + list(ends))
     ctx.put(2, ())
 
 
-def _pads(ctx, d: int, mode: str) -> tuple[int, int]:
-    """(begin, end) pads of an axis of length d, valid for `mode`."""
+def _pads(ctx, d: int, mode: str, non_negative: bool = False) -> tuple[int, int]:
+    """(begin, end) pads of an axis of length d, valid for `mode` (and >= 0 if asked)."""
+    if non_negative:
+        return ctx.draw(st.integers(0, 1), "begin"), ctx.draw(st.integers(0, 1), "end")
     if ctx.keep_type:
         p = ctx.draw(st.integers(0, min(d, 2)), "shift")
         return (p, -p) if ctx.draw(st.booleans(), "direction") else (-p, p)
-    if mode == "constant":
+    if mode == "constant":  # negative pads crop, but never below an empty axis
         lo = -min(d, 2)
-        return ctx.draw(st.integers(lo, 2), "begin"), ctx.draw(st.integers(lo, 2), "end")
+        begin = ctx.draw(st.integers(lo, 2), "begin")
+        return begin, ctx.draw(st.integers(max(lo, -d - begin), 2), "end")
     hi = max(0, min(2, d - 1 if mode == "reflect" else d))
     return ctx.draw(st.integers(0, hi), "begin"), ctx.draw(st.integers(0, hi), "end")
