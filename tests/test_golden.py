@@ -61,7 +61,7 @@ CASES = [
      "a = Add(x, z) y = Relu(a)", ["Add", "Relu"]),
     ("mul-one", "float[2,3] x => float[2,3] y", "float[1] o = {1.0}", "a = Mul(x, o) y = Relu(a)", ["Relu"]),
     ("div-one", "float[2,3] x => float[2,3] y", "float o = {1.0}", "a = Div(x, o) y = Relu(a)", ["Relu"]),
-    ("no-one-div-x", "float[2,3] x => float[2,3] y", "float o = {1.0}", "a = Div(o, x) y = Relu(a)", ["Div", "Relu"]),
+    ("no-one-div-x", "float[2,3] x => float[2,3] y", "float o = {1.0}", "a = Div(o, x) y = Relu(a)", ["Reciprocal", "Relu"]),
     ("neg-neg", "float[2,3] x => float[2,3] y", "", "a = Neg(x) b = Neg(a) y = Relu(b)", ["Relu"]),
     ("matmul-add-to-gemm", "float[2,3] x => float[2,4] y", "float[3,4] w = {1.,2.,3.,4.,5.,6.,7.,8.,9.,1.,2.,3.}, float[4] b = {1.,2.,3.,4.}",
      "m = MatMul(x, w) y = Add(m, b)", ["Gemm"]),
