@@ -319,7 +319,7 @@ def model_ratios(r: dict) -> list[str]:
             parts.append(f"nodes / best peer ({best}, {best_n}) = {q:.3f}{_mark(q <= 1)}")
         if sim.get("ok"):
             q = x["seconds"] / sim["seconds"]
-            parts.append(f"seconds / onnxsim = {q:.2f}{_mark(q <= 1)}")
+            parts.append(f"seconds / onnxsim = {q:.3f}{_mark(q <= 1)}")
         q = x["peak_mb"] / r["mb"] if r["mb"] else None
         parts.append(f"peak MB / file MB = {_fmt(q, '.1f')}{_mark(q <= 3 if q else None)}")
         lines.append("  ".join(parts))
@@ -395,7 +395,7 @@ def summary_tables(results: dict, tools: list[str]):
             extra = ""
             if label.startswith("deep-50k"):
                 extra = f" ({x['seconds']:.0f} s{_mark(x['seconds'] < 30)})"
-            row.append(f"{q:.2f}{_mark(q <= 1)}{extra}")
+            row.append(f"{q:.3f}{_mark(q <= 1)}{extra}")
         else:
             row.append("-")
         if x.get("ok") and r["mb"]:
@@ -427,6 +427,16 @@ def _versions() -> dict:
     return v
 
 
+def _git_state() -> str:
+    """HEAD commit, plus "+dirty" when rewrite's sources differ from it (measured as is)."""
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=BENCH.parent, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "rewrite", "dsl", "frontends",
+                "patterns")
+    return head + ("+dirty" if dirty else "")
+
+
 def main(argv=None) -> None:
     sys.path.insert(0, str(BENCH))
     import models as M
@@ -441,6 +451,8 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", type=int, default=15, help="latency runs per session (default 15)")
     ap.add_argument("--no-latency", action="store_true", help="skip latency and the second shape")
     ap.add_argument("--keep-outputs", action="store_true", help="keep the peers' output models")
+    ap.add_argument("--show", action="store_true",
+                    help="only print the tables of the models in bench/out/peers.json")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--latency-worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -459,9 +471,21 @@ def main(argv=None) -> None:
     from rich.console import Console
     console = Console(width=200)
     results = json.loads(RESULTS.read_text()).get("models", {}) if RESULTS.exists() else {}
+    if args.show:
+        shown = {k: r for k, r in results.items() if r.get("model") in args.models and "tools" in r
+                 and r.get("exporter") in (*args.exporters, "make_deep")}
+        for label, r in shown.items():
+            console.print(model_table(label, r))
+            for line in model_ratios(r):
+                console.print("  " + line)
+        tools = [t for t in TOOLS if any(t in r["tools"] for r in shown.values())]
+        for t in summary_tables(shown, tools):
+            console.print(t)
+        return
     run_meta = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "timeout": args.timeout,
                 "runs": args.runs, "versions": _versions(),
-                "command": " ".join(["python", "bench/peers.py", *sys.argv[1:]])}
+                "command": " ".join(["python", "bench/peers.py", *sys.argv[1:]]),
+                "git": _git_state()}
     order = []
     for name, exporter, path, err in M.ensure(args.models, args.exporters):
         label = name if exporter is None else f"{name}.{exporter}"
