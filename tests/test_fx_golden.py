@@ -78,7 +78,7 @@ CASES = [
     ("div-one-scalar", "float[2,3] x => float[2,3] y", "float o = {1.0}",
      "a = Div(x, o) y = Relu(a)", lambda m, x: torch.relu(x / 1.0), "div-one"),
     ("no-one-div-x", "float[2,3] x => float[2,3] y", "float o = {1.0}",
-     "a = Div(o, x) y = Relu(a)", lambda m, x: torch.relu(1.0 / x), None),
+     "a = Div(o, x) y = Relu(a)", lambda m, x: torch.relu(1.0 / x), "div-one-left"),
     ("neg-neg", "float[2,3] x => float[2,3] y", "", "a = Neg(x) b = Neg(a) y = Relu(b)",
      lambda m, x: torch.relu(torch.neg(-x)), "neg-neg"),
     ("matmul-add-to-gemm", "float[2,3] x => float[2,4] y", W34, "t = MatMul(x, w) y = Add(t, b)",
