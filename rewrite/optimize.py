@@ -21,7 +21,7 @@ from rewrite.fold import fold
 from rewrite.graph import TermGraph
 from rewrite.ops import OPS
 from rewrite.saturate import Limits, saturate
-from rewrite.shapes import fold_shapes
+from rewrite.shapes import FoldStats, fold_shapes
 
 FP_CLASSES = ("exact", "reassoc", "approx")
 
@@ -84,8 +84,12 @@ def optimize(
     limits: Limits = Limits(),
     cost: CostModel = CostModel(),
     fp: tuple[str, ...] = ("exact",),
+    shapes: bool = True,
 ) -> tuple[TermGraph, Report]:
     """Rewrite `graph` with `rules` by equality saturation and cost-based extraction.
+
+    shapes: run the symbolic shape folding (`rewrite.shapes`) first; the rule verifier turns
+    it off to see what a rule alone does.
 
     Returns the optimized graph (or `graph` itself when nothing cheaper was found) and a
     Report. Raises `rewrite.egraph.EGraphError` if egglog rejects the compiled rules and
@@ -101,7 +105,7 @@ def optimize(
         clock = now
 
     original = graph
-    graph, shape_stats = fold_shapes(graph)
+    graph, shape_stats = fold_shapes(graph) if shapes else (graph, FoldStats())
     stage("shapes")
     chosen, skipped = select(rules, graph.opset, fp)
     program = emit(RuleSet(tuple(chosen), rules.files))

@@ -522,10 +522,23 @@ def _value(n: Node, op: str, ins: list[int], at: dict, g: TermGraph, a: ShapeAna
             arr = _obj(f(*x.tolist())).reshape(tuple(int(d) for d in s))
     if arr is not None and not isinstance(arr, np.ndarray):
         arr = _obj(arr)  # numpy gives an element, not a 0-d array, for a scalar index
+    if arr is not None and not _fits(arr, g.values[out].type.dtype):
+        arr = None  # the ONNX op would wrap around: the mathematical value is not its value
     if arr is not None and arr.size <= MAX_VALUE_ELEMENTS:
         a.values[out] = SymValue(arr.shape, tuple(arr.reshape(-1).tolist()))
         if a.shapes.get(out) is None:
             a.shapes[out] = tuple(sympy.Integer(d) for d in arr.shape)
+
+
+def _fits(arr: np.ndarray, dtype: int) -> bool:
+    """True when every numeric element is within the range of ONNX integer type `dtype`
+    (any value passes for other or unknown types: they are never folded)."""
+    try:
+        info = np.iinfo(np_dtype(dtype))
+    except (KeyError, TypeError, ValueError):
+        return True
+    return all(e is None or not e.is_number or info.min <= int(e) <= info.max
+               for e in arr.reshape(-1).tolist())
 
 
 def _obj(x) -> np.ndarray:
@@ -657,16 +670,20 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
             n_const += 1
             continue
         if n.domain in ("", "ai.onnx") and len(n.outputs) == 1:
-            same = _noop_input(n, a)
+            same = _noop_input(n, a, consts)
             if same is not None and g.values[same].type.dtype == g.values[n.outputs[0]].type.dtype:
                 alias[n.outputs[0]] = same
                 n_noop += 1
                 continue
             if n.op == "Reshape" and n.inputs[1] not in consts:
-                target = _reshape_target(a, n)
-                if target is not None:
+                found = _reshape_target(a, n)
+                if found is not None and (not found[1] or not n.opaque):
+                    target, switch = found
                     vid = new_constant(f"{g.values[n.outputs[0]].name}_shape", target)
                     n = replace(n, inputs=(n.inputs[0], vid))
+                    if switch:  # written from its attributes, not its proto (allowzero=1)
+                        attrs = tuple((k, 0 if k == "allowzero" else v) for k, v in n.attrs)
+                        n = replace(n, attrs=attrs, payload=None)
                     n_target += 1
         nodes.append(n)
     outputs = tuple(alias.get(o, o) for o in g.outputs)
@@ -710,11 +727,13 @@ def _array(v: SymValue, t: TensorType) -> np.ndarray:
     return np.array([int(e) for e in v.elems], dtype=np_dtype(t.dtype)).reshape(v.shape)
 
 
-def _noop_input(n: Node, a: ShapeAnalysis) -> int | None:
+def _noop_input(n: Node, a: ShapeAnalysis, consts: dict) -> int | None:
     """The input of an Expand, Reshape or Slice whose output has exactly the input's shape, or
     of a Pad by all zeros."""
     if n.op == "Pad":
-        pads = a.values.get(n.inputs[1])
+        pads, x = a.values.get(n.inputs[1]), a.shapes.get(n.inputs[0])
+        if x is not None and all(d.is_number for d in x) and n.inputs[1] in consts:
+            return None  # static with constant pads: the rule library's pad-zero sees it
         return n.inputs[0] if pads is not None and pads.known and not any(pads.elems) else None
     if n.op not in ("Expand", "Reshape", "Slice"):
         return None
@@ -730,28 +749,32 @@ def _noop_input(n: Node, a: ShapeAnalysis) -> int | None:
     return n.inputs[0]
 
 
-def _reshape_target(a: ShapeAnalysis, n: Node) -> np.ndarray | None:
-    """A constant Reshape target equivalent to the symbolic one: known numbers as they are,
-    `0` for an element equal to the input's own dimension at that index (allowzero=0), `-1`
-    for at most one element left over. None when that is not possible."""
+def _reshape_target(a: ShapeAnalysis, n: Node) -> tuple[np.ndarray, bool] | None:
+    """A constant Reshape target equivalent to the symbolic one, and whether the node must
+    switch to allowzero=0: known numbers as they are, `0` for an element equal to the input's
+    own dimension at that index, `-1` for at most one element left over. None when that is
+    not possible.
+
+    A `0` copies the input's dimension only with allowzero=0 (ONNX Reshape-14). A node with
+    allowzero=1 (the dynamo exporter's) whose target has no literal 0 means the same with
+    allowzero=0, so it switches, and then may use copying zeros too."""
     target = a.values.get(n.inputs[1])
     x = a.shapes.get(n.inputs[0])
     if target is None or None in target.elems or target.known or target.shape == ():
         return None
     allowzero = _attrs(n).get("allowzero", 0)
+    switch = bool(allowzero) and not any(e.is_number and int(e) == 0 for e in target.elems)
+    copying = not allowzero or switch
     out, unknown = [], 0
     for i, e in enumerate(target.elems):
         if e.is_number:
-            if int(e) == -1:
-                unknown += 1
-            elif int(e) == 0 and allowzero:
-                pass  # a real zero-sized dimension
+            unknown += int(e) == -1
             out.append(int(e))
-        elif not allowzero and x is not None and i < len(x) and x[i] == e:
+        elif copying and x is not None and i < len(x) and x[i] == e:
             out.append(0)
         else:
             out.append(-1)
             unknown += 1
     if unknown > 1:
         return None
-    return np.array(out, dtype=np.int64)
+    return np.array(out, dtype=np.int64), switch and 0 in out

@@ -130,12 +130,42 @@ g (float[B, 4] x) => (float[B, 4] y) {
 
 
 @pytest.mark.parametrize("allowzero", [0, 1])
-def test_allowzero_reshape_never_gets_a_copying_zero(allowzero):
+def test_reshape_target_with_or_without_allowzero(allowzero):
+    # allowzero=1 with no literal 0 in the target means the same as allowzero=0
     m = _model(HEADS.replace("r = Reshape(x, t)", f"r = Reshape<allowzero = {allowzero}>(x, t)"))
     folded, stats = _fold(m)
-    if allowzero == 0:
-        (init,) = folded.graph.initializer
-        assert list(onnx.numpy_helper.to_array(init)) == [0, 0, 2, 4]
-    else:  # two symbolic dims, no copying 0 allowed, at most one -1: the target stays computed
-        assert stats.reshape_targets == 0 and "Concat" in [n.op_type for n in folded.graph.node]
+    (init,) = folded.graph.initializer
+    assert list(onnx.numpy_helper.to_array(init)) == [0, 0, 2, 4]
+    (reshape,) = [n for n in folded.graph.node if n.op_type == "Reshape"]
+    assert all(a.i == 0 for a in reshape.attribute if a.name == "allowzero")
     _same_at(m, folded, [{"x": (2, 5, 8)}, {"x": (1, 3, 8)}])
+
+
+def test_allowzero_target_without_zero_switches_to_copying_zeros():
+    # the dynamo exporter writes allowzero=1; with no literal 0 in the target it means the
+    # same as allowzero=0, which can then copy the input's dims: [B*S, 8] -> [B, S, 2, 4]
+    m = _model(HEADS.replace("r = Reshape(x, t)", "r = Reshape<allowzero = 1>(x, t)")
+               .replace("h = Constant<value = int64[1] {2}>()", "h = Constant<value = int64[1] {-1}>()"))
+    folded, stats = _fold(m)
+    assert stats.reshape_targets == 1
+    (init,) = folded.graph.initializer
+    assert list(onnx.numpy_helper.to_array(init)) == [0, 0, -1, 4]
+    (reshape,) = [n for n in folded.graph.node if n.op_type == "Reshape"]
+    assert all(a.i == 0 for a in reshape.attribute if a.name == "allowzero")
+    _same_at(m, folded, [{"x": (2, 5, 8)}, {"x": (1, 3, 8)}])
+
+
+def test_integer_overflow_is_not_folded_as_a_mathematical_value():
+    m = _model("""<ir_version: 10, opset_import: ["" : 17]>
+g (float[3] x) => (int32[1] y) {
+  big = Constant<value = int32[1] {2147483647}>()
+  s = Shape(x)
+  s32 = Cast<to = 6>(s)
+  y = Add(s32, big)
+}""")
+    g = import_model(m)
+    a = analyze(g)
+    y = next(i for i, v in enumerate(g.values) if v.name == "y")
+    assert y not in a.values  # 3 + 2^31-1 wraps in int32: not a value the analysis may claim
+    folded, _ = _fold(m)
+    _same_at(m, folded, [{"x": (3,)}])
