@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from rewrite.ops import NONE, OPS
+from rewrite.ops import NONE, OPS, REQUIRED
 from rewrite.types import UNKNOWN, TensorType, tensor_type
 
 _SAME = set("Relu Neg Sqrt Erf Tanh Sigmoid Exp Log Abs Reciprocal Floor Ceil Sin Cos Sign "
@@ -115,7 +115,7 @@ def onnx_node(op: str, inputs: list[str], outputs: list[str], attrs, name: str |
     kw = {}
     for a, val in attrs:
         aspec = spec.attr_index[a]
-        if val is None or (aspec.default is not NONE and _same(val, aspec.default)):
+        if val is None or (aspec.default not in (NONE, REQUIRED) and _same(val, aspec.default)):
             continue
         kw[a] = list(val) if isinstance(val, tuple) else val
     node = helper.make_node(op, inputs, outputs, name=name, **{a: v for a, v in kw.items() if v != []})
