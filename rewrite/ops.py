@@ -185,6 +185,10 @@ _TABLE: list[OpSpec] = [
     _op("Unsqueeze", "data axes", cost="view"),
     _op("Expand", "input shape", cost="movement"),
     _op("Slice", "data starts ends axes steps", 3, cost="movement"),
+    # Pad-13 has no axes input; declared with the same slots as Pad-18 (one egglog constructor
+    # per op), an importer never fills axes below 18 and no rule writes one
+    _op("Pad", "data pads constant_value axes", 2, [("mode", "string", "constant")], cost="movement",
+        since=13, until=18),
     _op("Pad", "data pads constant_value axes", 2, [("mode", "string", "constant")], cost="movement", since=18),
     _op("Gather", "data indices", attrs=[("axis", "int", 0)], cost="movement"),
     _op("Tile", "input repeats", cost="movement"),
