@@ -112,6 +112,14 @@ class ENode:
     leaf: int = -1
 
 
+def _informative(t: TensorType) -> tuple[int, int]:
+    """How much a type says: (dtype known, then 0 unknown rank / 1 some dimension unknown / 2
+    every dimension an int or a symbol), compared as a tuple."""
+    if t.shape is None:
+        return (bool(t.dtype), 0)
+    return (bool(t.dtype), 1 + all(d is not None for d in t.shape))
+
+
 @dataclass(eq=False)
 class Snapshot:
     """The e-graph as rows. classes: e-class -> its e-nodes. handle: value id -> e-class.
@@ -215,20 +223,27 @@ class Snapshot:
         return None
 
     def _infer(self, c: int) -> TensorType:
-        known = UNKNOWN
-        for v in self.handles_of.get(c, ()):
-            t = self.handle_type(v)
+        """The most informative of the class's types: a static one at once; else the best of
+        its handles' types (imported ones first) and its e-nodes' inferred types, ranked by
+        `_informative` (a symbolic shape with every dimension named beats one with unknown
+        dimensions, which beats an unknown rank)."""
+        best, score = UNKNOWN, _informative(UNKNOWN)
+        handles = sorted(self.handles_of.get(c, ()), key=lambda v: not 0 <= v < len(self.graph.values))
+        candidates = (self.handle_type(v) for v in handles)
+        for t in candidates:
             if t.static:
                 return t
-            if t.shape is not None or t.dtype:
-                known = t
+            if _informative(t) > score:
+                best, score = t, _informative(t)
         for n in self.classes.get(c, ()):
             if n.op in ("Leaf", "Absent"):
                 continue
             t = self.infer_enode(n)
             if t.static:
                 return t
-        return known
+            if _informative(t) > score:
+                best, score = t, _informative(t)
+        return best
 
     def handle_type(self, v: int) -> TensorType:
         """Type of handle (T v): an imported value's type, or one a host rule inferred."""

@@ -15,6 +15,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from rewrite.ops import NONE, OPS, REQUIRED
+from rewrite.graph import ABSENT, Node, TermGraph, Value
+from rewrite.shapes import analyze, to_dim
 from rewrite.types import UNKNOWN, TensorType, tensor_type
 
 _SAME = set("Relu Neg Sqrt Erf Tanh Sigmoid Exp Log Abs Reciprocal Floor Ceil Sin Cos Sign "
@@ -50,9 +52,51 @@ def infer_type(op: str, attrs, inputs: tuple[TensorType | None, ...], values: tu
         return TensorType(inputs[1].dtype, inputs[0].shape)
     key = (op, attrs, inputs, tuple(_freeze(v) for v in values))
     try:
-        return _onnx_infer(key)
+        t = _onnx_infer(key)
+        if any(isinstance(d, str) for i in inputs if i is not None and i.shape for d in i.shape):
+            t = _with_symbolic(t, _symbolic_shape(key))
+        return t
     except TypeError:  # unhashable attribute (should not happen with canonical attrs)
         return UNKNOWN
+
+
+def _with_symbolic(t: TensorType, dims: tuple | None) -> TensorType:
+    """`t` with the symbolic analysis's dimensions where it knows them."""
+    if dims is None or (t.shape is not None and len(t.shape) != len(dims)):
+        return t
+    old = t.shape or (None,) * len(dims)
+    return TensorType(t.dtype, tuple(d if d is not None else o for d, o in zip(dims, old)))
+
+
+@lru_cache(maxsize=65536)
+def _symbolic_shape(key) -> tuple | None:
+    """Output dims of one op by the symbolic shape analysis (`rewrite.shapes`), for inputs
+    with symbolic dimensions: "batch*seq" for a Reshape to (-1, D) of ("batch", "seq", D),
+    where ONNX shape inference gives a fresh name. A dimension the analysis does not know
+    (or knows only through a fresh symbol of its own) is None."""
+    op, attrs, inputs, values = key
+    vals, ins, consts = [], [], {}
+    for t, v in zip(inputs, values):
+        if t is None:
+            ins.append(ABSENT)
+            continue
+        ins.append(len(vals))
+        vals.append(Value(f"in{len(vals)}", t))
+        if v is not None:
+            dtype, shape, raw = v
+            consts[len(vals) - 1] = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    vals.append(Value("out", UNKNOWN))
+    node = Node(op, tuple(ins), (len(vals) - 1,), attrs)
+    graph = TermGraph(tuple(vals), (node,), tuple(i for i in range(len(vals) - 1) if i not in consts),
+                      (len(vals) - 1,), consts)
+    try:
+        a = analyze(graph)
+    except Exception:  # noqa: BLE001 (an odd node: the analysis knows nothing)
+        return None
+    shape = a.shapes.get(len(vals) - 1)
+    if shape is None:
+        return None
+    return tuple(None if any(str(s).startswith("_u") for s in d.free_symbols) else to_dim(d) for d in shape)
 
 
 def _broadcast(shapes) -> tuple:
@@ -102,7 +146,13 @@ def _onnx_infer(key) -> TensorType:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception:
         return UNKNOWN
-    return tensor_type(inferred.graph.output[0].type)
+    t = tensor_type(inferred.graph.output[0].type)
+    if t.shape is None:
+        return t
+    # A name ONNX made up for an unknown dimension (unk__0, ...) is fresh in this one-node
+    # model only: the same name from another call means another size. Only input names carry.
+    known = {d for i in inputs if i is not None and i.shape for d in i.shape if isinstance(d, str)}
+    return TensorType(t.dtype, tuple(None if isinstance(d, str) and d not in known else d for d in t.shape))
 
 
 _LIST_TYPES = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.FLOATS}

@@ -31,12 +31,15 @@ as `broadcasts-into` compare those strings).
 
 from __future__ import annotations
 
+import functools
 import itertools
+import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
 import sympy
+from sympy.parsing.sympy_parser import parse_expr
 from onnx import helper, numpy_helper
 
 from rewrite.graph import ABSENT, Node, TermGraph, Value
@@ -119,8 +122,31 @@ def _from_dim(d, fresh) -> Expr:
     if isinstance(d, int):
         return sympy.Integer(d)
     if isinstance(d, str) and d:
-        return symbol(d)
+        return parse_dim(d)
     return fresh()
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+_EXPR_TEXT = re.compile(r"[A-Za-z_0-9*+\-/() ]+")
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_dim(text: str) -> Expr:
+    """The expression a dimension string stands for: `to_dim`'s text read back.
+
+    "batch" is the symbol `batch`; "batch*seq" (how the analysis writes a product) is the
+    product of the symbols `batch` and `seq`, so a dimension written by one analysis run
+    means the same in the next. A string that is not such an expression (a `dim_param` may
+    be any text) is one symbol of that name."""
+    if _IDENT.fullmatch(text) or not _EXPR_TEXT.fullmatch(text):
+        return symbol(text)
+    names = {n: symbol(n) for n in _IDENT.findall(text) if n != "floor"}
+    try:
+        e = parse_expr(text, local_dict=names, global_dict={"Integer": sympy.Integer, "floor": sympy.floor,
+                                                             "Symbol": sympy.Symbol})
+    except (SyntaxError, TypeError, ValueError, AttributeError, sympy.SympifyError):
+        return symbol(text)
+    return e if isinstance(e, sympy.Expr) and str(e) == text else symbol(text)
 
 
 def analyze(g: TermGraph) -> ShapeAnalysis:
