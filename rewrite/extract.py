@@ -29,6 +29,7 @@ from rewrite.types import TensorType
 
 FOLD_MAX_ELEMENTS = 1 << 16  # a computed constant larger than this (and its inputs) stays an op
 _EPS = 1.0  # cost of a foldable e-node: near zero, positive so that choices stay acyclic
+_NEW = 0.01  # added to an e-node the input graph does not have: ties go to the input's form
 
 
 def small_enough_to_fold(out: TensorType, inputs: list[TensorType]) -> bool:
@@ -70,6 +71,13 @@ class _Costs:
                 self.group.append(-1)
         self.constant: set[int] = set()
         self._find_constant_classes()
+        # The input's own e-nodes, as (op, child classes). Among forms of equal cost the input's
+        # wins: a rewrite that saves nothing (a scale moved up a chain that a Shape also reads)
+        # would otherwise be taken by the order of the heap, and may duplicate shared nodes.
+        self.original = {
+            (n.op, tuple(snap.handle[i] for i in n.inputs if i != ABSENT))
+            for n in g.nodes if not n.opaque
+        }
         self.own = [self._own(i) for i in range(len(self.enodes))]
 
     def _own(self, i: int) -> float:
@@ -85,7 +93,8 @@ class _Costs:
         ins = tuple(self.snap.type_of(k) for k in self.kids[i])
         spec = OPS.get(n.op)
         attrs = tuple((a.name, decode_attr(a.kind, s)) for a, s in zip(spec.attrs, n.attrs))
-        return self.model.node_cost(n.op, attrs, ins, self.snap.type_of(c))
+        new = 0.0 if (n.op, self.kids[i]) in self.original else _NEW
+        return self.model.node_cost(n.op, attrs, ins, self.snap.type_of(c)) + new
 
     def _foldable(self, i: int) -> bool:
         c, n = self.enodes[i]
