@@ -161,20 +161,27 @@ _TABLE: list[OpSpec] = [
         ],
         cost="pool",
     ),
-    _op(
-        "AveragePool",
-        "X",
-        attrs=[
-            ("auto_pad", "string", "NOTSET"),
-            ("ceil_mode", "int", 0),
-            ("count_include_pad", "int", 0),
-            ("dilations", "ints", NONE),
-            ("kernel_shape", "ints", REQUIRED),
-            ("pads", "ints", NONE),
-            ("strides", "ints", NONE),
-        ],
-        cost="pool",
-        since=19,
+    # AveragePool-11 (opsets 11-18) has no dilations; declared with AveragePool-19's slots
+    # (one egglog constructor per op), an importer never fills dilations below 19 (the
+    # checker would reject it) and no rule writes one
+    *(
+        _op(
+            "AveragePool",
+            "X",
+            attrs=[
+                ("auto_pad", "string", "NOTSET"),
+                ("ceil_mode", "int", 0),
+                ("count_include_pad", "int", 0),
+                ("dilations", "ints", NONE),
+                ("kernel_shape", "ints", REQUIRED),
+                ("pads", "ints", NONE),
+                ("strides", "ints", NONE),
+            ],
+            cost="pool",
+            since=since,
+            until=until,
+        )
+        for since, until in ((13, 19), (19, 10_000))
     ),
     _op("GlobalAveragePool", "X", cost="pool"),
     _op("GlobalMaxPool", "X", cost="pool"),
@@ -236,6 +243,11 @@ class OpTable:
         if opset is None:
             return max(specs, key=lambda s: s.since)
         return next((s for s in specs if s.supports(opset)), None)
+
+    def first_opset(self, name: str) -> int | None:
+        """The lowest default-domain opset at which the table has a spec of `name`."""
+        specs = self._by_name.get(name)
+        return min(s.since for s in specs) if specs else None
 
     def names(self) -> list[str]:
         """All op names, sorted."""

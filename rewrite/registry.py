@@ -205,9 +205,12 @@ def broadcasts_into(z: ClassInfo, x: ClassInfo) -> bool:
     dimensions is a static 1 (which broadcasts into any size, 0 included) or the same
     dimension as `x`'s (`same_dim`: equal ints or the same symbol). So a bias (D,) broadcasts
     into ("batch", "seq", D). A symbol against anything else, or an unknown dimension, may
-    grow `x` at run time: False.
+    grow `x` at run time: False. A scalar (rank 0) broadcasts into every shape, also one
+    whose rank is unknown.
     """
     zs, xs = z.type.shape, x.type.shape
+    if zs == ():
+        return True
     if zs is None or xs is None or len(zs) > len(xs):
         return False
     return all(
@@ -388,6 +391,31 @@ def merge_pads(pads: ClassInfo, p: tuple[int, ...] | None, x: ClassInfo) -> tupl
     return tuple(old[i] + spatial[i][0] for i in range(s)) + tuple(
         old[s + i] + spatial[i][1] for i in range(s)
     )
+
+
+@guard("static-nonempty-features", TERM)
+def static_nonempty_features(x: ClassInfo) -> bool:
+    """True if `x` (N, C, spatial...) has a static size >= 1 on every axis but the batch
+    axis: onnxruntime's pools refuse an input with an empty channel or spatial axis ("Only N
+    can be zero", pool_attributes.h), which a Pad in front of the pool would have made
+    non-empty."""
+    xs = x.type.shape
+    return xs is not None and len(xs) >= 3 and all(isinstance(d, int) and d >= 1 for d in xs[1:])
+
+
+@builder("merge-pool-pads", TERM, ATTR, TERM, ATTR)
+def merge_pool_pads(pads: ClassInfo, p: tuple[int, ...] | None, x: ClassInfo,
+                    kernel: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """`merge-pads` for a pool with kernel shape `kernel`, or None when a merged pad is not
+    smaller than the kernel along its axis: onnxruntime rejects such a pool ("Pad should be
+    smaller than kernel", pool_attributes.h), although the ONNX spec allows it."""
+    merged = merge_pads(pads, p, x)
+    if merged is None or not kernel or 2 * len(kernel) != len(merged):
+        return None
+    s = len(kernel)
+    if any(merged[i] >= kernel[i % s] for i in range(2 * s)):
+        return None
+    return merged
 
 
 # ---- view ops: axes and shapes -------------------------------------------------------------------

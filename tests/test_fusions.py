@@ -22,6 +22,7 @@ SQRT2 = "float s2 = {1.4142135381698608}"
 TANH_K = "float three = {3.0}, float k = {0.044715}, float c = {0.7978845608028654}"
 LN_CONST = "int64[1] ax = {-1}, float two = {2.0}, float eps = {1e-5}"
 CONV_W = "float[2,2,3,3] cw = {1.,2.,3.,4.,5.,6.,7.,8.,9.,9.,8.,7.,6.,5.,4.,3.,2.,1.,1.,0.,1.,0.,1.,0.,1.,0.,1.,2.,2.,2.,2.,2.,2.,2.,2.,2.}"
+POOL_PADS = "int64[8] p = {0, 0, 1, 1, 0, 0, 1, 1}"
 GELU_ERF = "d = Div(x, s2) e = Erf(d) a = Add(e, one)"
 GELU_TANH = "p = Pow(x, three) q = Mul(k, p) r = Add(x, q) u = Mul(c, r) th = Tanh(u) a = Add(th, one)"
 LN_BODY = ("m = ReduceMean(x, ax) d = Sub(x, m) p = Pow(d, two) v = ReduceMean(p, ax) "
@@ -108,6 +109,20 @@ CASES = [
     ("no-pad-into-conv-nonzero-value", 18, "float[N,2,H,W] x => float[N,2,H2,W2] y",
      f"{CONV_W}, int64[8] p = {{0, 0, 1, 1, 0, 0, 1, 1}}, float one = {{1.0}}",
      "t = Pad(x, p, one) y = Conv(t, cw)", ["Pad", "Conv"], EXACT),
+    # Pad into AveragePool (count_include_pad=1: PyTorch's AvgPool default), opset 17 as the
+    # TorchScript exporter writes it (AveragePool-11)
+    ("pad-into-average-pool", 17, "float[N,2,6,6] x => float[N,2,6,6] y", f"{POOL_PADS}, float zero = {{0.0}}",
+     "t = Pad(x, p, zero) y = AveragePool<kernel_shape=[3,3], count_include_pad=1>(t)", ["AveragePool"], EXACT),
+    ("pad-into-padded-average-pool", 19, "float[N,2,6,6] x => float[N,2,8,8] y", POOL_PADS,
+     "t = Pad(x, p) y = AveragePool<kernel_shape=[3,3], pads=[1,1,1,1], count_include_pad=1>(t)",
+     ["AveragePool"], EXACT),
+    ("no-pad-into-average-pool-excluding-pads", 17, "float[N,2,6,6] x => float[N,2,8,8] y", POOL_PADS,
+     "t = Pad(x, p) y = AveragePool<kernel_shape=[3,3], pads=[1,1,1,1]>(t)", ["Pad", "AveragePool"], EXACT),
+    ("no-pad-into-average-pool-pads-reach-kernel", 17, "float[N,2,6,6] x => float[N,2,8,7] y", POOL_PADS,
+     "t = Pad(x, p) y = AveragePool<kernel_shape=[2,2], pads=[1,0,0,0], count_include_pad=1>(t)",
+     ["Pad", "AveragePool"], EXACT),
+    ("no-pad-into-average-pool-symbolic-size", 17, "float[N,2,H,W] x => float[N,2,H,W] y", POOL_PADS,
+     "t = Pad(x, p) y = AveragePool<kernel_shape=[3,3], count_include_pad=1>(t)", ["Pad", "AveragePool"], EXACT),
     # Slice of Slice, Squeeze / Unsqueeze chains
     ("slice-slice", 18, "float[N,S,8] x => float[N,S2,3] y",
      "int64[1] s1 = {2}, int64[1] e1 = {8}, int64[1] a1 = {2}, int64[1] t1 = {1}, "

@@ -118,6 +118,8 @@ def test_broadcasts_into():
     assert not f(t("seq", 64), t("batch", 1, 64))  # seq may be > 1
     assert not f(t("n"), t("m")) and not f(t(3), t("n")) and not f(t("n"), t(1))
     assert not f(t(None), t(None)) and not f(t(1), ClassInfo(TensorType(F32, None)))
+    # a scalar broadcasts into any shape, even one of unknown rank
+    assert f(t(), t("n", 3)) and f(t(), ClassInfo(TensorType(F32, None))) and f(t(), t())
 
 
 def test_cast_lossless():
@@ -232,6 +234,25 @@ def test_merge_pads():
     got = run([helper.make_node("Conv", ["x", "w"], ["y"], pads=list(merged))],
               [onnx.numpy_helper.from_array(w, "w")])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_merge_pool_pads():
+    f = covers("merge-pool-pads").fn
+    x = t(1, 3, 6, 6)
+    assert f(c([0, 0, 1, 0, 0, 0, 1, 1]), None, x, (3, 3)) == (1, 0, 1, 1)
+    assert f(c([0, 0, 1, 0, 0, 0, 1, 1]), (1, 1, 0, 0), x, (3, 3)) == (2, 1, 1, 1)
+    # onnxruntime wants every pad smaller than the kernel along its axis
+    assert f(c([0, 0, 1, 0, 0, 0, 1, 1]), (1, 1, 0, 0), x, (2, 3)) is None
+    assert f(c([0, 0, 1, 0, 0, 0, 1, 1]), None, x, (1, 3)) is None
+    assert f(c([0, 0, 1, 0, 0, 0, 1, 1]), None, x, None) is None  # no kernel
+    assert f(c([0, 1, 1, 0, 0, 0, 1, 1]), None, x, (3, 3)) is None  # pads a channel
+
+
+def test_static_nonempty_features():
+    f = covers("static-nonempty-features").fn
+    assert f(t("n", 3, 6, 6)) and f(t(0, 3, 6)) and f(t(1, 1, 1))  # only N may be 0
+    assert not f(t(1, 3, 0, 6)) and not f(t(1, 0, 6, 6)) and not f(t(1, 3, "h", 6))
+    assert not f(t(1, 3)) and not f(ClassInfo(TensorType(F32, None)))
 
 
 def test_merge_unsqueeze_axes():

@@ -313,6 +313,11 @@ def _spatial_pads(pads: Arg, x: Arg) -> list[Request]:
     return [RankAtLeast(x.name, 3), Const(pads.name), SpatialPads(pads.name)]
 
 
+@hint("static-nonempty-features")
+def _static_nonempty_features(x: Arg) -> list[Request]:
+    return [RankAtLeast(x.name, 3)]  # drawn shapes are static; a 0 is rare and then rejected
+
+
 @hint("last-dim-vector")
 def _last_dim_vector(w: Arg, x: Arg) -> list[Request]:
     return [Rank(w.name, 1), Within(w.name, x.name), Many(w.name)]

@@ -232,4 +232,4 @@ def op_names(t) -> set[str]:
 
 def lowest_opset(rule: Rule) -> int:
     """The lowest default-domain opset at which every op of both sides is in the op table."""
-    return max([13, *(OPS.get(op).since for op in op_names(rule.lhs) | op_names(rule.rhs))])
+    return max([13, *(OPS.first_opset(op) for op in op_names(rule.lhs) | op_names(rule.rhs))])

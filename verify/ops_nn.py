@@ -1,5 +1,5 @@
 """Samplers for the network ops: MatMul, Gemm, Conv, BatchNormalization, reductions,
-LayerNormalization and global pools (see `verify.draw`). Shapes follow the ONNX operator
+LayerNormalization, pools and global pools (see `verify.draw`). Shapes follow the ONNX operator
 specification; sizes stay small so that reference convolutions are fast.
 """
 
@@ -71,6 +71,32 @@ def _conv(ctx) -> None:
         ctx.put(0, (ctx.draw(st.integers(1, 2), "batch"), group * cg) + tuple(sizes))
     ctx.put(2, (w[0],))
     ctx.attr("kernel_shape", lambda: ctx.pick([None, kernel], "kernel_shape"))
+
+
+@sampler("AveragePool", "MaxPool")
+def _pool(ctx) -> None:
+    """Attributes of a pool over (N, C, spatial...) that onnxruntime accepts: each pad
+    smaller than the kernel along its axis (pool_attributes.h), no dilations (AveragePool
+    has them from opset 19 only)."""
+    x0 = ctx.shape(0)
+    s = len(x0) - 2 if x0 and len(x0) > 2 else ctx.pick([2, 1], "spatial rank")
+    kernel = ctx.attr(
+        "kernel_shape", lambda: tuple(ctx.draw(st.integers(1, 3), "kernel") for _ in range(s))
+    )
+    ctx.attr("auto_pad", "NOTSET")
+    ctx.attr("strides", lambda: ctx.draw(st.none() | st.tuples(*[st.sampled_from([1, 2])] * s),
+                                         "strides"))
+    pads = st.tuples(*[st.integers(0, k - 1) for k in kernel * 2]) if kernel else st.none()
+    pad = ctx.attr("pads", lambda: ctx.draw(st.none() | pads, "pads"))
+    ctx.attr("ceil_mode", lambda: ctx.pick([0, 1], "ceil_mode"))
+    if "count_include_pad" in ctx.spec.attr_index:
+        ctx.attr("count_include_pad", lambda: ctx.pick([0, 1], "count_include_pad"))
+    if x0 is None and kernel:
+        sizes = tuple(
+            max(1, k - (pad[i] + pad[i + s] if pad else 0)) + ctx.draw(st.integers(0, 2), "extra")
+            for i, k in enumerate(kernel)
+        )
+        ctx.put(0, (ctx.draw(st.integers(1, 2), "batch"), ctx.draw(st.integers(1, 3), "c")) + sizes)
 
 
 @sampler("BatchNormalization")
