@@ -137,17 +137,145 @@ def extract(snap: Snapshot, model: CostModel | None = None) -> Extraction:
     roots = [snap.handle[v] for v in snap.graph.outputs]
     choice = _greedy(costs, free=set())
     best, best_cost = choice, _dag_cost(costs, choice, roots)
-    for _ in range(2):
-        needed = _reachable(costs, best, roots)
-        cand = _greedy(costs, free=needed)
-        if _reachable(costs, cand, roots, check_cycles=True) is None:
-            break
-        cand_cost = _dag_cost(costs, cand, roots)
-        if cand_cost >= best_cost:
-            break
-        best, best_cost = cand, cand_cost
+    # Tree costs count a shared value once per use, so the greedy choice may undo sharing the
+    # input had. Rerun it with the classes the best choice so far uses as free (each is paid
+    # once however many times it is read), and with the classes the input graph uses.
+    seeds = [_reachable(costs, best, roots)]
+    own = _input_choice(costs)
+    if own is not None:
+        seeds.append(_reachable(costs, own, roots))
+    for needed in seeds:
+        for _ in range(2):
+            cand = _greedy(costs, free=needed)
+            if _reachable(costs, cand, roots, check_cycles=True) is None:
+                break
+            cand_cost = _dag_cost(costs, cand, roots)
+            if cand_cost >= best_cost:
+                break
+            best, best_cost = cand, cand_cost
+            needed = _reachable(costs, best, roots)
+    if own is not None:
+        best = _LocalSearch(costs, best, roots).revert_to(own)
+        best_cost = _dag_cost(costs, best, roots)
     graph = build_graph(costs, best, roots)
     return Extraction(graph, best_cost, input_cost(snap.graph, model or CostModel()))
+
+
+def _input_choice(costs: _Costs) -> dict[int, int] | None:
+    """The input graph as a choice: each class the input computes -> its input e-node (the
+    first one, if rewriting merged two input nodes). None if some class has none."""
+    choice: dict[int, int] = {}
+    for i, (c, n) in enumerate(costs.enodes):
+        if c in choice:
+            continue
+        if n.op in ("Leaf", "Absent") or (n.op, costs.kids[i]) in costs.original:
+            choice[c] = i
+    return choice
+
+
+class _LocalSearch:
+    """Single-class changes of an extraction choice, each kept only if it lowers the DAG cost.
+
+    The DAG cost is kept up to date by reference counts (how many chosen e-nodes, or roots,
+    read each e-class): changing one class's e-node adds the classes that become reachable
+    and removes the ones no longer read, so a trial costs what it touches, not the graph.
+    A change that would make the choice cyclic is never tried: a class can only reach `c` if
+    it comes after `c` in a postorder of the current choice, so the search from the new
+    e-node's children stops at classes before `c`. `budget` bounds the classes visited in
+    all (work per extraction stays linear in the graph on big inputs).
+    """
+
+    def __init__(self, costs: _Costs, choice: dict[int, int], roots, budget: int | None = None):
+        self.costs, self.choice, self.roots = costs, dict(choice), list(roots)
+        self.refs: dict[int, int] = {}
+        self.grefs: dict[int, int] = {}
+        self.delta = 0.0
+        reach = _reachable(costs, self.choice, self.roots)
+        self.budget = budget if budget is not None else 40 * len(reach) + 100_000
+        self._change(self.roots, +1)
+        self._order()
+
+    def _order(self) -> None:
+        order, done = [], set()
+        for r in self.roots:
+            stack = [(r, False)]
+            while stack:
+                c, leaving = stack.pop()
+                if leaving:
+                    order.append(c)
+                    continue
+                if c in done:
+                    continue
+                done.add(c)
+                stack.append((c, True))
+                stack.extend((k, False) for k in self.costs.kids[self.choice[c]] if k not in done)
+        self.budget -= len(order)
+        self.topo = {c: i for i, c in enumerate(order)}
+
+    def _pay(self, i: int, sign: int) -> None:
+        g = self.costs.group[i]
+        if g >= 0:
+            n = self.grefs.get(g, 0) + sign
+            self.grefs[g] = n
+            if not (n == 1 if sign > 0 else n == 0):
+                return
+        self.delta += sign * self.costs.own[i]
+
+    def _change(self, classes, sign: int) -> None:
+        stack = list(classes)
+        while stack:
+            k = stack.pop()
+            self.budget -= 1
+            n = self.refs.get(k, 0) + sign
+            self.refs[k] = n
+            if n == (1 if sign > 0 else 0):
+                i = self.choice[k]
+                self._pay(i, sign)
+                stack.extend(self.costs.kids[i])
+
+    def _reaches(self, kids, c: int) -> bool:
+        bound = self.topo[c]
+        stack, seen = list(kids), set()
+        while stack:
+            k = stack.pop()
+            if k == c:
+                return True
+            if k in seen or self.topo.get(k, bound + 1) < bound:
+                continue
+            seen.add(k)
+            self.budget -= 1
+            stack.extend(self.costs.kids[self.choice[k]])
+        return False
+
+    def _switch(self, c: int, j: int) -> None:
+        i = self.choice[c]
+        self._pay(j, +1)
+        self._pay(i, -1)
+        self.choice[c] = j
+        self._change(self.costs.kids[j], +1)
+        self._change(self.costs.kids[i], -1)
+
+    def revert_to(self, own: dict[int, int]) -> dict[int, int]:
+        """Give back each class its e-node in `own` (the input's) where that lowers the DAG
+        cost, parents first. Returns the new choice."""
+        tries = sorted((c for c in self.topo if own.get(c, self.choice[c]) != self.choice[c]),
+                       key=self.topo.get, reverse=True)
+        for c in tries:
+            if self.budget <= 0:
+                break
+            if self.refs.get(c, 0) == 0 or c not in self.topo:
+                continue
+            i, j = self.choice[c], own[c]
+            if any(k not in self.choice for k in self.costs.kids[j]) or self._reaches(
+                    self.costs.kids[j], c):
+                continue
+            before = self.delta
+            self._switch(c, j)
+            if self.delta < before - 1e-6:
+                self._order()
+            else:
+                self._switch(c, i)
+        return self.choice
 
 
 def _greedy(costs: _Costs, free: set[int]) -> dict[int, int]:
