@@ -713,6 +713,13 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
                     n_target += 1
         nodes.append(n)
     outputs = tuple(alias.get(o, o) for o in g.outputs)
+    for o, t in zip(g.outputs, outputs):
+        # a graph output that became the value its no-op read takes the output's name, so the
+        # exporter needs no Identity to keep the name (unless that value is an input, a
+        # constant or another output, which keep theirs)
+        if t != o and t not in g.inputs and t not in consts and outputs.count(t) == 1 \
+                and t not in g.outputs:
+            values[t] = Value(g.values[o].name, values[t].type)
     out = prune(TermGraph(tuple(values), tuple(nodes), g.inputs, outputs, consts, g.opset, g.meta))
     stats = FoldStats(n_const, n_target, n_noop, len(g.nodes), len(out.nodes))
     return out, stats
@@ -754,8 +761,13 @@ def _array(v: SymValue, t: TensorType) -> np.ndarray:
 
 
 def _noop_input(n: Node, a: ShapeAnalysis, consts: dict) -> int | None:
-    """The input of an Expand, Reshape or Slice whose output has exactly the input's shape, or
-    of a Pad by all zeros."""
+    """The input of an Expand, Reshape or Slice whose output has exactly the input's shape, of
+    a Pad by all zeros, or of a Concat of one input or a Split into one output (both copy
+    their input: ONNX operator spec, Concat and Split)."""
+    if n.op == "Concat":
+        return n.inputs[0] if len(n.inputs) == 1 else None
+    if n.op == "Split":  # one output (the caller's condition)
+        return n.inputs[0]
     if n.op == "Pad":
         pads, x = a.values.get(n.inputs[1]), a.shapes.get(n.inputs[0])
         if x is not None and all(d.is_number for d in x) and n.inputs[1] in consts:

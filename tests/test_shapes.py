@@ -73,6 +73,22 @@ g (float[B, S] x) => (float[B, S] y) {
     _same_at(m, folded, [{"x": (2, 3)}, {"x": (4, 1)}])
 
 
+def test_concat_of_one_input_and_split_into_one_output_disappear():
+    m = _model("""<ir_version: 10, opset_import: ["" : 18]>
+g (float[B, S] x) => (float[B, S] y) {
+  c = Concat<axis = 1>(x)
+  p = Split<axis = 0, num_outputs = 1>(c)
+  r = Relu(p)
+  y = Concat<axis = 0>(r)
+}""")
+    folded, stats = _fold(m)
+    assert stats.noops == 3
+    # the output's Concat went away: the Relu writes the output under its name, no Identity
+    assert [(n.op_type, list(n.input), list(n.output)) for n in folded.graph.node] == [
+        ("Relu", ["x"], ["y"])]
+    _same_at(m, folded, [{"x": (2, 3)}, {"x": (4, 1)}])
+
+
 def test_static_dims_of_a_dynamic_shape_fold():
     # the batch is symbolic, the spatial dims are not: H // 4 and (4 - H % 4) % 4 are numbers
     m = _model("""<ir_version: 10, opset_import: ["" : 17]>
