@@ -43,10 +43,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         onnx.checker.check_model(str(p))  # by path: the C++ checker reads the file itself
     except onnx.checker.ValidationError as e:
         raise ModelError(f"{p}: rejected by onnx.checker: {str(e).strip().splitlines()[0]}") from None
-    try:
-        opset = default_opset(model)
-    except ValueError as e:
-        raise ModelError(f"{p}: {e}") from None
+    opset = default_opset(model)
     if opset > MAX_OPSET:
         raise ModelError(f"{p}: opset {opset} is newer than onnxruntime supports (<= {MAX_OPSET})")
     return model
