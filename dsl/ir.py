@@ -9,6 +9,7 @@ the rule did not write is its op-table default, or, under `:attrs @rest`, the ca
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Union
 
 
@@ -103,6 +104,16 @@ class Rule:
     term_captures: tuple[str, ...]
     attr_captures: tuple[str, ...]
 
+    @cached_property
+    def lhs_ops(self) -> frozenset[str]:
+        """The op names on the left side (computed once: the engine asks for every graph)."""
+        return frozenset(_op_names(self.lhs))
+
+    @cached_property
+    def rhs_ops(self) -> frozenset[str]:
+        """The op names on the right side."""
+        return frozenset(_op_names(self.rhs))
+
     @property
     def needs_host(self) -> bool:
         """True if the rule has guards or computed values, so its matches go through Python."""
@@ -118,6 +129,12 @@ class RuleSet:
 
     def names(self) -> list[str]:
         return [r.name for r in self.rules]
+
+
+def _op_names(t: Term) -> set[str]:
+    if isinstance(t, OpNode):
+        return {t.op}.union(*(_op_names(a) for a in t.args))
+    return set()
 
 
 def _has_call(t: Term) -> bool:

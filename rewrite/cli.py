@@ -111,9 +111,11 @@ def cmd_optimize(args) -> int:
     from frontends.onnx.check import CheckError, compare  # noqa: PLC0415
     from rewrite.saturate import Limits  # noqa: PLC0415
 
+    # OUT may be IN: the input is read whole before anything is written, and the output is
+    # renamed into place only after every check passed
     src, dst = Path(args.input), Path(args.output)
-    if dst.exists() and src.exists() and dst.resolve() == src.resolve():
-        return _fail(f"output {dst} is the input file; write to another path")
+    if dst.is_dir():
+        return _fail(f"output {dst} is a directory")
     if not dst.parent.is_dir():
         return _fail(f"{dst.parent}: output directory does not exist")
     for name in ("max_iterations", "max_nodes", "timeout"):

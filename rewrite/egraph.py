@@ -35,9 +35,11 @@ class EGraph:
 
     graph: the imported graph (its value ids are the handles `(T i)`).
     program: the egglog text of the rules (`rewrite.emit.emit`).
+    ops: the ops to declare (`rewrite.emit.schema`); None declares every op of the op table.
+    It must hold every op of the graph's matchable nodes and of the rules' both sides.
     """
 
-    def __init__(self, graph: TermGraph, program: str):
+    def __init__(self, graph: TermGraph, program: str, ops: set[str] | None = None):
         from rewrite.emit import schema  # noqa: PLC0415 (emit imports dsl; keep import light)
 
         self.graph = graph
@@ -46,7 +48,7 @@ class EGraph:
         self.extra_types: dict[int, TensorType] = {}
         self.strings: dict = {}  # egglog String value -> Python str, shared by snapshots
         self.seen_rows: set = set()  # match-relation rows already handed to a snapshot
-        self.run(schema())
+        self.run(schema(ops))
         self._load(graph)
         self.run(program)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from dsl.ir import OpNode, Rule, RuleSet
+from dsl.ir import Rule, RuleSet
 from rewrite.cost import CostModel
 from rewrite.egraph import EGraph
 from rewrite.emit import emit, host_rule
@@ -70,12 +70,33 @@ def select(rules: RuleSet, opset: int, fp: tuple[str, ...] = ("exact",)) -> tupl
         if r.fp not in fp:
             skipped[r.name] = f"numeric class {r.fp} not allowed"
             continue
-        missing = sorted({op for op in _ops(r.rhs) | _ops(r.lhs) if OPS.get(op, opset) is None})
+        missing = sorted(op for op in r.lhs_ops | r.rhs_ops if OPS.get(op, opset) is None)
         if missing:
             skipped[r.name] = f"{', '.join(missing)} not available at opset {opset}"
             continue
         keep.append(r)
     return keep, skipped
+
+
+def reachable(rules: list[Rule], ops: set[str]) -> list[Rule]:
+    """The rules that can match a graph whose matchable nodes have the ops `ops`, in order.
+
+    A rule can match once every op of its left side is in the e-graph: in the graph, or
+    added by the right side of a rule that can match (a fixpoint). An `equal` rule runs both
+    ways, so either side will do and both sides' ops are added. The others never fire, and
+    compiling them into egglog is most of the time spent on a small graph."""
+    ops, keep = set(ops), [False] * len(rules)
+    grew = True
+    while grew:
+        grew = False
+        for i, r in enumerate(rules):
+            if keep[i]:
+                continue
+            lhs, rhs = r.lhs_ops, r.rhs_ops
+            if lhs <= ops or r.kind == "equal" and rhs <= ops:
+                keep[i], grew = True, True
+                ops |= lhs | rhs
+    return [r for r, k in zip(rules, keep) if k]
 
 
 def optimize(
@@ -108,9 +129,12 @@ def optimize(
     graph, shape_stats = fold_shapes(graph) if shapes else (graph, FoldStats())
     stage("shapes")
     chosen, skipped = select(rules, graph.opset, fp)
+    ops = {n.op for n in graph.nodes if not n.opaque}
+    chosen = reachable(chosen, ops)
+    ops = ops.union(*(r.lhs_ops | r.rhs_ops for r in chosen))
     program = emit(RuleSet(tuple(chosen), rules.files))
     stage("emit")
-    eg = EGraph(graph, program)
+    eg = EGraph(graph, program, ops)
     stage("import")
     sat, snap = saturate(eg, [host_rule(r) for r in chosen if r.needs_host], limits)
     stage("saturate")
@@ -149,9 +173,3 @@ def _loosest(rules: list[Rule], fired) -> str:
     by_name = {r.name: r.fp for r in rules}
     classes = {by_name.get(name.removesuffix(" (reverse)"), "exact") for name in fired}
     return max(classes, key=FP_CLASSES.index, default="exact")
-
-
-def _ops(t) -> set[str]:
-    if isinstance(t, OpNode):
-        return {t.op}.union(*(_ops(a) for a in t.args))
-    return set()

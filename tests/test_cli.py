@@ -1,6 +1,8 @@
 """The `rewrite` command line: summaries, one-line errors, exit codes, nothing half-written."""
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -83,11 +85,37 @@ def test_rules_syntax_error_located(tmp_path):
     assert not out.exists()
 
 
-def test_output_is_input_refused(tmp_path):
+def test_output_onto_input(tmp_path):
+    """OUT may be IN: the input is read whole first and replaced only by a checked result."""
+    m = small_model(tmp_path / "m.onnx")
+    r = run_cli("optimize", str(m), str(m))
+    assert r.returncode == 0, r.stderr
+    assert [n.op_type for n in onnx.load(str(m)).graph.node] == ["Relu"]
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no temporary file left
+
+
+def test_output_onto_input_intact_on_failure(tmp_path):
     m = small_model(tmp_path / "m.onnx")
     before = m.read_bytes()
-    r = run_cli("optimize", str(m), str(m))
-    assert r.returncode == 1 and "is the input file" in r.stderr and m.read_bytes() == before
+    wrong = tmp_path / "wrong.rules"
+    wrong.write_text("(ruleset wrong)\n(simplify relu-as-identity (Relu @x) @x)\n")
+    r = run_cli("optimize", str(m), str(m), "--rules", str(wrong))
+    assert r.returncode == 1 and "output check failed" in r.stderr, r.stdout + r.stderr
+    assert m.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "wrong.rules"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_output_mode_follows_umask(tmp_path, umask):
+    """The output gets a new file's mode under the user's umask (not a temporary file's 0600),
+    also when it replaces an existing file."""
+    m = small_model(tmp_path / "m.onnx")
+    out = tmp_path / "out.onnx"
+    for _ in range(2):  # created, then replaced
+        r = subprocess.run([sys.executable, "-m", "rewrite.cli", "optimize", str(m), str(out)],
+                           capture_output=True, text=True, cwd=ROOT, preexec_fn=lambda: os.umask(umask))
+        assert r.returncode == 0, r.stderr
+        assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
 
 
 def test_existing_output_untouched_on_failure(tmp_path):

@@ -90,3 +90,13 @@ def test_resnet_batchnorm_folded(exporter):
     assert not any(n.op_type == "BatchNormalization" for n in result.graph.node)
     assert sum(n.op_type == "Conv" for n in result.graph.node) == 6
     assert report.fired.get("fold-batchnorm-into-conv", 0) + report.fired.get("fold-batchnorm-into-conv-bias", 0) >= 6
+
+
+def test_second_pass_changes_nothing(optimized):
+    """Optimizing an optimized model finds nothing cheaper: the same object comes back."""
+    from dsl import load_rules, shipped_rules_dir
+    from frontends.onnx import optimize_model
+
+    *_, result, _ = optimized
+    again, report = optimize_model(result, load_rules([shipped_rules_dir()]), fp=("exact", "reassoc"))
+    assert not report.changed and again is result, f"second pass: {report.fired}"

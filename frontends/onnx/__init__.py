@@ -7,7 +7,7 @@ shell around it.
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 import time
 from collections import Counter
 from dataclasses import replace
@@ -43,10 +43,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         onnx.checker.check_model(str(p))  # by path: the C++ checker reads the file itself
     except onnx.checker.ValidationError as e:
         raise ModelError(f"{p}: rejected by onnx.checker: {str(e).strip().splitlines()[0]}") from None
-    try:
-        opset = default_opset(model)
-    except ValueError as e:
-        raise ModelError(f"{p}: {e}") from None
+    opset = default_opset(model)
     if opset > MAX_OPSET:
         raise ModelError(f"{p}: opset {opset} is newer than onnxruntime supports (<= {MAX_OPSET})")
     return model
@@ -92,14 +89,29 @@ def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, data: bytes | None = None) -> None:
     """Write `model` atomically: to a temporary file beside `path`, then renamed over it, so a
-    failure never leaves a partly written file. `data`, when given, is the model already
-    serialized (`model.SerializeToString()`), written as it is."""
+    failure never leaves a partly written file and `path` may be the file the model was read
+    from. `data`, when given, is the model already serialized (`model.SerializeToString()`),
+    written as it is. The file gets the mode a newly created file gets under the user's umask
+    (0666 & ~umask), as `open(path, "wb")` would give it. Raises OSError."""
     p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    tmp = _create_beside(p)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             f.write(model.SerializeToString() if data is None else data)
         os.replace(tmp, p)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def _create_beside(p: Path) -> Path:
+    """Create a new empty file with a unique name in `p`'s folder, mode 0666 & ~umask (not
+    mkstemp's 0600: the file is renamed into place and keeps its mode)."""
+    for _ in range(100):
+        tmp = p.parent / f".{p.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"{p.parent}: cannot create a temporary file")

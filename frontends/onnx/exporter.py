@@ -35,7 +35,9 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
     for n in g.nodes:
         nodes += _rebind_outer_names(n, name)
         nodes.append(export_node(n, name))
+    # values read by subgraphs (If, Loop, Scan bodies) are used too, under their own names
     used = {i for n in nodes for i in n.input} | {name(v) for v in g.outputs}
+    used |= {name(v) for n in g.nodes for v in n.implicit}
     nodes += _output_identities(g, src.graph, nodes)
     # built in place: helper.make_graph/make_model copy every initializer (twice), which
     # for a model of several hundred MB is most of the export's time and its peak memory

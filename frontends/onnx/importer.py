@@ -23,23 +23,21 @@ from rewrite.types import TensorType, tensor_type
 _DEDUP_MAX_BYTES = 1 << 16  # constants up to this size are shared when byte-identical
 
 
-class ImportError_(ValueError):
-    """The model cannot be imported (e.g. no default-domain opset)."""
-
-
 def default_opset(model: onnx.ModelProto) -> int:
-    """The model's default-domain opset version. Raises ImportError_ if there is none."""
+    """The model's default-domain (ai.onnx) opset version, or 0 when it imports none: a model
+    of `ai.onnx.ml` or `ai.onnx.preview.training` ops only is valid, and all its nodes are
+    opaque (no op of the op table exists at opset 0), so it comes back unchanged."""
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
             return imp.version
-    raise ImportError_("model has no default-domain (ai.onnx) opset import")
+    return 0
 
 
 def import_model(model: onnx.ModelProto) -> TermGraph:
     """Import an ONNX model. The model is not modified.
 
-    Returns a TermGraph whose `meta` is the original model (for export). Raises ImportError_
-    when the model has no default-domain opset.
+    Returns a TermGraph whose `meta` is the original model (for export); its `opset` is 0
+    when the model imports no default-domain opset.
     """
     opset = default_opset(model)
     try:
