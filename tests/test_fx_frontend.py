@@ -146,18 +146,6 @@ def test_in_place_op_on_a_fresh_value_becomes_pure():
                    for n in out.graph.nodes)
 
 
-def test_in_place_op_on_an_input_leaves_the_graph_alone():
-    class M(nn.Module):
-        def forward(self, x):
-            y = x * 1.0
-            x.add_(1.0)
-            return y + x
-
-    gm = torch.fx.symbolic_trace(M())
-    out, report = optimize_fx(gm, (torch.randn(3),))
-    assert out is gm and "in-place" in report.extra["skipped"]
-
-
 # ---- export --------------------------------------------------------------------------------
 
 

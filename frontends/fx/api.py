@@ -4,8 +4,10 @@
 
 The fx counterpart of `frontends.onnx.optimize_model`: the same rules, the same engine, the same
 Report, with node counts as the fx graph shows them (call_function, call_method and call_module
-nodes by target). A graph that cannot be rewritten safely, or whose rewrite has no torch form,
-comes back unchanged, with the reason in `report.extra["skipped"]`.
+nodes by target). A graph that cannot be rewritten safely (a grad-mode or autocast switch), or
+whose rewrite has no torch form, comes back unchanged, with the reason in
+`report.extra["skipped"]`; nodes kept as they are around an in-place write to shared storage
+are named in `report.extra["in_order"]`.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def optimize_fx(
         return gm, skipped_report(before, str(e))
     out, report = optimize(graph, rules, Limits(**limits), cost, fp)
     result, extra = gm, {}
+    if graph.meta.in_order:
+        extra["in_order"] = "; ".join(graph.meta.in_order)
     if out is not graph:
         try:
             result = export_fx(out)

@@ -287,7 +287,10 @@ class _Exporter:
         gm = fx.GraphModule(root, self.graph, self.src.__class__.__name__)
         gm.meta = dict(getattr(self.src, "meta", {}))
         gm.train(self.src.training)
-        if gm.graph.eliminate_dead_code():
+        # a sink (an in-place write, a random draw, an effect nobody reads) is kept though
+        # nothing reads it; torch would drop a call_method `add_` as dead
+        sinks = {self.env[v] for v in self.g.outputs[self.meta.n_outputs:] if v in self.env}
+        if gm.graph.eliminate_dead_code(lambda n: n in sinks or n.is_impure()):
             gm.recompile()
         gm.graph.lint()
         if self.meta.program is None:

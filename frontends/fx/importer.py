@@ -8,9 +8,14 @@ to the canonical ONNX vocabulary by `frontends.fx.table`; anything else is an op
 "fx", never folded or matched) that export copies back unchanged.
 
 Shapes and dtypes come from node metadata (`val`, `example_value`, `tensor_meta`) or, when it is
-missing, from running the module on the example inputs. A graph whose meaning depends on node
-order beyond data flow (an in-place op on a value others read, a grad-mode or autocast switch)
-raises `FxImportError`; `optimize_fx` then returns the module unchanged.
+missing, from running the module on the example inputs.
+
+Effects (`frontends.fx.effects`): an in-place op on a value only it reads becomes its pure
+form. Any other in-place op pins the storage it writes: the nodes that read or view it are
+imported opaque, and they and the random draws (dropout in training, ...) read their
+predecessor implicitly (`Node.implicit`), so they stay in their order while the rest of the
+graph is rewritten; `FxSource.in_order` says why. Only a switch of global state (grad mode,
+autocast) raises `FxImportError`; `optimize_fx` then returns the module unchanged.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import numpy as np
 import torch
 from torch import fx
 
-from frontends.fx import nodes
+from frontends.fx import effects, nodes
 from frontends.fx.lower import Lowering, Unmapped
 from frontends.fx.nodes import FxImportError
 from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT
@@ -33,8 +38,6 @@ from rewrite.graph import Node, TermGraph, Value
 from rewrite.types import UNKNOWN, TensorType
 
 OPSET = 21  # default-domain opset of imported graphs: Gelu (20) and AveragePool (19) included
-_ALIASING = {"Identity", "Dropout", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
-             "Expand", "Slice", "Gather", "Cast"}  # torch may return a view of the input
 _DEDUP_MAX_BYTES = 1 << 16
 
 
@@ -77,7 +80,8 @@ class FxSource:
     groups: group id -> output value names of its pieces. readers: (canonical op, name of its
     first input) -> source fx node name, to name folded weights after the layer they replace.
     devices: value name -> device. pure_only: groups of in-place ops made pure, never copied.
-    program: the ExportedProgram, if any.
+    program: the ExportedProgram, if any. in_order: why nodes were kept as they are, in order
+    (see `frontends.fx.effects`); empty when nothing was.
     """
 
     module: fx.GraphModule
@@ -89,6 +93,7 @@ class FxSource:
     devices: dict[str, torch.device] = field(default_factory=dict)
     pure_only: frozenset[int] = frozenset()
     program: Any = None
+    in_order: tuple[str, ...] = ()
 
 
 def import_fx(gm, example_inputs=None, *, freeze: bool = False) -> TermGraph:
@@ -101,12 +106,27 @@ def import_fx(gm, example_inputs=None, *, freeze: bool = False) -> TermGraph:
     program = None
     if isinstance(gm, torch.export.ExportedProgram):
         program, gm = gm, gm.graph_module
-    return _Importer(gm, program, example_inputs, freeze).run()
+    order = effects.plan(gm)
+    while True:
+        try:
+            return _Importer(gm, program, example_inputs, freeze, order).run()
+        except _Unlowered as e:  # an in-place op with no pure form: pin what it writes
+            order = effects.plan(gm, order.unlowered | {e.node})
+
+
+class _Unlowered(Exception):
+    """An in-place op the plan took for a pure one has no pure form (see `import_fx`)."""
+
+    def __init__(self, node: fx.Node):
+        super().__init__(node.name)
+        self.node = node
 
 
 class _Importer:
-    def __init__(self, gm: fx.GraphModule, program, example_inputs, freeze: bool):
-        self.gm, self.program, self.freeze = gm, program, freeze
+    def __init__(self, gm: fx.GraphModule, program, example_inputs, freeze: bool,
+                 order: effects.Order):
+        self.gm, self.program, self.freeze, self.order = gm, program, freeze, order
+        self.last_in_order: int | None = None  # output of the last chained node
         self.inputs = list(example_inputs or ())
         self.opset = OPSET
         self.values: list[Value] = []
@@ -133,10 +153,13 @@ class _Importer:
                 fx.node.map_arg(n.args[0], lambda a: outputs.append(self.vid_of[a]))
                 continue
             self.vid_of[n] = self.new_value(n.name, self.type_of_node(n), reserve=False)
-            getattr(self, f"_{n.op}")(n)
+            if n in self.order.pinned or n in self.order.chain:
+                self._opaque(n)
+            else:
+                getattr(self, f"_{n.op}")(n)
         meta = FxSource(self.gm, "aten" if self.aten else "torch", len(outputs), self.sources,
                         self.groups, self.readers, {v.name: d for v, d in self._devices()},
-                        frozenset(self.pure_only), self.program)
+                        frozenset(self.pure_only), self.program, self.order.reasons)
         return TermGraph(tuple(self.values), tuple(self.nodes), tuple(self.graph_inputs),
                          tuple(outputs + self.sinks), self.constants, self.opset, meta)
 
@@ -268,17 +291,16 @@ class _Importer:
 
     def _lower(self, n, spelling, args, kwargs, fx_nodes, module=None) -> bool:
         """Lower `n` (with `spelling`, or a (handler, bound args) pair) and commit it; True on
-        success. An in-place op becomes its pure form only when nothing else can see the
-        mutation; one that stays opaque makes the graph unsafe to rewrite (FxImportError)."""
+        success. An in-place op the plan left here writes a value only it reads, and becomes
+        its pure form; one that has none raises `_Unlowered` (its storage is then pinned)."""
         mutating = nodes.mutating(n, module)
         try:
             if spelling is None:
                 raise Unmapped("no spelling")
             handler, bound = spelling if isinstance(spelling, tuple) else (
                 spelling.lower, spelling.params.bind(args, kwargs))
-            mutating = mutating or bound.get("inplace") is True
-            if mutating:
-                self._check_fresh(n, args[0] if args else n.args[0])
+            if bound.get("inplace") is True and not mutating:  # F.relu(x, True)
+                raise _Unlowered(n)
             lo = Lowering(self, n, module)
             handler(lo, bound)
             self._commit(lo, n, fx_nodes, pure_only=mutating)
@@ -286,15 +308,8 @@ class _Importer:
         except (Unmapped, TypeError, ValueError):  # TypeError: a symbolic value where a literal
             # is needed (e.g. float(eps) of a SymFloat node); the node stays as it is
             if mutating:
-                raise FxImportError(f"{n.name}: in-place {n.target} kept as it is") from None
+                raise _Unlowered(n) from None
             return False
-
-    def _check_fresh(self, n: fx.Node, x) -> None:
-        """An in-place op may become a pure one only if nothing else can see the mutation."""
-        fresh = (isinstance(x, fx.Node) and len(x.users) == 1 and x.op.startswith("call_")
-                 and self.canonical.get(x, "Identity") not in _ALIASING)
-        if not fresh:
-            raise FxImportError(f"{n.name}: in-place {n.target} on a value that others may read")
 
     def _commit(self, lo: Lowering, n: fx.Node, fx_nodes, pure_only: bool = False) -> None:
         needed = {a for f in fx_nodes for a in f.all_input_nodes} - set(fx_nodes)
@@ -323,15 +338,18 @@ class _Importer:
         self.canonical[n] = op
 
     def _opaque(self, n: fx.Node) -> None:
-        nodes.check_order_free(n)
         ins = tuple(self.vid_of[a] for a in n.all_input_nodes)
         origin = Origin((n,), ins, tuple(zip(n.all_input_nodes, ins)), len(self.groups), True)
         self.groups[origin.group] = (n.name,)
-        self.nodes.append(Node(_label(n), ins, (self.vid_of[n],), (), True, n.name, "fx", origin))
-        if not n.users and n.op != "get_attr" and (n.is_impure() or nodes.mutating(n, None)):
+        implicit = ()
+        if n in self.order.chain:  # after the previous chained node, whatever the data flow
+            implicit = () if self.last_in_order is None else (self.last_in_order,)
+            self.last_in_order = self.vid_of[n]
+        self.nodes.append(Node(_label(n), ins, (self.vid_of[n],), (), True, n.name, "fx", origin,
+                               implicit))
+        effectful = n.op == "call_function" and n.is_impure(impure_random=False)
+        if not n.users and n.op != "get_attr" and (effectful or n in self.order.chain):
             self.sinks.append(self.vid_of[n])
-
-
 
 
 def _label(n: fx.Node) -> str:
