@@ -20,7 +20,7 @@ from frontends.fx import (
     rewrite_backend,
 )
 from frontends.fx.lower import Params, Unmapped
-from frontends.fx.table import FUNCTIONS, MULTI_OUTPUT
+from frontends.fx.table import FUNCTIONS, MULTI_OUTPUT, SPLITS
 
 R = ("exact", "reassoc")
 
@@ -62,7 +62,7 @@ def test_params_bind_positional_keyword_defaults_and_rest():
 def test_aten_spellings_follow_their_schemas():
     """Every ATen overload's parameter list has the schema's positional arguments in order, and
     its keyword-only arguments under some name."""
-    for target, spelling in FUNCTIONS.items():
+    for target, spelling in {**FUNCTIONS, **SPLITS}.items():
         if not isinstance(target, torch._ops.OpOverload):
             continue
         args = target._schema.arguments
@@ -211,6 +211,49 @@ def test_every_lowered_op_writes_back(dialect):
     run = out.module() if dialect == "export" else out
     for a, b in zip(run(*inputs), model(*inputs)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+class Views(nn.Module):
+    """Basic indexing, split/chunk items, contiguous, repeat and a same-device `to`: the view
+    ops of transformers' attention (GPT-2's qkv split, RoPE's halves, masks' [:, None])."""
+
+    def forward(self, x):
+        a, b, c = x.split(2, dim=-1)  # 6 -> 2 + 2 + 2
+        h1, h2 = torch.chunk(x, 2, dim=1)
+        d = x[..., :3] * x[:, None, 1, 1::2].contiguous()[0, :, None, 0]
+        e = x.split([1, 5], -1)[1].repeat(1, 1, 2).to("cpu")
+        return a + b - c, h1 * h2, d.transpose(1, 2).contiguous(), e, x[1][-1]
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
+def test_views_lower_and_write_back(dialect):
+    model, x = Views().eval(), torch.randn(2, 4, 6)
+    graph = torch.fx.symbolic_trace(model) if dialect == "symbolic_trace" else \
+        torch.export.export(model, (x,))
+    g = import_fx(graph, (x,))
+    asserts = {"fx._assert_tensor_metadata.default"}  # torch.export's check of `to`'s input
+    assert not [n.op for n in g.nodes if n.opaque and n.op not in asserts]
+    assert {"Slice", "Gather", "Unsqueeze", "Identity", "Tile"} <= {n.op for n in g.nodes}
+    fresh = replace(g, nodes=tuple(n if n.opaque else replace(n, payload=None) for n in g.nodes))
+    run = export_fx(fresh)
+    run = run.module() if dialect == "export" else run
+    for a, b in zip(run(x), model(x), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    out, report = optimize_fx(graph, (x,))
+    assert report.nodes_after < report.nodes_before  # the Identity nodes go
+
+
+def test_split_with_a_use_other_than_getitem_stays_opaque():
+    class M(nn.Module):
+        def forward(self, x):
+            parts = x.split(2)
+            return parts[0] + 1, torch.cat(parts)
+
+    gm, x = torch.fx.symbolic_trace(M()), torch.randn(6)
+    assert {"fx.split", "fx.getitem", "fx.cat"} <= set(_ops(gm, (x,)))
+    out, _ = optimize_fx(gm, (x,))
+    for a, b in zip(out(x), gm(x), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 # ---- pass, backend, package ------------------------------------------------------------------

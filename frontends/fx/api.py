@@ -79,7 +79,7 @@ def optimize_fx(
         try:
             result = export_fx(out)
         except FxExportError as e:
-            extra = {"skipped": str(e)}
+            extra["skipped"] = str(e)
     after = fx_op_counts(result)
     report = replace(report, nodes_before=sum(before.values()), ops_before=before,
                      nodes_after=sum(after.values()), ops_after=after, changed=result is not gm,

@@ -73,6 +73,7 @@ class _Exporter:
         self.device = next((d for d in g.meta.devices.values() if d is not None), None)
         self.node_names: dict[int, str] = {}
         self.heirs: dict[int, str] = {}  # rewritten node -> the source node it replaces
+        self.src_nodes = {f.name: f for f in old.nodes}
         self.names = {g.values[v].name for n in g.nodes for v in n.outputs}
         self.names |= {g.values[v].name for v in (*g.inputs, *g.outputs, *g.constants)}
 
@@ -188,11 +189,12 @@ class _Exporter:
         return readers[0] if len(readers) == 1 else None
 
     def _inherit(self, n, new: fx.Node) -> fx.Node:
-        """A rewritten node that replaces a source node of the same op (see `node_name`) takes
-        its metadata (stack trace, module stack), except values of the old computation."""
-        name = self.heirs.get(id(n))
-        if name is not None and new.op == "call_function" and not new.meta:
-            old = next(f for f in self.src.graph.nodes if f.name == name)
+        """A rewritten node that replaces a source node of the same op (see `node_name`), or
+        computes a source node's own value (a split item written as a Slice), takes its
+        metadata (stack trace, module stack), except values of the old computation."""
+        name = self.heirs.get(id(n), self.g.values[n.outputs[0]].name)
+        old = self.src_nodes.get(name)
+        if old is not None and new.op == "call_function" and not new.meta:
             new.meta.update({k: v for k, v in old.meta.items() if k not in _VALUE_META})
         return new
 

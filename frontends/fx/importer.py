@@ -32,7 +32,7 @@ from torch import fx
 from frontends.fx import effects, nodes
 from frontends.fx.lower import Lowering, Unmapped
 from frontends.fx.nodes import FxImportError
-from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT
+from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT, SPLITS
 from frontends.fx.tensors import to_numpy
 from rewrite.graph import Node, TermGraph, Value
 from rewrite.types import UNKNOWN, TensorType
@@ -79,7 +79,8 @@ class FxSource:
     n_outputs: graph outputs in `TermGraph.outputs`; the rest keep effectful nodes alive.
     groups: group id -> output value names of its pieces. readers: (canonical op, name of its
     first input) -> source fx node name, to name folded weights after the layer they replace.
-    devices: value name -> device. pure_only: groups of in-place ops made pure, never copied.
+    devices: value name -> device. pure_only: groups export never copies (in-place ops made
+    pure; split items, written as Slices).
     program: the ExportedProgram, if any. in_order: why nodes were kept as they are, in order
     (see `frontends.fx.effects`); empty when nothing was.
     """
@@ -257,22 +258,48 @@ class _Importer:
             if value is not None:
                 self._constant(n.name, value, Source("node", n), self.vid_of[n])
                 return
-        if n.target in MULTI_OUTPUT and nodes.only_first_used(n):
+        if (n.target in MULTI_OUTPUT and nodes.only_first_used(n)) or self._splits(n):
             self.absorbed.add(n)
             return
         parent = n.args[0] if n.target is operator.getitem else None
         if parent in self.absorbed:
-            if not self._lower(n, FUNCTIONS[parent.target], parent.args, parent.kwargs,
-                               (parent, n)):
-                self.absorbed.discard(parent)
-                self._opaque(parent)
-                self._opaque(n)
+            self._lower_item(n, parent)
             return
         if not self._lower(n, FUNCTIONS.get(n.target), n.args, n.kwargs, (n,)):
             self._opaque(n)
 
     def _call_method(self, n: fx.Node) -> None:
+        if self._splits(n):
+            self.absorbed.add(n)
+            return
         if not self._lower(n, FUNCTIONS.get(f"method:{n.target}"), n.args, n.kwargs, (n,)):
+            self._opaque(n)
+
+    def _splits(self, n: fx.Node) -> bool:
+        """A split/chunk whose every use is `getitem(n, i)`: each item becomes a Slice."""
+        key = f"method:{n.target}" if n.op == "call_method" else n.target
+        return key in SPLITS and bool(n.users) and all(
+            u.target is operator.getitem and isinstance(u.args[1], int) for u in n.users)
+
+    def _lower_item(self, n: fx.Node, parent: fx.Node) -> None:
+        """getitem(parent, i) of an absorbed multi-output node: its first output (batch norm,
+        ...) or a split's item i. A split's items are always written as Slices (export never
+        copies the group: it would copy the split once per item). If one item cannot be
+        lowered, the parent and that item stay opaque."""
+        key = f"method:{parent.target}" if parent.op == "call_method" else parent.target
+        split = SPLITS.get(key)
+        if split is None:
+            ok = self._lower(n, FUNCTIONS[parent.target], parent.args, parent.kwargs, (parent, n))
+        else:
+            try:
+                bound = {**split.params.bind(parent.args, parent.kwargs), "item": n.args[1]}
+            except Unmapped:
+                bound = None
+            ok = bound is not None and self._lower(n, (split.lower, bound), (), {}, (parent, n),
+                                                   copyable=False)
+        if not ok:
+            self.absorbed.discard(parent)
+            self._opaque(parent)
             self._opaque(n)
 
     def _call_module(self, n: fx.Node) -> None:
@@ -289,7 +316,7 @@ class _Importer:
 
     # ---- lowering --------------------------------------------------------------------------
 
-    def _lower(self, n, spelling, args, kwargs, fx_nodes, module=None) -> bool:
+    def _lower(self, n, spelling, args, kwargs, fx_nodes, module=None, copyable=True) -> bool:
         """Lower `n` (with `spelling`, or a (handler, bound args) pair) and commit it; True on
         success. An in-place op the plan left here writes a value only it reads, and becomes
         its pure form; one that has none raises `_Unlowered` (its storage is then pinned)."""
@@ -303,7 +330,7 @@ class _Importer:
                 raise _Unlowered(n)
             lo = Lowering(self, n, module)
             handler(lo, bound)
-            self._commit(lo, n, fx_nodes, pure_only=mutating)
+            self._commit(lo, n, fx_nodes, pure_only=mutating or not copyable)
             return True
         except (Unmapped, TypeError, ValueError):  # TypeError: a symbolic value where a literal
             # is needed (e.g. float(eps) of a SymFloat node); the node stays as it is
@@ -333,7 +360,7 @@ class _Importer:
             name = self.values[out].name
             self.nodes.append(Node(op, ins, (out,), attrs, False, name, "", origin))
         self.groups[group] = tuple(names)
-        if pure_only:  # an in-place op: export writes its pure form, never the mutating node
+        if pure_only:  # export writes the canonical form, never the source nodes
             self.pure_only.add(group)
         self.canonical[n] = op
 

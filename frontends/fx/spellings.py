@@ -123,12 +123,18 @@ def cast(dtype: torch.dtype | None = None):
         for extra in a.get("args", ()):
             if isinstance(extra, torch.dtype) and want is None:
                 want = extra
-            elif not _same_device(lo, extra):
+            elif not _same_device(lo, extra, a["input"]):
                 raise Unmapped(f"to({extra!r})")
-        if not _same_device(lo, a.get("device")) or a.get("layout") not in (None, torch.strided):
+        layout = a.get("layout") not in (None, torch.strided)
+        if not _same_device(lo, a.get("device"), a["input"]) or layout:
             raise Unmapped("device or layout change")
-        if a.get("memory_format") not in (None, torch.preserve_format) or want is None:
+        if a.get("memory_format") not in (None, torch.preserve_format):
             raise Unmapped("memory format")
+        if want is None and lo.dtype(a["input"]) == lo.out_dtype:  # x.to(its own device)
+            lo.emit("Identity", [lo.tensor(a["input"])])
+            return
+        if want is None:
+            raise Unmapped("no dtype")
         if lo.out_dtype != want or lo.dtype(a["input"]) is None:
             raise Unmapped("dtype")
         lo.emit("Cast", [lo.tensor(a["input"])], {"to": elem(want)})
@@ -136,8 +142,12 @@ def cast(dtype: torch.dtype | None = None):
     return lower
 
 
-def _same_device(lo: Lowering, device) -> bool:
-    return device is None or torch.device(device) == lo.imp.device_of(lo.node)
+def _same_device(lo: Lowering, device, x) -> bool:
+    """Is `device` (None: unchanged) the device `x` is on? Unknown devices are not the same."""
+    if device is None:
+        return True
+    have = lo.imp.device_of(x) if isinstance(x, fx.Node) else None
+    return have is not None and torch.device(device) == have
 
 
 def identity(lo: Lowering, a: dict) -> None:
@@ -408,3 +418,97 @@ def select(lo: Lowering, a: dict) -> None:
         raise Unmapped("symbolic index")
     idx = lo.constant(np.asarray(a["index"], dtype=np.int64))
     lo.emit("Gather", [lo.tensor(a["input"]), idx], {"axis": int(a["dim"])})
+
+
+def index(lo: Lowering, a: dict) -> None:
+    """x[idx] for a tuple of slices, None, Ellipsis and ints (basic indexing; tensor indices
+    stay opaque): one Slice over the axes with a non-trivial slice, a Gather per int (from the
+    last axis down, so earlier axes keep their numbers), then one Unsqueeze for the Nones."""
+    x, idx = a["input"], a["index"]
+    items = list(idx) if isinstance(idx, tuple) else [idx]
+    if not all(i is None or i is Ellipsis or isinstance(i, slice)
+               or (isinstance(i, int) and not isinstance(i, bool)) for i in items):
+        raise Unmapped("advanced indexing")
+    rank, consuming = lo.rank(x), sum(1 for i in items if i is not None and i is not Ellipsis)
+    if items.count(Ellipsis) > 1 or consuming > rank:
+        raise Unmapped("index")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at:at + 1] = [slice(None)] * (rank - consuming)
+    else:
+        items += [slice(None)] * (rank - consuming)
+    slices, ints, nones, axis, out_axis = [], [], [], 0, 0
+    for i in items:
+        if i is None:
+            nones.append(out_axis)
+            out_axis += 1
+            continue
+        if isinstance(i, slice):
+            if i != slice(None):
+                slices.append((axis, i))
+            out_axis += 1
+        else:
+            ints.append((axis, i))
+        axis += 1
+    y = lo.tensor(x)
+    if slices:
+        y = _slice(lo, y, slices)
+    for ax, i in reversed(ints):
+        y = lo.emit("Gather", [y, lo.constant(np.asarray(i, dtype=np.int64))], {"axis": ax})
+    if nones:
+        y = lo.emit("Unsqueeze", [y, lo.ints(nones)])
+    if not (slices or ints or nones):
+        lo.emit("Identity", [y])
+
+
+def _slice(lo: Lowering, x: int, slices) -> int:
+    starts, ends, steps = [], [], []
+    for _, s in slices:
+        step = 1 if s.step is None else s.step
+        if not isinstance(step, int) or step <= 0:
+            raise Unmapped("slice step")
+        starts.append(0 if s.start is None else s.start)
+        ends.append(INT64_MAX if s.stop is None else s.stop)
+        steps.append(step)
+    axes = [ax for ax, _ in slices]
+    return lo.emit("Slice", [x, lo.ints(starts), lo.ints(ends), lo.ints(axes), lo.ints(steps)])
+
+
+def split_item(lo: Lowering, a: dict) -> None:
+    """Item `item` of split(x, size | sizes, dim) or chunk(x, chunks, dim): a Slice along dim.
+    A size or count that is not a Python int (a symbolic size) stays opaque; chunk needs the
+    static length of dim (torch's chunk size is ceil(length / chunks))."""
+    x, dim, item = a["input"], a["dim"], a["item"]
+    if "chunks" in a:
+        length = lo.shape(x)[dim]
+        size = -(-length // a["chunks"])
+        sizes = [size] * (-(-length // size))
+    elif isinstance(a["split_size"], int):
+        sizes = None
+    else:
+        sizes = list(a["split_size"])
+    if sizes is None:
+        start, end = item * a["split_size"], (item + 1) * a["split_size"]
+    else:
+        if not all(isinstance(s, int) for s in sizes) or item >= len(sizes):
+            raise Unmapped("symbolic split sizes")
+        start, end = sum(sizes[:item]), sum(sizes[:item + 1])
+    if not (isinstance(start, int) and isinstance(end, int) and isinstance(dim, int)):
+        raise Unmapped("symbolic split")
+    _slice(lo, lo.tensor(x), [(dim % lo.rank(x), slice(start, end))])
+
+
+def contiguous(lo: Lowering, a: dict) -> None:
+    """x.contiguous(): the same values (a copy in another layout, or x itself): Identity. Export
+    writes `reshape`, never `view`, so no later view depends on the layout."""
+    if a.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
+        raise Unmapped("memory format")
+    lo.emit("Identity", [lo.tensor(a["input"])])
+
+
+def repeat(lo: Lowering, a: dict) -> None:
+    """x.repeat(r): Tile(x, r) when r has one entry per axis (torch also prepends axes)."""
+    reps = _dims(a["repeats"])
+    if len(reps) != lo.rank(a["input"]):
+        raise Unmapped("repeat adds axes")
+    lo.emit("Tile", [lo.tensor(a["input"]), lo.ints(reps)])
