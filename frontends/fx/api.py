@@ -119,6 +119,31 @@ def fx_op_counts(gm) -> dict[str, int]:
     return dict(counts)
 
 
+def op_coverage(gm, example_inputs=None, *, freeze: bool = False) -> dict[str, tuple[int, int]]:
+    """Which call nodes of `gm` (GraphModule or ExportedProgram) the rules can see.
+
+    Returns target (named as `fx_op_counts` names it) -> (nodes, opaque nodes): a node the
+    importer lowers to canonical ops counts as seen (also a split or batch norm whose items are
+    lowered at their `getitem`s), an opaque one as not. Raises FxImportError as `import_fx`."""
+    graph = import_fx(gm, example_inputs, freeze=freeze)
+    opaque = {n.name for n in graph.nodes if n.opaque}
+    module = gm.graph_module if isinstance(gm, torch.export.ExportedProgram) else gm
+    counts: dict[str, list[int]] = {}
+    for n in module.graph.nodes:
+        if n.op == "call_function":
+            key = _qualified(n.target)
+        elif n.op == "call_method":
+            key = f"Tensor.{n.target}"
+        elif n.op == "call_module":
+            key = type(module.get_submodule(n.target)).__name__
+        else:
+            continue
+        entry = counts.setdefault(key, [0, 0])
+        entry[0] += 1
+        entry[1] += n.name in opaque
+    return {k: (v[0], v[1]) for k, v in counts.items()}
+
+
 def _qualified(target) -> str:
     """`torch.conv2d`, `torch.ops.aten.add.Tensor`, `_operator.add`: what a call_function calls
     (the name fx prints in generated code)."""
