@@ -256,6 +256,42 @@ def test_split_with_a_use_other_than_getitem_stays_opaque():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_rms_norm_and_its_decomposition_become_one_op():
+    """F.rms_norm lowers to RMSNormalization; Hugging Face's written-out RMSNorm (float32
+    casts, pow, mean, rsqrt, weight) fuses into it with reassoc once torch.export's dtype
+    assertions on the casts' inputs, which hold by construction, are dropped."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(1 + 0.1 * torch.randn(16))
+
+        def forward(self, x):
+            h = x.to(torch.float32)
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return self.w * h.to(x.dtype), F.rms_norm(x, (16,), self.w, 1e-5)
+
+    model, x = M(), torch.randn(2, 3, 16)
+    ep = torch.export.export(model, (x,))
+    assert any("_assert_tensor_metadata" in str(n.target) for n in ep.graph.nodes)
+    assert "RMSNormalization" in _ops(ep, (x,))
+    out, report = optimize_fx(ep, (x,), fp=R)
+    assert report.fired.get("rmsnorm-rsqrt") == 1
+    assert report.ops_after == {"torch.ops.aten.rms_norm.default": 2}
+    for a, b in zip(out.module()(x), model(x), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_an_assertion_torch_export_cannot_decide_is_kept():
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(3)
+    g.call_function(torch.ops.aten._assert_tensor_metadata.default, (x,), {"dtype": torch.int64})
+    g.output(x)
+    gm = torch.fx.GraphModule(nn.Module(), g)
+    assert _ops(gm, (torch.randn(3),)) == ["fx._assert_tensor_metadata.default"]
+
+
 # ---- pass, backend, package ------------------------------------------------------------------
 
 

@@ -24,7 +24,8 @@ from frontends.fx.passes import RewritePass
 
 __all__ = [
     "optimize_fx", "RewritePass", "rewrite_backend", "import_fx", "export_fx", "compare",
-    "fx_op_counts", "op_coverage", "shipped_rules", "FxImportError", "FxExportError", "FxCheckError",
+    "fx_op_counts", "op_coverage", "shipped_rules", "FxImportError", "FxExportError",
+    "FxCheckError",
 ]
 
 _register()

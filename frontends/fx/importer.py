@@ -33,11 +33,12 @@ from frontends.fx import effects, nodes
 from frontends.fx.lower import Lowering, Unmapped
 from frontends.fx.nodes import FxImportError
 from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT, SPLITS
-from frontends.fx.tensors import to_numpy
+from frontends.fx.tensors import onnx_elem, to_numpy
 from rewrite.graph import Node, TermGraph, Value
 from rewrite.types import UNKNOWN, TensorType
 
-OPSET = 21  # default-domain opset of imported graphs: Gelu (20) and AveragePool (19) included
+OPSET = 23  # default-domain opset of imported graphs: Gelu (20), AveragePool (19) and
+# RMSNormalization (23) included
 _DEDUP_MAX_BYTES = 1 << 16
 
 
@@ -253,6 +254,8 @@ class _Importer:
             self._opaque(n)
 
     def _call_function(self, n: fx.Node) -> None:
+        if n.target is torch.ops.aten._assert_tensor_metadata.default and self._holds(n):
+            return  # decided at export time: keeping it would pin the value it reads
         if n.target in CREATORS and not n.all_input_nodes:
             value = nodes.evaluate(n)
             if value is not None:
@@ -274,6 +277,22 @@ class _Importer:
             return
         if not self._lower(n, FUNCTIONS.get(f"method:{n.target}"), n.args, n.kwargs, (n,)):
             self._opaque(n)
+
+    def _holds(self, n: fx.Node) -> bool:
+        """Does torch.export's `_assert_tensor_metadata(a, dtype=, device=, layout=)` hold for
+        every run? A value's dtype, device and layout are fixed by the program's input checks,
+        so it holds when they are the ones the graph's metadata gives `a`. Sizes and strides
+        may vary with symbolic shapes: an assertion on them is kept."""
+        a = dict(zip(("a", "size", "stride", "dtype"), n.args)) | dict(n.kwargs)
+        x = a.get("a")
+        if not isinstance(x, fx.Node) or a.get("size") is not None or a.get("stride") is not None:
+            return False
+        t, device = self.type_of_node(x), self.device_of(x)
+        if a.get("dtype") is not None and (not t.dtype or t.dtype != onnx_elem(a["dtype"])):
+            return False
+        if a.get("device") is not None and (device is None or torch.device(a["device"]) != device):
+            return False
+        return a.get("layout") in (None, torch.strided)
 
     def _splits(self, n: fx.Node) -> bool:
         """A split/chunk whose every use is `getitem(n, i)`: each item becomes a Slice."""

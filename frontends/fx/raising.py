@@ -217,6 +217,17 @@ def layer_norm(b):
                   b.attr("epsilon"))
 
 
+def rms_norm(b):
+    """RMSNormalization: F.rms_norm over the axes from `axis` on (stash_type 1: torch computes
+    float32 inputs in float32, and upcasts half inputs as ONNX does)."""
+    rank = _static_rank(b)
+    shape = b.type(0).shape[b.attr("axis") % rank:]
+    if not all(isinstance(d, int) for d in shape) or b.attr("stash_type") != 1:
+        raise NoTorchForm("RMSNormalization over symbolic dimensions or with a stash type")
+    return b.call(F.rms_norm, aten.rms_norm.default, b.x(0), list(shape), b.x(1),
+                  b.attr("epsilon"))
+
+
 def _pool_args(b) -> tuple[int, list[int], list[int], list[int]]:
     if b.attr("auto_pad") != "NOTSET" or b.attr("ceil_mode"):
         raise NoTorchForm(f"{b.node.op} with auto_pad or ceil_mode")
@@ -384,6 +395,7 @@ RAISE = {
     "CastLike": cast, "Clip": clip, "LeakyRelu": leaky_relu, "HardSigmoid": hard_sigmoid,
     "Gelu": gelu, "Softmax": softmax, "LogSoftmax": softmax, "MatMul": matmul, "Gemm": gemm,
     "Conv": conv, "BatchNormalization": batch_norm, "LayerNormalization": layer_norm,
+    "RMSNormalization": rms_norm,
     "MaxPool": max_pool, "AveragePool": avg_pool, "GlobalAveragePool": global_pool,
     "GlobalMaxPool": global_pool, **{op: reduce for op in (*_REDUCE, "ReduceL2", "ReduceProd")},
     "Reshape": reshape, "Flatten": flatten, "Transpose": transpose, "Squeeze": squeeze,

@@ -271,6 +271,18 @@ def layer_norm(lo: Lowering, a: dict) -> None:
     lo.emit("LayerNormalization", [lo.tensor(x), scale, lo.optional(a["bias"])], attrs)
 
 
+def rms_norm(lo: Lowering, a: dict) -> None:
+    """rms_norm over the last len(normalized_shape) axes: RMSNormalization(axis=-k); torch's
+    default eps (None) is the dtype's machine epsilon."""
+    x, shape = a["input"], tuple(a["normalized_shape"])
+    dt = lo.dtype(x)
+    if dt not in FLOATS or dt != lo.out_dtype:
+        raise Unmapped("dtype")
+    eps = torch.finfo(dt).eps if a["eps"] is None else float(a["eps"])
+    scale = lo.tensor(a["weight"]) if a["weight"] is not None else _fill(lo, shape, 1, x)
+    lo.emit("RMSNormalization", [lo.tensor(x), scale], {"axis": -len(shape), "epsilon": eps})
+
+
 def pool(op: str, n: int):
     """max/avg pooling of n spatial dims on batched input, without ceil_mode."""
 

@@ -173,6 +173,8 @@ spell("input normalized_shape weight=None bias=None eps=1e-05", s.layer_norm, F.
       aten.native_layer_norm.default)
 spell("input normalized_shape weight=None bias=None eps=1e-05 cudnn_enable=True", s.layer_norm,
       torch.layer_norm, aten.layer_norm.default)
+spell("input normalized_shape weight=None eps=None", s.rms_norm, F.rms_norm, torch.rms_norm,
+      aten.rms_norm.default)
 for n in (1, 2, 3):
     spell("input kernel_size stride=None padding=0 dilation=1 ceil_mode=False "
           "return_indices=False", s.pool("MaxPool", n), getattr(F, f"max_pool{n}d"))
@@ -301,6 +303,8 @@ MODULES: dict[type, tuple[Callable, Callable]] = {
     nn.LayerNorm: (s.layer_norm, lambda m, x: dict(
         input=x, normalized_shape=m.normalized_shape, weight=_attr(m, "weight"),
         bias=_attr(m, "bias"), eps=m.eps)),
+    nn.RMSNorm: (s.rms_norm, lambda m, x: dict(
+        input=x, normalized_shape=m.normalized_shape, weight=_attr(m, "weight"), eps=m.eps)),
     nn.ReLU: (s.unary("Relu"), lambda m, x: dict(input=x)),
     nn.Tanh: (s.unary("Tanh"), lambda m, x: dict(input=x)),
     nn.Sigmoid: (s.unary("Sigmoid"), lambda m, x: dict(input=x)),
