@@ -150,12 +150,10 @@ def _dynamic(name: str) -> tuple:
     from torch.export import Dim
 
     batch, seq = Dim("batch", min=2, max=64), Dim("seq", min=2, max=512)
-    if name == "vit":
-        return ({0: batch},)
-    if name == "whisper":
-        return ({0: batch}, {0: batch, 1: seq})
     text = {0: batch, 1: seq}
-    return (text, text, text) if name == "t5" else (text, text)
+    per_input = {"vit": ({0: batch},), "whisper": ({0: batch}, text),
+                 "t5": (text, text, text)}.get(name, (text, text))
+    return (per_input,)  # the wrapper takes *inputs: one entry holding them all
 
 
 class _Wrapper(torch.nn.Module):
