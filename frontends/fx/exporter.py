@@ -74,6 +74,7 @@ class _Exporter:
         self.node_names: dict[int, str] = {}
         self.heirs: dict[int, str] = {}  # rewritten node -> the source node it replaces
         self.src_nodes = {f.name: f for f in old.nodes}
+        self.sizes: dict[str, fx.Node] = {}  # symbolic dimension -> node reading it (Builder.size)
         self.names = {g.values[v].name for n in g.nodes for v in n.outputs}
         self.names |= {g.values[v].name for v in (*g.inputs, *g.outputs, *g.constants)}
 
@@ -300,6 +301,11 @@ class _Exporter:
         return _program(self.meta.program, gm, self.buffers)
 
 
+def _placeholder_shape(p: fx.Node) -> tuple:
+    val = p.meta.get("val", p.meta.get("example_value"))
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else ()
+
+
 class Builder:
     """What a `frontends.fx.raising` function sees of one canonical node."""
 
@@ -336,6 +342,26 @@ class Builder:
 
     def call(self, fn, op, *args, **kwargs) -> fx.Node:
         return self.ex.graph.call_function(self.ex._target(fn, op), args, kwargs, name=self.name)
+
+    def size(self, i: int, axis: int) -> fx.Node | int:
+        """Dimension `axis` of input `i`: the number, or a node reading the symbolic size at run
+        time. One node per symbol for the whole graph, read from a graph input that has it
+        when there is one (it then precedes every use), else from input `i` itself."""
+        d = self.type(i).shape[axis]
+        if isinstance(d, int):
+            return d
+        sizes = self.ex.sizes
+        if d not in sizes:
+            home = next(((p, j) for p in self.ex.placeholders.values()
+                         for j, pd in enumerate(_placeholder_shape(p)) if str(pd) == d), None)
+            size = torch.ops.aten.sym_size.int
+            if home is None:
+                return self.ex.graph.call_function(size, (self.x(i), axis))
+            p, j = home
+            last = [n for n in self.ex.graph.nodes if n.op == "placeholder"][-1]
+            with self.ex.graph.inserting_after(last):  # placeholders stay first
+                sizes[d] = self.ex.graph.call_function(size, (self.ex.copied[p], j))
+        return sizes[d]
 
     def getitem(self, node: fx.Node, i: int) -> fx.Node:
         return self.ex.graph.call_function(operator.getitem, (node, i), name=self.name)

@@ -359,8 +359,12 @@ class _Importer:
 
     def _commit(self, lo: Lowering, n: fx.Node, fx_nodes, pure_only: bool = False) -> None:
         needed = {a for f in fx_nodes for a in f.all_input_nodes} - set(fx_nodes)
-        if not lo.pieces or not needed <= set(lo.reads):
+        sizes = {a for a in needed - set(lo.reads) if _symbolic_size(a)}
+        if not lo.pieces or not needed - sizes <= set(lo.reads):
             raise Unmapped("an argument is not a tensor input")
+        # a size read from the symbolic types: export writes the canonical form, which reads
+        # sizes itself, never a copy of the source node (its size inputs may be gone)
+        pure_only = pure_only or bool(sizes)
         op, ins, attrs, tmp = lo.pieces[-1]
         want, got = self.type_of_node(n), self.values[tmp].type
         if want.dtype == 0 or (got.static and want.static and got != want):
@@ -396,6 +400,12 @@ class _Importer:
         effectful = n.op == "call_function" and n.is_impure(impure_random=False)
         if not n.users and n.op != "get_attr" and (effectful or n in self.order.chain):
             self.sinks.append(self.vid_of[n])
+
+
+def _symbolic_size(n: fx.Node) -> bool:
+    """Does `n` compute a size (a SymInt) rather than a tensor? Lowerings that meet one read
+    the size from the symbolic types instead (see `spellings.reshape`)."""
+    return isinstance(n.meta.get("val", n.meta.get("example_value")), torch.SymInt)
 
 
 def _label(n: fx.Node) -> str:

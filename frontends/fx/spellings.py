@@ -347,10 +347,34 @@ def _dims(v) -> tuple:
 
 
 def reshape(lo: Lowering, a: dict) -> None:
-    """view/reshape: Reshape. A 0 in a torch shape is a 0-size axis, so allowzero=1 then."""
+    """view/reshape: Reshape. A 0 in a torch shape is a 0-size axis, so allowzero=1 then.
+    A size computed at run time (a SymInt node, with dynamic shapes) is read from the result's
+    symbolic type: a dimension equal to the input's at the same axis becomes ONNX's 0 (copy
+    it), and at most one other becomes -1."""
     shape = _dims(a["shape"]) if isinstance(a["shape"], (tuple, list)) else (a["shape"],)
-    const = lo.ints(shape)
-    lo.emit("Reshape", [lo.tensor(a["input"]), const], {"allowzero": int(0 in shape)})
+    if all(_literal(d) for d in shape):
+        lo.emit("Reshape", [lo.tensor(a["input"]), lo.ints(shape)],
+                {"allowzero": int(0 in shape)})
+        return
+    src, out = lo.type(a["input"]).shape, lo.out.shape
+    if src is None or out is None or len(out) != len(shape) or 0 in shape:
+        raise Unmapped("symbolic reshape")
+    target = []
+    for i, (d, o) in enumerate(zip(shape, out)):
+        if _literal(d) or isinstance(o, int):
+            target.append(d if _literal(d) else o)
+        elif i < len(src) and src[i] == o:
+            target.append(0)
+        else:
+            target.append(None)
+    if target.count(None) + target.count(-1) > 1 or 0 in out:
+        raise Unmapped("more than one size unknown")
+    target = [-1 if d is None else d for d in target]
+    lo.emit("Reshape", [lo.tensor(a["input"]), lo.ints(target)])
+
+
+def _literal(d) -> bool:
+    return isinstance(d, int) and not isinstance(d, bool)
 
 
 def permute(lo: Lowering, a: dict) -> None:
@@ -410,11 +434,22 @@ def flatten(lo: Lowering, a: dict) -> None:
 
 
 def expand(lo: Lowering, a: dict) -> None:
-    """expand(sizes): Expand to the (static) result shape; -1 entries are resolved by torch."""
-    sizes = _dims(a["size"])
-    if not all(isinstance(s, int) for s in sizes):
-        raise Unmapped("symbolic sizes")
-    lo.emit("Expand", [lo.tensor(a["input"]), lo.ints(lo.out_shape())])
+    """expand(sizes): Expand. ONNX broadcasts the input with the shape given, so an axis the
+    input already has at its size (a symbol included) is written 1; a new or widened axis
+    needs its size as a number."""
+    src, out = lo.type(a["input"]).shape, lo.out.shape
+    if src is None or out is None:
+        raise Unmapped("unknown shape")
+    lead = len(out) - len(src)
+    shape = []
+    for i, o in enumerate(out):
+        if isinstance(o, int):
+            shape.append(o)
+        elif i >= lead and src[i - lead] == o:
+            shape.append(1)
+        else:
+            raise Unmapped("expand to a symbolic size")
+    lo.emit("Expand", [lo.tensor(a["input"]), lo.ints(shape)])
 
 
 def slice_(lo: Lowering, a: dict) -> None:
