@@ -1,15 +1,33 @@
-"""Benchmark: the torch.fx path next to the ONNX path, and torch.compile with and without it.
+"""Benchmark: the torch.fx path on full-size transformers, and torch.compile with and without it.
 
-    python bench/fx_bench.py              # all models, both tables
-    python bench/fx_bench.py --no-compile # skip the (slow) torch.compile timings
+    python bench/fx_bench.py                        # every model, every table (~1 hour)
+    python bench/fx_bench.py --models bert gpt2     # some models
+    python bench/fx_bench.py --no-latency           # node counts only
+    python bench/fx_bench.py --show                 # print the stored results again
 
-Models are the tiny transformers architectures of `examples/make_models.py` (random weights,
-nothing downloaded). Table 1: per model and dialect, fx nodes before/after and the seconds of
-import + optimize + export (`optimize_fx`, check off), beside the ONNX path's seconds for the
-same model (`optimize_model` on the exported ONNX, onnx.checker included, output check off).
-Table 2: seconds of the first call of `torch.compile(model, backend=...)` (capture + compile +
-run) for "inductor" and for "rewrite" (rewrite, then inductor), each in a fresh process with
-inductor's caches disabled, so both are cold compiles. Rules: exact + reassoc, as the backend.
+Models: `bench/fx_models.py` at full size (transformers' default configs: BERT-base,
+DistilBERT-base, GPT-2 small, ViT-base, t5-small, whisper-tiny; the Llama-style decoder at
+`bench/models.py`'s size), batch 2, sequence 128, default (sdpa) attention, random
+trained-like weights. Every measurement runs in its own process; results go to
+`bench/.fx_bench.json`. Rules: exact + reassoc, as the backend uses them.
+
+Table 1, fx nodes (call nodes) before and after `optimize_fx` and its seconds (import +
+optimize + export, output check off), for torch.export with static shapes, torch.export with
+batch and sequence dynamic, and the graph torch.compile hands a backend (from the backend's
+own report).
+
+Table 2, torch.compile under `torch.no_grad()`, per model and thread count (1 and all cores;
+inductor fixes its thread count when it compiles, so each count compiles anew):
+- first-call seconds (capture + compile + run) of `torch.compile(model)` (inductor) and of
+  `torch.compile(model, backend="rewrite")` (rewrite, then inductor), with inductor's caches
+  disabled and inductor warmed up on another function first, so neither pays the import;
+- steady-state latency: the two compiled models called alternately (AB, BA, AB, ...) after
+  warm-up, median milliseconds of each and the median and quartiles of the per-pair ratio
+  rewrite / inductor;
+- the same for eager PyTorch against `backend="rewrite", options={"backend": "eager"}`.
+Each compiled model's output is checked against eager PyTorch (|a-b| <= 1e-4 + 1e-3 max|b|).
+
+The tiny models below (`resnet`, `bert`, `gpt2`, `graph_of`, `capture`) serve the tests.
 """
 
 from __future__ import annotations
@@ -25,7 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "bench"))
 FP = ("exact", "reassoc")
+RESULTS = ROOT / "bench" / ".fx_bench.json"
 
 
 # ---- the models (also used by tests/test_fx_models.py) -----------------------------------------
@@ -128,45 +148,111 @@ def graph_of(name: str, dialect: str):
     return gm, example, model, inputs
 
 
-# ---- measurements ------------------------------------------------------------------------------
+# ---- measurements (each in a child process) -----------------------------------------------------
 
 
-def measure_fx(name: str, dialect: str) -> dict:
+def measure_nodes(name: str, size: str = "full") -> dict:
+    """optimize_fx on the full-size model exported with static and with dynamic shapes."""
+    import torch
+
+    import fx_models
     from frontends.fx import optimize_fx, shipped_rules
 
     shipped_rules()
-    graph, example, _, _ = graph_of(name, dialect)
+    case = fx_models.build(name, size)
+    out = {}
+    for kind, dyn in [("export", None), ("export-dynamic", case.dynamic_shapes)]:
+        with torch.no_grad():
+            ep = torch.export.export(case.model, case.inputs, dynamic_shapes=dyn)
+        start = time.perf_counter()
+        _, report = optimize_fx(ep, case.inputs, fp=FP, check=False)
+        out[kind] = {"before": report.nodes_before, "after": report.nodes_after,
+                     "seconds": time.perf_counter() - start,
+                     "skipped": report.extra.get("skipped")}
+    return out
+
+
+def _warm_inductor() -> None:
+    """Compile a small unrelated function once, so the first model does not pay inductor's
+    imports and start-up for both."""
+    import torch
+
+    torch.compile(lambda x: torch.relu(x) * 2)(torch.randn(8))
+    torch._dynamo.reset()
+
+
+def _close(a, b) -> bool:
+    import torch
+
+    a, b = torch.utils._pytree.tree_leaves(a), torch.utils._pytree.tree_leaves(b)
+    return all(x.shape == y.shape and float((x - y).abs().max())
+               <= 1e-4 + 1e-3 * float(y.abs().max()) for x, y in zip(a, b, strict=True))
+
+
+def _compiled(model, inputs, backend: str, options=None):
+    """torch.compile(model) and its first call's seconds; the rewrite's report if any."""
+    import torch
+
+    from frontends.fx import backend as rewrite
+
+    torch._dynamo.reset()
+    rewrite.REPORTS.clear()
+    fn = torch.compile(model, backend=backend, options=options)
     start = time.perf_counter()
-    _, report = optimize_fx(graph, example, fp=FP, check=False, freeze=dialect == "dynamo")
-    return {"seconds": time.perf_counter() - start, "before": report.nodes_before,
-            "after": report.nodes_after, "stages": report.seconds}
+    out = fn(*inputs)
+    seconds = time.perf_counter() - start
+    reports = list(rewrite.REPORTS)
+    return fn, out, seconds, reports
 
 
-def measure_onnx(name: str) -> dict:
-    import make_models
+def _paired(a, b, inputs, budget: float) -> dict:
+    """Call a and b alternately (AB then BA) after warm-up, for about `budget` seconds (at
+    least 10 pairs, at most 200); medians in milliseconds and the per-pair ratio b / a."""
+    import statistics
 
-    from frontends.fx import shipped_rules
-    from frontends.onnx import optimize_model
-
-    model = getattr(make_models, name)(None)
-    rules = shipped_rules()
+    for _ in range(3):
+        a(*inputs), b(*inputs)
+    ta, tb = [], []
     start = time.perf_counter()
-    _, report = optimize_model(model, rules, fp=FP)
-    return {"seconds": time.perf_counter() - start, "before": report.nodes_before,
-            "after": report.nodes_after}
+    while (len(ta) < 10 or time.perf_counter() - start < budget) and len(ta) < 200:
+        for f, times in ((a, ta), (b, tb)) if len(ta) % 2 == 0 else ((b, tb), (a, ta)):
+            t = time.perf_counter()
+            f(*inputs)
+            times.append(time.perf_counter() - t)
+    ratios = sorted(y / x for x, y in zip(ta, tb))
+    q = statistics.quantiles(ratios, n=4)
+    return {"a_ms": 1e3 * statistics.median(ta), "b_ms": 1e3 * statistics.median(tb),
+            "ratio": statistics.median(ratios), "q1": q[0], "q3": q[2], "pairs": len(ta)}
 
 
-def measure_compile(name: str, backend: str) -> dict:
+def measure_compile(name: str, threads: str, budget: str = "20", size: str = "full") -> dict:
+    """Compile seconds and paired latency at `threads` ("1" or "all") under no_grad."""
     import torch
 
     import frontends.fx  # noqa: F401  (registers the "rewrite" backend)
+    import fx_models
 
-    model, inputs = MODELS[name]()
+    torch.set_num_threads(1 if threads == "1" else os.cpu_count())
+    case = fx_models.build(name, size)
+    model, inputs = case.model, case.inputs
+    res = {"threads": torch.get_num_threads()}
     with torch.no_grad():
-        start = time.perf_counter()
-        torch.compile(model, backend=backend)(*inputs)
-        first = time.perf_counter() - start
-    return {"seconds": first}
+        want = model(*inputs)
+        _warm_inductor()
+        order = ["inductor", "rewrite"] if threads != "1" else ["rewrite", "inductor"]
+        fns = {}
+        for backend in order:
+            fn, out, seconds, reports = _compiled(model, inputs, backend)
+            fns[backend] = fn
+            res[backend] = {"compile_s": seconds, "ok": _close(out, want)}
+            if reports:
+                res["dynamo_nodes"] = [[r.nodes_before, r.nodes_after] for r in reports]
+                res["rewrite_s"] = sum(sum(r.seconds.values()) for r in reports)
+        res["latency"] = _paired(fns["inductor"], fns["rewrite"], inputs, float(budget))
+        fn, out, seconds, _ = _compiled(model, inputs, "rewrite", {"backend": "eager"})
+        res["rewrite_eager"] = {"compile_s": seconds, "ok": _close(out, want)}
+        res["eager_latency"] = _paired(model, fn, inputs, float(budget))
+    return res
 
 
 def _child(args: list[str]) -> dict:
@@ -174,53 +260,92 @@ def _child(args: list[str]) -> dict:
     res = subprocess.run([sys.executable, __file__, "--one", *args], capture_output=True,
                          text=True, env=env)
     if res.returncode:
-        return {"error": res.stderr.strip().splitlines()[-1]}
+        lines = res.stderr.strip().splitlines() or ["no output"]
+        return {"error": lines[-1]}
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+# ---- tables --------------------------------------------------------------------------------------
+
+
+def _fmt(x, spec=".2f") -> str:
+    return "" if x is None else format(x, spec)
+
+
+def show(results: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=160)
+    t = Table(title="fx nodes before -> after (exact + reassoc), seconds of optimize_fx")
+    for c in ("model", "export", "s", "export dynamic", "s", "torch.compile graph"):
+        t.add_column(c, justify="left" if c == "model" else "right")
+    for name, r in results.items():
+        n = r.get("nodes", {})
+        row = [name]
+        for kind in ("export", "export-dynamic"):
+            k = n.get(kind, {})
+            row += [f"{k['before']} -> {k['after']}" if "before" in k else n.get("error", ""),
+                    _fmt(k.get("seconds"))]
+        dyn = next((c["dynamo_nodes"] for c in r.get("compile", {}).values()
+                    if "dynamo_nodes" in c), None)
+        row.append(", ".join(f"{a} -> {b}" for a, b in dyn) if dyn else "")
+        t.add_row(*row)
+    console.print(t)
+    c = Table(title="torch.compile under no_grad: first-call seconds, median ms per call, "
+                    "rewrite/baseline ratio (median, quartiles of paired calls)")
+    for col in ("model", "threads", "inductor s", "rewrite s", "inductor ms", "rewrite ms",
+                "ratio [q1, q3]", "eager ms", "rewrite+eager ms", "ratio [q1, q3]"):
+        c.add_column(col, justify="left" if col == "model" else "right")
+    for name, r in results.items():
+        for threads, m in r.get("compile", {}).items():
+            if "error" in m:
+                c.add_row(name, threads, m["error"][:80])
+                continue
+            lat, el = m["latency"], m["eager_latency"]
+            flag = "" if m["inductor"]["ok"] and m["rewrite"]["ok"] and m["rewrite_eager"]["ok"] \
+                else " (output mismatch)"
+            c.add_row(name, str(m["threads"]), _fmt(m["inductor"]["compile_s"], ".1f"),
+                      _fmt(m["rewrite"]["compile_s"], ".1f") + flag, _fmt(lat["a_ms"], ".1f"),
+                      _fmt(lat["b_ms"], ".1f"),
+                      f"{lat['ratio']:.3f} [{lat['q1']:.3f}, {lat['q3']:.3f}]",
+                      _fmt(el["a_ms"], ".1f"), _fmt(el["b_ms"], ".1f"),
+                      f"{el['ratio']:.3f} [{el['q1']:.3f}, {el['q3']:.3f}]")
+    console.print(c)
+
+
 def main() -> None:
+    import fx_models
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile table")
+    ap.add_argument("--models", nargs="+", default=list(fx_models.NAMES))
+    ap.add_argument("--threads", nargs="+", default=["1", "all"])
+    ap.add_argument("--budget", default="20", help="seconds of paired latency calls per pair")
+    ap.add_argument("--no-latency", action="store_true", help="node counts only")
+    ap.add_argument("--size", default="full", help="full, or test (a quick smoke run)")
+    ap.add_argument("--show", action="store_true", help="print stored results")
     ap.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         kind, *rest = args.one
-        fn = {"fx": measure_fx, "onnx": measure_onnx, "compile": measure_compile}[kind]
+        fn = {"nodes": measure_nodes, "compile": measure_compile}[kind]
         print(json.dumps(fn(*rest)))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="fx path vs ONNX path: shipped rules (exact + reassoc), seconds")
-    for c in ("model", "dialect", "fx nodes", "fx after", "fx s", "onnx nodes", "onnx after",
-              "onnx s", "fx/onnx"):
-        t.add_column(c, justify="left" if c in ("model", "dialect") else "right")
-    for name, dialects in [("resnet", ("symbolic_trace", "export", "dynamo")),
-                           ("bert", ("export", "dynamo")), ("gpt2", ("export", "dynamo"))]:
-        onnx_r = _child(["onnx", name])
-        for d in dialects:
-            r = _child(["fx", name, d])
-            if "error" in r or "error" in onnx_r:
-                t.add_row(name, d, r.get("error", onnx_r.get("error", ""))[:60])
+    path = RESULTS if args.size == "full" else RESULTS.with_suffix(f".{args.size}.json")
+    results = json.loads(path.read_text()) if path.exists() else {}
+    if not args.show:
+        for name in args.models:
+            r = results.setdefault(name, {})
+            r["nodes"] = _child(["nodes", name, args.size])
+            path.write_text(json.dumps(results, indent=1))
+            if args.no_latency:
                 continue
-            t.add_row(name, d, str(r["before"]), str(r["after"]), f"{r['seconds']:.2f}",
-                      str(onnx_r["before"]), str(onnx_r["after"]), f"{onnx_r['seconds']:.2f}",
-                      f"{r['seconds'] / onnx_r['seconds']:.2f}")
-    console = Console(width=140)
-    console.print(t)
-    if args.no_compile:
-        return
-    c = Table(title="torch.compile, first call (cold: caches off), seconds")
-    for col in ("model", "inductor", "rewrite + inductor", "ratio"):
-        c.add_column(col, justify="left" if col == "model" else "right")
-    for name in ("resnet", "bert"):
-        a, b = _child(["compile", name, "inductor"]), _child(["compile", name, "rewrite"])
-        if "error" in a or "error" in b:
-            c.add_row(name, a.get("error", "")[:40], b.get("error", "")[:40], "")
-            continue
-        c.add_row(name, f"{a['seconds']:.2f}", f"{b['seconds']:.2f}",
-                  f"{b['seconds'] / a['seconds']:.2f}")
-    console.print(c)
+            r.setdefault("compile", {})
+            for threads in args.threads:
+                r["compile"][threads] = _child(["compile", name, threads, args.budget,
+                                                args.size])
+                path.write_text(json.dumps(results, indent=1))
+    show({k: v for k, v in results.items() if args.show or k in args.models})
 
 
 if __name__ == "__main__":

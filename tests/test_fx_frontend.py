@@ -20,7 +20,7 @@ from frontends.fx import (
     rewrite_backend,
 )
 from frontends.fx.lower import Params, Unmapped
-from frontends.fx.table import FUNCTIONS, MULTI_OUTPUT
+from frontends.fx.table import FUNCTIONS, MULTI_OUTPUT, SPLITS
 
 R = ("exact", "reassoc")
 
@@ -62,7 +62,7 @@ def test_params_bind_positional_keyword_defaults_and_rest():
 def test_aten_spellings_follow_their_schemas():
     """Every ATen overload's parameter list has the schema's positional arguments in order, and
     its keyword-only arguments under some name."""
-    for target, spelling in FUNCTIONS.items():
+    for target, spelling in {**FUNCTIONS, **SPLITS}.items():
         if not isinstance(target, torch._ops.OpOverload):
             continue
         args = target._schema.arguments
@@ -146,18 +146,6 @@ def test_in_place_op_on_a_fresh_value_becomes_pure():
                    for n in out.graph.nodes)
 
 
-def test_in_place_op_on_an_input_leaves_the_graph_alone():
-    class M(nn.Module):
-        def forward(self, x):
-            y = x * 1.0
-            x.add_(1.0)
-            return y + x
-
-    gm = torch.fx.symbolic_trace(M())
-    out, report = optimize_fx(gm, (torch.randn(3),))
-    assert out is gm and "in-place" in report.extra["skipped"]
-
-
 # ---- export --------------------------------------------------------------------------------
 
 
@@ -223,6 +211,85 @@ def test_every_lowered_op_writes_back(dialect):
     run = out.module() if dialect == "export" else out
     for a, b in zip(run(*inputs), model(*inputs)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+class Views(nn.Module):
+    """Basic indexing, split/chunk items, contiguous, repeat and a same-device `to`: the view
+    ops of transformers' attention (GPT-2's qkv split, RoPE's halves, masks' [:, None])."""
+
+    def forward(self, x):
+        a, b, c = x.split(2, dim=-1)  # 6 -> 2 + 2 + 2
+        h1, h2 = torch.chunk(x, 2, dim=1)
+        d = x[..., :3] * x[:, None, 1, 1::2].contiguous()[0, :, None, 0]
+        e = x.split([1, 5], -1)[1].repeat(1, 1, 2).to("cpu")
+        return a + b - c, h1 * h2, d.transpose(1, 2).contiguous(), e, x[1][-1]
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
+def test_views_lower_and_write_back(dialect):
+    model, x = Views().eval(), torch.randn(2, 4, 6)
+    graph = torch.fx.symbolic_trace(model) if dialect == "symbolic_trace" else \
+        torch.export.export(model, (x,))
+    g = import_fx(graph, (x,))
+    asserts = {"fx._assert_tensor_metadata.default"}  # torch.export's check of `to`'s input
+    assert not [n.op for n in g.nodes if n.opaque and n.op not in asserts]
+    assert {"Slice", "Gather", "Unsqueeze", "Identity", "Tile"} <= {n.op for n in g.nodes}
+    fresh = replace(g, nodes=tuple(n if n.opaque else replace(n, payload=None) for n in g.nodes))
+    run = export_fx(fresh)
+    run = run.module() if dialect == "export" else run
+    for a, b in zip(run(x), model(x), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    out, report = optimize_fx(graph, (x,))
+    assert report.nodes_after < report.nodes_before  # the Identity nodes go
+
+
+def test_split_with_a_use_other_than_getitem_stays_opaque():
+    class M(nn.Module):
+        def forward(self, x):
+            parts = x.split(2)
+            return parts[0] + 1, torch.cat(parts)
+
+    gm, x = torch.fx.symbolic_trace(M()), torch.randn(6)
+    assert {"fx.split", "fx.getitem", "fx.cat"} <= set(_ops(gm, (x,)))
+    out, _ = optimize_fx(gm, (x,))
+    for a, b in zip(out(x), gm(x), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_rms_norm_and_its_decomposition_become_one_op():
+    """F.rms_norm lowers to RMSNormalization; Hugging Face's written-out RMSNorm (float32
+    casts, pow, mean, rsqrt, weight) fuses into it with reassoc once torch.export's dtype
+    assertions on the casts' inputs, which hold by construction, are dropped."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(1 + 0.1 * torch.randn(16))
+
+        def forward(self, x):
+            h = x.to(torch.float32)
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return self.w * h.to(x.dtype), F.rms_norm(x, (16,), self.w, 1e-5)
+
+    model, x = M(), torch.randn(2, 3, 16)
+    ep = torch.export.export(model, (x,))
+    assert any("_assert_tensor_metadata" in str(n.target) for n in ep.graph.nodes)
+    assert "RMSNormalization" in _ops(ep, (x,))
+    out, report = optimize_fx(ep, (x,), fp=R)
+    assert report.fired.get("rmsnorm-rsqrt") == 1
+    assert report.ops_after == {"torch.ops.aten.rms_norm.default": 2}
+    for a, b in zip(out.module()(x), model(x), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_an_assertion_torch_export_cannot_decide_is_kept():
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(3)
+    g.call_function(torch.ops.aten._assert_tensor_metadata.default, (x,), {"dtype": torch.int64})
+    g.output(x)
+    gm = torch.fx.GraphModule(nn.Module(), g)
+    assert _ops(gm, (torch.randn(3),)) == ["fx._assert_tensor_metadata.default"]
 
 
 # ---- pass, backend, package ------------------------------------------------------------------

@@ -8,7 +8,14 @@ torch.compile backend.
 import_fx / export_fx are the two halves, TermGraph in between (see importer and exporter).
 """
 
-from frontends.fx.api import FxCheckError, compare, fx_op_counts, optimize_fx, shipped_rules
+from frontends.fx.api import (
+    FxCheckError,
+    compare,
+    fx_op_counts,
+    op_coverage,
+    optimize_fx,
+    shipped_rules,
+)
 from frontends.fx.backend import register as _register
 from frontends.fx.backend import rewrite_backend
 from frontends.fx.exporter import FxExportError, export_fx
@@ -17,7 +24,8 @@ from frontends.fx.passes import RewritePass
 
 __all__ = [
     "optimize_fx", "RewritePass", "rewrite_backend", "import_fx", "export_fx", "compare",
-    "fx_op_counts", "shipped_rules", "FxImportError", "FxExportError", "FxCheckError",
+    "fx_op_counts", "op_coverage", "shipped_rules", "FxImportError", "FxExportError",
+    "FxCheckError",
 ]
 
 _register()

@@ -4,8 +4,10 @@
 
 The fx counterpart of `frontends.onnx.optimize_model`: the same rules, the same engine, the same
 Report, with node counts as the fx graph shows them (call_function, call_method and call_module
-nodes by target). A graph that cannot be rewritten safely, or whose rewrite has no torch form,
-comes back unchanged, with the reason in `report.extra["skipped"]`.
+nodes by target). A graph that cannot be rewritten safely (a grad-mode or autocast switch), or
+whose rewrite has no torch form, comes back unchanged, with the reason in
+`report.extra["skipped"]`; nodes kept as they are around an in-place write to shared storage
+are named in `report.extra["in_order"]`.
 """
 
 from __future__ import annotations
@@ -71,11 +73,13 @@ def optimize_fx(
         return gm, skipped_report(before, str(e))
     out, report = optimize(graph, rules, Limits(**limits), cost, fp)
     result, extra = gm, {}
+    if graph.meta.in_order:
+        extra["in_order"] = "; ".join(graph.meta.in_order)
     if out is not graph:
         try:
             result = export_fx(out)
         except FxExportError as e:
-            extra = {"skipped": str(e)}
+            extra["skipped"] = str(e)
     after = fx_op_counts(result)
     report = replace(report, nodes_before=sum(before.values()), ops_before=before,
                      nodes_after=sum(after.values()), ops_after=after, changed=result is not gm,
@@ -113,6 +117,31 @@ def fx_op_counts(gm) -> dict[str, int]:
         elif n.op == "call_module":
             counts[type(gm.get_submodule(n.target)).__name__] += 1
     return dict(counts)
+
+
+def op_coverage(gm, example_inputs=None, *, freeze: bool = False) -> dict[str, tuple[int, int]]:
+    """Which call nodes of `gm` (GraphModule or ExportedProgram) the rules can see.
+
+    Returns target (named as `fx_op_counts` names it) -> (nodes, opaque nodes): a node the
+    importer lowers to canonical ops counts as seen (also a split or batch norm whose items are
+    lowered at their `getitem`s), an opaque one as not. Raises FxImportError as `import_fx`."""
+    graph = import_fx(gm, example_inputs, freeze=freeze)
+    opaque = {n.name for n in graph.nodes if n.opaque}
+    module = gm.graph_module if isinstance(gm, torch.export.ExportedProgram) else gm
+    counts: dict[str, list[int]] = {}
+    for n in module.graph.nodes:
+        if n.op == "call_function":
+            key = _qualified(n.target)
+        elif n.op == "call_method":
+            key = f"Tensor.{n.target}"
+        elif n.op == "call_module":
+            key = type(module.get_submodule(n.target)).__name__
+        else:
+            continue
+        entry = counts.setdefault(key, [0, 0])
+        entry[0] += 1
+        entry[1] += n.name in opaque
+    return {k: (v[0], v[1]) for k, v in counts.items()}
 
 
 def _qualified(target) -> str:

@@ -73,6 +73,8 @@ class _Exporter:
         self.device = next((d for d in g.meta.devices.values() if d is not None), None)
         self.node_names: dict[int, str] = {}
         self.heirs: dict[int, str] = {}  # rewritten node -> the source node it replaces
+        self.src_nodes = {f.name: f for f in old.nodes}
+        self.sizes: dict[str, fx.Node] = {}  # symbolic dimension -> node reading it (Builder.size)
         self.names = {g.values[v].name for n in g.nodes for v in n.outputs}
         self.names |= {g.values[v].name for v in (*g.inputs, *g.outputs, *g.constants)}
 
@@ -188,11 +190,12 @@ class _Exporter:
         return readers[0] if len(readers) == 1 else None
 
     def _inherit(self, n, new: fx.Node) -> fx.Node:
-        """A rewritten node that replaces a source node of the same op (see `node_name`) takes
-        its metadata (stack trace, module stack), except values of the old computation."""
-        name = self.heirs.get(id(n))
-        if name is not None and new.op == "call_function" and not new.meta:
-            old = next(f for f in self.src.graph.nodes if f.name == name)
+        """A rewritten node that replaces a source node of the same op (see `node_name`), or
+        computes a source node's own value (a split item written as a Slice), takes its
+        metadata (stack trace, module stack), except values of the old computation."""
+        name = self.heirs.get(id(n), self.g.values[n.outputs[0]].name)
+        old = self.src_nodes.get(name)
+        if old is not None and new.op == "call_function" and not new.meta:
             new.meta.update({k: v for k, v in old.meta.items() if k not in _VALUE_META})
         return new
 
@@ -287,12 +290,20 @@ class _Exporter:
         gm = fx.GraphModule(root, self.graph, self.src.__class__.__name__)
         gm.meta = dict(getattr(self.src, "meta", {}))
         gm.train(self.src.training)
-        if gm.graph.eliminate_dead_code():
+        # a sink (an in-place write, a random draw, an effect nobody reads) is kept though
+        # nothing reads it; torch would drop a call_method `add_` as dead
+        sinks = {self.env[v] for v in self.g.outputs[self.meta.n_outputs:] if v in self.env}
+        if gm.graph.eliminate_dead_code(lambda n: n in sinks or n.is_impure()):
             gm.recompile()
         gm.graph.lint()
         if self.meta.program is None:
             return gm
         return _program(self.meta.program, gm, self.buffers)
+
+
+def _placeholder_shape(p: fx.Node) -> tuple:
+    val = p.meta.get("val", p.meta.get("example_value"))
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else ()
 
 
 class Builder:
@@ -331,6 +342,26 @@ class Builder:
 
     def call(self, fn, op, *args, **kwargs) -> fx.Node:
         return self.ex.graph.call_function(self.ex._target(fn, op), args, kwargs, name=self.name)
+
+    def size(self, i: int, axis: int) -> fx.Node | int:
+        """Dimension `axis` of input `i`: the number, or a node reading the symbolic size at run
+        time. One node per symbol for the whole graph, read from a graph input that has it
+        when there is one (it then precedes every use), else from input `i` itself."""
+        d = self.type(i).shape[axis]
+        if isinstance(d, int):
+            return d
+        sizes = self.ex.sizes
+        if d not in sizes:
+            home = next(((p, j) for p in self.ex.placeholders.values()
+                         for j, pd in enumerate(_placeholder_shape(p)) if str(pd) == d), None)
+            size = torch.ops.aten.sym_size.int
+            if home is None:
+                return self.ex.graph.call_function(size, (self.x(i), axis))
+            p, j = home
+            last = [n for n in self.ex.graph.nodes if n.op == "placeholder"][-1]
+            with self.ex.graph.inserting_after(last):  # placeholders stay first
+                sizes[d] = self.ex.graph.call_function(size, (self.ex.copied[p], j))
+        return sizes[d]
 
     def getitem(self, node: fx.Node, i: int) -> fx.Node:
         return self.ex.graph.call_function(operator.getitem, (node, i), name=self.name)

@@ -8,9 +8,14 @@ to the canonical ONNX vocabulary by `frontends.fx.table`; anything else is an op
 "fx", never folded or matched) that export copies back unchanged.
 
 Shapes and dtypes come from node metadata (`val`, `example_value`, `tensor_meta`) or, when it is
-missing, from running the module on the example inputs. A graph whose meaning depends on node
-order beyond data flow (an in-place op on a value others read, a grad-mode or autocast switch)
-raises `FxImportError`; `optimize_fx` then returns the module unchanged.
+missing, from running the module on the example inputs.
+
+Effects (`frontends.fx.effects`): an in-place op on a value only it reads becomes its pure
+form. Any other in-place op pins the storage it writes: the nodes that read or view it are
+imported opaque, and they and the random draws (dropout in training, ...) read their
+predecessor implicitly (`Node.implicit`), so they stay in their order while the rest of the
+graph is rewritten; `FxSource.in_order` says why. Only a switch of global state (grad mode,
+autocast) raises `FxImportError`; `optimize_fx` then returns the module unchanged.
 """
 
 from __future__ import annotations
@@ -24,17 +29,16 @@ import numpy as np
 import torch
 from torch import fx
 
-from frontends.fx import nodes
+from frontends.fx import effects, nodes
 from frontends.fx.lower import Lowering, Unmapped
 from frontends.fx.nodes import FxImportError
-from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT
-from frontends.fx.tensors import to_numpy
+from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT, SPLITS
+from frontends.fx.tensors import onnx_elem, to_numpy
 from rewrite.graph import Node, TermGraph, Value
 from rewrite.types import UNKNOWN, TensorType
 
-OPSET = 21  # default-domain opset of imported graphs: Gelu (20) and AveragePool (19) included
-_ALIASING = {"Identity", "Dropout", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
-             "Expand", "Slice", "Gather", "Cast"}  # torch may return a view of the input
+OPSET = 23  # default-domain opset of imported graphs: Gelu (20), AveragePool (19) and
+# RMSNormalization (23) included
 _DEDUP_MAX_BYTES = 1 << 16
 
 
@@ -76,8 +80,10 @@ class FxSource:
     n_outputs: graph outputs in `TermGraph.outputs`; the rest keep effectful nodes alive.
     groups: group id -> output value names of its pieces. readers: (canonical op, name of its
     first input) -> source fx node name, to name folded weights after the layer they replace.
-    devices: value name -> device. pure_only: groups of in-place ops made pure, never copied.
-    program: the ExportedProgram, if any.
+    devices: value name -> device. pure_only: groups export never copies (in-place ops made
+    pure; split items, written as Slices).
+    program: the ExportedProgram, if any. in_order: why nodes were kept as they are, in order
+    (see `frontends.fx.effects`); empty when nothing was.
     """
 
     module: fx.GraphModule
@@ -89,6 +95,7 @@ class FxSource:
     devices: dict[str, torch.device] = field(default_factory=dict)
     pure_only: frozenset[int] = frozenset()
     program: Any = None
+    in_order: tuple[str, ...] = ()
 
 
 def import_fx(gm, example_inputs=None, *, freeze: bool = False) -> TermGraph:
@@ -101,12 +108,27 @@ def import_fx(gm, example_inputs=None, *, freeze: bool = False) -> TermGraph:
     program = None
     if isinstance(gm, torch.export.ExportedProgram):
         program, gm = gm, gm.graph_module
-    return _Importer(gm, program, example_inputs, freeze).run()
+    order = effects.plan(gm)
+    while True:
+        try:
+            return _Importer(gm, program, example_inputs, freeze, order).run()
+        except _Unlowered as e:  # an in-place op with no pure form: pin what it writes
+            order = effects.plan(gm, order.unlowered | {e.node})
+
+
+class _Unlowered(Exception):
+    """An in-place op the plan took for a pure one has no pure form (see `import_fx`)."""
+
+    def __init__(self, node: fx.Node):
+        super().__init__(node.name)
+        self.node = node
 
 
 class _Importer:
-    def __init__(self, gm: fx.GraphModule, program, example_inputs, freeze: bool):
-        self.gm, self.program, self.freeze = gm, program, freeze
+    def __init__(self, gm: fx.GraphModule, program, example_inputs, freeze: bool,
+                 order: effects.Order):
+        self.gm, self.program, self.freeze, self.order = gm, program, freeze, order
+        self.last_in_order: int | None = None  # output of the last chained node
         self.inputs = list(example_inputs or ())
         self.opset = OPSET
         self.values: list[Value] = []
@@ -133,10 +155,13 @@ class _Importer:
                 fx.node.map_arg(n.args[0], lambda a: outputs.append(self.vid_of[a]))
                 continue
             self.vid_of[n] = self.new_value(n.name, self.type_of_node(n), reserve=False)
-            getattr(self, f"_{n.op}")(n)
+            if n in self.order.pinned or n in self.order.chain:
+                self._opaque(n)
+            else:
+                getattr(self, f"_{n.op}")(n)
         meta = FxSource(self.gm, "aten" if self.aten else "torch", len(outputs), self.sources,
                         self.groups, self.readers, {v.name: d for v, d in self._devices()},
-                        frozenset(self.pure_only), self.program)
+                        frozenset(self.pure_only), self.program, self.order.reasons)
         return TermGraph(tuple(self.values), tuple(self.nodes), tuple(self.graph_inputs),
                          tuple(outputs + self.sinks), self.constants, self.opset, meta)
 
@@ -229,27 +254,71 @@ class _Importer:
             self._opaque(n)
 
     def _call_function(self, n: fx.Node) -> None:
+        if n.target is torch.ops.aten._assert_tensor_metadata.default and self._holds(n):
+            return  # decided at export time: keeping it would pin the value it reads
         if n.target in CREATORS and not n.all_input_nodes:
             value = nodes.evaluate(n)
             if value is not None:
                 self._constant(n.name, value, Source("node", n), self.vid_of[n])
                 return
-        if n.target in MULTI_OUTPUT and nodes.only_first_used(n):
+        if (n.target in MULTI_OUTPUT and nodes.only_first_used(n)) or self._splits(n):
             self.absorbed.add(n)
             return
         parent = n.args[0] if n.target is operator.getitem else None
         if parent in self.absorbed:
-            if not self._lower(n, FUNCTIONS[parent.target], parent.args, parent.kwargs,
-                               (parent, n)):
-                self.absorbed.discard(parent)
-                self._opaque(parent)
-                self._opaque(n)
+            self._lower_item(n, parent)
             return
         if not self._lower(n, FUNCTIONS.get(n.target), n.args, n.kwargs, (n,)):
             self._opaque(n)
 
     def _call_method(self, n: fx.Node) -> None:
+        if self._splits(n):
+            self.absorbed.add(n)
+            return
         if not self._lower(n, FUNCTIONS.get(f"method:{n.target}"), n.args, n.kwargs, (n,)):
+            self._opaque(n)
+
+    def _holds(self, n: fx.Node) -> bool:
+        """Does torch.export's `_assert_tensor_metadata(a, dtype=, device=, layout=)` hold for
+        every run? A value's dtype, device and layout are fixed by the program's input checks,
+        so it holds when they are the ones the graph's metadata gives `a`. Sizes and strides
+        may vary with symbolic shapes: an assertion on them is kept."""
+        a = dict(zip(("a", "size", "stride", "dtype"), n.args)) | dict(n.kwargs)
+        x = a.get("a")
+        if not isinstance(x, fx.Node) or a.get("size") is not None or a.get("stride") is not None:
+            return False
+        t, device = self.type_of_node(x), self.device_of(x)
+        if a.get("dtype") is not None and (not t.dtype or t.dtype != onnx_elem(a["dtype"])):
+            return False
+        if a.get("device") is not None and (device is None or torch.device(a["device"]) != device):
+            return False
+        return a.get("layout") in (None, torch.strided)
+
+    def _splits(self, n: fx.Node) -> bool:
+        """A split/chunk whose every use is `getitem(n, i)`: each item becomes a Slice."""
+        key = f"method:{n.target}" if n.op == "call_method" else n.target
+        return key in SPLITS and bool(n.users) and all(
+            u.target is operator.getitem and isinstance(u.args[1], int) for u in n.users)
+
+    def _lower_item(self, n: fx.Node, parent: fx.Node) -> None:
+        """getitem(parent, i) of an absorbed multi-output node: its first output (batch norm,
+        ...) or a split's item i. A split's items are always written as Slices (export never
+        copies the group: it would copy the split once per item). If one item cannot be
+        lowered, the parent and that item stay opaque."""
+        key = f"method:{parent.target}" if parent.op == "call_method" else parent.target
+        split = SPLITS.get(key)
+        if split is None:
+            ok = self._lower(n, FUNCTIONS[parent.target], parent.args, parent.kwargs, (parent, n))
+        else:
+            try:
+                bound = {**split.params.bind(parent.args, parent.kwargs), "item": n.args[1]}
+            except Unmapped:
+                bound = None
+            ok = bound is not None and self._lower(n, (split.lower, bound), (), {}, (parent, n),
+                                                   copyable=False)
+        if not ok:
+            self.absorbed.discard(parent)
+            self._opaque(parent)
             self._opaque(n)
 
     def _call_module(self, n: fx.Node) -> None:
@@ -266,40 +335,36 @@ class _Importer:
 
     # ---- lowering --------------------------------------------------------------------------
 
-    def _lower(self, n, spelling, args, kwargs, fx_nodes, module=None) -> bool:
+    def _lower(self, n, spelling, args, kwargs, fx_nodes, module=None, copyable=True) -> bool:
         """Lower `n` (with `spelling`, or a (handler, bound args) pair) and commit it; True on
-        success. An in-place op becomes its pure form only when nothing else can see the
-        mutation; one that stays opaque makes the graph unsafe to rewrite (FxImportError)."""
+        success. An in-place op the plan left here writes a value only it reads, and becomes
+        its pure form; one that has none raises `_Unlowered` (its storage is then pinned)."""
         mutating = nodes.mutating(n, module)
         try:
             if spelling is None:
                 raise Unmapped("no spelling")
             handler, bound = spelling if isinstance(spelling, tuple) else (
                 spelling.lower, spelling.params.bind(args, kwargs))
-            mutating = mutating or bound.get("inplace") is True
-            if mutating:
-                self._check_fresh(n, args[0] if args else n.args[0])
+            if bound.get("inplace") is True and not mutating:  # F.relu(x, True)
+                raise _Unlowered(n)
             lo = Lowering(self, n, module)
             handler(lo, bound)
-            self._commit(lo, n, fx_nodes, pure_only=mutating)
+            self._commit(lo, n, fx_nodes, pure_only=mutating or not copyable)
             return True
         except (Unmapped, TypeError, ValueError):  # TypeError: a symbolic value where a literal
             # is needed (e.g. float(eps) of a SymFloat node); the node stays as it is
             if mutating:
-                raise FxImportError(f"{n.name}: in-place {n.target} kept as it is") from None
+                raise _Unlowered(n) from None
             return False
-
-    def _check_fresh(self, n: fx.Node, x) -> None:
-        """An in-place op may become a pure one only if nothing else can see the mutation."""
-        fresh = (isinstance(x, fx.Node) and len(x.users) == 1 and x.op.startswith("call_")
-                 and self.canonical.get(x, "Identity") not in _ALIASING)
-        if not fresh:
-            raise FxImportError(f"{n.name}: in-place {n.target} on a value that others may read")
 
     def _commit(self, lo: Lowering, n: fx.Node, fx_nodes, pure_only: bool = False) -> None:
         needed = {a for f in fx_nodes for a in f.all_input_nodes} - set(fx_nodes)
-        if not lo.pieces or not needed <= set(lo.reads):
+        sizes = {a for a in needed - set(lo.reads) if _symbolic_size(a)}
+        if not lo.pieces or not needed - sizes <= set(lo.reads):
             raise Unmapped("an argument is not a tensor input")
+        # a size read from the symbolic types: export writes the canonical form, which reads
+        # sizes itself, never a copy of the source node (its size inputs may be gone)
+        pure_only = pure_only or bool(sizes)
         op, ins, attrs, tmp = lo.pieces[-1]
         want, got = self.type_of_node(n), self.values[tmp].type
         if want.dtype == 0 or (got.static and want.static and got != want):
@@ -318,20 +383,29 @@ class _Importer:
             name = self.values[out].name
             self.nodes.append(Node(op, ins, (out,), attrs, False, name, "", origin))
         self.groups[group] = tuple(names)
-        if pure_only:  # an in-place op: export writes its pure form, never the mutating node
+        if pure_only:  # export writes the canonical form, never the source nodes
             self.pure_only.add(group)
         self.canonical[n] = op
 
     def _opaque(self, n: fx.Node) -> None:
-        nodes.check_order_free(n)
         ins = tuple(self.vid_of[a] for a in n.all_input_nodes)
         origin = Origin((n,), ins, tuple(zip(n.all_input_nodes, ins)), len(self.groups), True)
         self.groups[origin.group] = (n.name,)
-        self.nodes.append(Node(_label(n), ins, (self.vid_of[n],), (), True, n.name, "fx", origin))
-        if not n.users and n.op != "get_attr" and (n.is_impure() or nodes.mutating(n, None)):
+        implicit = ()
+        if n in self.order.chain:  # after the previous chained node, whatever the data flow
+            implicit = () if self.last_in_order is None else (self.last_in_order,)
+            self.last_in_order = self.vid_of[n]
+        self.nodes.append(Node(_label(n), ins, (self.vid_of[n],), (), True, n.name, "fx", origin,
+                               implicit))
+        effectful = n.op == "call_function" and n.is_impure(impure_random=False)
+        if not n.users and n.op != "get_attr" and (effectful or n in self.order.chain):
             self.sinks.append(self.vid_of[n])
 
 
+def _symbolic_size(n: fx.Node) -> bool:
+    """Does `n` compute a size (a SymInt) rather than a tensor? Lowerings that meet one read
+    the size from the symbolic types instead (see `spellings.reshape`)."""
+    return isinstance(n.meta.get("val", n.meta.get("example_value")), torch.SymInt)
 
 
 def _label(n: fx.Node) -> str:

@@ -1,8 +1,8 @@
 """What the fx importer needs to know about nodes beyond their target.
 
 Types and devices (from `val` / `example_value` / `tensor_meta` metadata, or a run on example
-inputs), whether a node mutates an input in place, whether its position in the graph matters
-(grad mode, autocast), and which placeholders torch.compile lifted from module state.
+inputs), whether a node mutates an input in place, and which placeholders torch.compile lifted
+from module state. What follows from effects for the order of nodes is `frontends.fx.effects`.
 """
 
 from __future__ import annotations
@@ -37,14 +37,6 @@ def is_state(n: fx.Node, value: torch.Tensor) -> bool:
     name = str(n.target)
     return isinstance(value, torch.nn.Parameter) or (
         name.startswith("L_") and ("_parameters_" in name or "_buffers_" in name))
-
-
-def check_order_free(n: fx.Node) -> None:
-    """Effects whose position matters (grad mode, autocast, setitem) cannot be reordered."""
-    if n.op == "call_function" and n.is_impure():
-        name = getattr(n.target, "__name__", str(n.target))
-        if "assert" not in name and "constrain" not in name:
-            raise FxImportError(f"{n.name}: {name} changes state that later nodes depend on")
 
 
 def mutating(n: fx.Node, module) -> bool:

@@ -217,6 +217,17 @@ def layer_norm(b):
                   b.attr("epsilon"))
 
 
+def rms_norm(b):
+    """RMSNormalization: F.rms_norm over the axes from `axis` on (stash_type 1: torch computes
+    float32 inputs in float32, and upcasts half inputs as ONNX does)."""
+    rank = _static_rank(b)
+    shape = b.type(0).shape[b.attr("axis") % rank:]
+    if not all(isinstance(d, int) for d in shape) or b.attr("stash_type") != 1:
+        raise NoTorchForm("RMSNormalization over symbolic dimensions or with a stash type")
+    return b.call(F.rms_norm, aten.rms_norm.default, b.x(0), list(shape), b.x(1),
+                  b.attr("epsilon"))
+
+
 def _pool_args(b) -> tuple[int, list[int], list[int], list[int]]:
     if b.attr("auto_pad") != "NOTSET" or b.attr("ceil_mode"):
         raise NoTorchForm(f"{b.node.op} with auto_pad or ceil_mode")
@@ -285,13 +296,16 @@ def reduce(b):
 
 
 def reshape(b):
+    """Reshape: torch.reshape. ONNX's 0 (copy the input's dimension) becomes that dimension:
+    a number, or `sym_size(x, i)` read at run time when it is symbolic."""
     shape = _ints(b, 1)
+    x = b.x(0)
     if not b.attr("allowzero") and 0 in shape:
-        src = b.type(0).shape or ()
-        shape = [src[i] if d == 0 and i < len(src) else d for i, d in enumerate(shape)]
-        if not all(isinstance(d, int) for d in shape):
-            raise NoTorchForm("Reshape copying a symbolic dimension")
-    return b.call(torch.reshape, aten.reshape.default, b.x(0), shape)
+        src = b.type(0).shape
+        if src is None or any(d == 0 and i >= len(src) for i, d in enumerate(shape)):
+            raise NoTorchForm("Reshape copying a dimension of unknown rank")
+        shape = [d if d != 0 else b.size(0, i) for i, d in enumerate(shape)]
+    return b.call(torch.reshape, aten.reshape.default, x, shape)
 
 
 def flatten(b):
@@ -325,9 +339,17 @@ def unsqueeze(b):
 
 
 def expand(b):
-    if not b.out.static:
+    """Expand: Tensor.expand to the result's shape; an axis the input has at the same symbolic
+    size is written -1 (keep it)."""
+    src, out = b.type(0).shape, b.out.shape
+    if src is None or out is None:
+        raise NoTorchForm("Expand of unknown rank")
+    lead = len(out) - len(src)
+    sizes = [o if isinstance(o, int) else -1 if i >= lead and src[i - lead] == o else None
+             for i, o in enumerate(out)]
+    if None in sizes:
         raise NoTorchForm("Expand to a symbolic shape")
-    return b.call(torch.Tensor.expand, aten.expand.default, b.x(0), list(b.out.shape))
+    return b.call(torch.Tensor.expand, aten.expand.default, b.x(0), sizes)
 
 
 def tile(b):
@@ -384,6 +406,7 @@ RAISE = {
     "CastLike": cast, "Clip": clip, "LeakyRelu": leaky_relu, "HardSigmoid": hard_sigmoid,
     "Gelu": gelu, "Softmax": softmax, "LogSoftmax": softmax, "MatMul": matmul, "Gemm": gemm,
     "Conv": conv, "BatchNormalization": batch_norm, "LayerNormalization": layer_norm,
+    "RMSNormalization": rms_norm,
     "MaxPool": max_pool, "AveragePool": avg_pool, "GlobalAveragePool": global_pool,
     "GlobalMaxPool": global_pool, **{op: reduce for op in (*_REDUCE, "ReduceL2", "ReduceProd")},
     "Reshape": reshape, "Flatten": flatten, "Transpose": transpose, "Squeeze": squeeze,

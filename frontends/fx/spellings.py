@@ -123,12 +123,18 @@ def cast(dtype: torch.dtype | None = None):
         for extra in a.get("args", ()):
             if isinstance(extra, torch.dtype) and want is None:
                 want = extra
-            elif not _same_device(lo, extra):
+            elif not _same_device(lo, extra, a["input"]):
                 raise Unmapped(f"to({extra!r})")
-        if not _same_device(lo, a.get("device")) or a.get("layout") not in (None, torch.strided):
+        layout = a.get("layout") not in (None, torch.strided)
+        if not _same_device(lo, a.get("device"), a["input"]) or layout:
             raise Unmapped("device or layout change")
-        if a.get("memory_format") not in (None, torch.preserve_format) or want is None:
+        if a.get("memory_format") not in (None, torch.preserve_format):
             raise Unmapped("memory format")
+        if want is None and lo.dtype(a["input"]) == lo.out_dtype:  # x.to(its own device)
+            lo.emit("Identity", [lo.tensor(a["input"])])
+            return
+        if want is None:
+            raise Unmapped("no dtype")
         if lo.out_dtype != want or lo.dtype(a["input"]) is None:
             raise Unmapped("dtype")
         lo.emit("Cast", [lo.tensor(a["input"])], {"to": elem(want)})
@@ -136,8 +142,12 @@ def cast(dtype: torch.dtype | None = None):
     return lower
 
 
-def _same_device(lo: Lowering, device) -> bool:
-    return device is None or torch.device(device) == lo.imp.device_of(lo.node)
+def _same_device(lo: Lowering, device, x) -> bool:
+    """Is `device` (None: unchanged) the device `x` is on? Unknown devices are not the same."""
+    if device is None:
+        return True
+    have = lo.imp.device_of(x) if isinstance(x, fx.Node) else None
+    return have is not None and torch.device(device) == have
 
 
 def identity(lo: Lowering, a: dict) -> None:
@@ -261,6 +271,18 @@ def layer_norm(lo: Lowering, a: dict) -> None:
     lo.emit("LayerNormalization", [lo.tensor(x), scale, lo.optional(a["bias"])], attrs)
 
 
+def rms_norm(lo: Lowering, a: dict) -> None:
+    """rms_norm over the last len(normalized_shape) axes: RMSNormalization(axis=-k); torch's
+    default eps (None) is the dtype's machine epsilon."""
+    x, shape = a["input"], tuple(a["normalized_shape"])
+    dt = lo.dtype(x)
+    if dt not in FLOATS or dt != lo.out_dtype:
+        raise Unmapped("dtype")
+    eps = torch.finfo(dt).eps if a["eps"] is None else float(a["eps"])
+    scale = lo.tensor(a["weight"]) if a["weight"] is not None else _fill(lo, shape, 1, x)
+    lo.emit("RMSNormalization", [lo.tensor(x), scale], {"axis": -len(shape), "epsilon": eps})
+
+
 def pool(op: str, n: int):
     """max/avg pooling of n spatial dims on batched input, without ceil_mode."""
 
@@ -325,10 +347,34 @@ def _dims(v) -> tuple:
 
 
 def reshape(lo: Lowering, a: dict) -> None:
-    """view/reshape: Reshape. A 0 in a torch shape is a 0-size axis, so allowzero=1 then."""
+    """view/reshape: Reshape. A 0 in a torch shape is a 0-size axis, so allowzero=1 then.
+    A size computed at run time (a SymInt node, with dynamic shapes) is read from the result's
+    symbolic type: a dimension equal to the input's at the same axis becomes ONNX's 0 (copy
+    it), and at most one other becomes -1."""
     shape = _dims(a["shape"]) if isinstance(a["shape"], (tuple, list)) else (a["shape"],)
-    const = lo.ints(shape)
-    lo.emit("Reshape", [lo.tensor(a["input"]), const], {"allowzero": int(0 in shape)})
+    if all(_literal(d) for d in shape):
+        lo.emit("Reshape", [lo.tensor(a["input"]), lo.ints(shape)],
+                {"allowzero": int(0 in shape)})
+        return
+    src, out = lo.type(a["input"]).shape, lo.out.shape
+    if src is None or out is None or len(out) != len(shape) or 0 in shape:
+        raise Unmapped("symbolic reshape")
+    target = []
+    for i, (d, o) in enumerate(zip(shape, out)):
+        if _literal(d) or isinstance(o, int):
+            target.append(d if _literal(d) else o)
+        elif i < len(src) and src[i] == o:
+            target.append(0)
+        else:
+            target.append(None)
+    if target.count(None) + target.count(-1) > 1 or 0 in out:
+        raise Unmapped("more than one size unknown")
+    target = [-1 if d is None else d for d in target]
+    lo.emit("Reshape", [lo.tensor(a["input"]), lo.ints(target)])
+
+
+def _literal(d) -> bool:
+    return isinstance(d, int) and not isinstance(d, bool)
 
 
 def permute(lo: Lowering, a: dict) -> None:
@@ -388,11 +434,22 @@ def flatten(lo: Lowering, a: dict) -> None:
 
 
 def expand(lo: Lowering, a: dict) -> None:
-    """expand(sizes): Expand to the (static) result shape; -1 entries are resolved by torch."""
-    sizes = _dims(a["size"])
-    if not all(isinstance(s, int) for s in sizes):
-        raise Unmapped("symbolic sizes")
-    lo.emit("Expand", [lo.tensor(a["input"]), lo.ints(lo.out_shape())])
+    """expand(sizes): Expand. ONNX broadcasts the input with the shape given, so an axis the
+    input already has at its size (a symbol included) is written 1; a new or widened axis
+    needs its size as a number."""
+    src, out = lo.type(a["input"]).shape, lo.out.shape
+    if src is None or out is None:
+        raise Unmapped("unknown shape")
+    lead = len(out) - len(src)
+    shape = []
+    for i, o in enumerate(out):
+        if isinstance(o, int):
+            shape.append(o)
+        elif i >= lead and src[i - lead] == o:
+            shape.append(1)
+        else:
+            raise Unmapped("expand to a symbolic size")
+    lo.emit("Expand", [lo.tensor(a["input"]), lo.ints(shape)])
 
 
 def slice_(lo: Lowering, a: dict) -> None:
@@ -408,3 +465,97 @@ def select(lo: Lowering, a: dict) -> None:
         raise Unmapped("symbolic index")
     idx = lo.constant(np.asarray(a["index"], dtype=np.int64))
     lo.emit("Gather", [lo.tensor(a["input"]), idx], {"axis": int(a["dim"])})
+
+
+def index(lo: Lowering, a: dict) -> None:
+    """x[idx] for a tuple of slices, None, Ellipsis and ints (basic indexing; tensor indices
+    stay opaque): one Slice over the axes with a non-trivial slice, a Gather per int (from the
+    last axis down, so earlier axes keep their numbers), then one Unsqueeze for the Nones."""
+    x, idx = a["input"], a["index"]
+    items = list(idx) if isinstance(idx, tuple) else [idx]
+    if not all(i is None or i is Ellipsis or isinstance(i, slice)
+               or (isinstance(i, int) and not isinstance(i, bool)) for i in items):
+        raise Unmapped("advanced indexing")
+    rank, consuming = lo.rank(x), sum(1 for i in items if i is not None and i is not Ellipsis)
+    if items.count(Ellipsis) > 1 or consuming > rank:
+        raise Unmapped("index")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at:at + 1] = [slice(None)] * (rank - consuming)
+    else:
+        items += [slice(None)] * (rank - consuming)
+    slices, ints, nones, axis, out_axis = [], [], [], 0, 0
+    for i in items:
+        if i is None:
+            nones.append(out_axis)
+            out_axis += 1
+            continue
+        if isinstance(i, slice):
+            if i != slice(None):
+                slices.append((axis, i))
+            out_axis += 1
+        else:
+            ints.append((axis, i))
+        axis += 1
+    y = lo.tensor(x)
+    if slices:
+        y = _slice(lo, y, slices)
+    for ax, i in reversed(ints):
+        y = lo.emit("Gather", [y, lo.constant(np.asarray(i, dtype=np.int64))], {"axis": ax})
+    if nones:
+        y = lo.emit("Unsqueeze", [y, lo.ints(nones)])
+    if not (slices or ints or nones):
+        lo.emit("Identity", [y])
+
+
+def _slice(lo: Lowering, x: int, slices) -> int:
+    starts, ends, steps = [], [], []
+    for _, s in slices:
+        step = 1 if s.step is None else s.step
+        if not isinstance(step, int) or step <= 0:
+            raise Unmapped("slice step")
+        starts.append(0 if s.start is None else s.start)
+        ends.append(INT64_MAX if s.stop is None else s.stop)
+        steps.append(step)
+    axes = [ax for ax, _ in slices]
+    return lo.emit("Slice", [x, lo.ints(starts), lo.ints(ends), lo.ints(axes), lo.ints(steps)])
+
+
+def split_item(lo: Lowering, a: dict) -> None:
+    """Item `item` of split(x, size | sizes, dim) or chunk(x, chunks, dim): a Slice along dim.
+    A size or count that is not a Python int (a symbolic size) stays opaque; chunk needs the
+    static length of dim (torch's chunk size is ceil(length / chunks))."""
+    x, dim, item = a["input"], a["dim"], a["item"]
+    if "chunks" in a:
+        length = lo.shape(x)[dim]
+        size = -(-length // a["chunks"])
+        sizes = [size] * (-(-length // size))
+    elif isinstance(a["split_size"], int):
+        sizes = None
+    else:
+        sizes = list(a["split_size"])
+    if sizes is None:
+        start, end = item * a["split_size"], (item + 1) * a["split_size"]
+    else:
+        if not all(isinstance(s, int) for s in sizes) or item >= len(sizes):
+            raise Unmapped("symbolic split sizes")
+        start, end = sum(sizes[:item]), sum(sizes[:item + 1])
+    if not (isinstance(start, int) and isinstance(end, int) and isinstance(dim, int)):
+        raise Unmapped("symbolic split")
+    _slice(lo, lo.tensor(x), [(dim % lo.rank(x), slice(start, end))])
+
+
+def contiguous(lo: Lowering, a: dict) -> None:
+    """x.contiguous(): the same values (a copy in another layout, or x itself): Identity. Export
+    writes `reshape`, never `view`, so no later view depends on the layout."""
+    if a.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
+        raise Unmapped("memory format")
+    lo.emit("Identity", [lo.tensor(a["input"])])
+
+
+def repeat(lo: Lowering, a: dict) -> None:
+    """x.repeat(r): Tile(x, r) when r has one entry per axis (torch also prepends axes)."""
+    reps = _dims(a["repeats"])
+    if len(reps) != lo.rank(a["input"]):
+        raise Unmapped("repeat adds axes")
+    lo.emit("Tile", [lo.tensor(a["input"]), lo.ints(reps)])

@@ -173,6 +173,8 @@ spell("input normalized_shape weight=None bias=None eps=1e-05", s.layer_norm, F.
       aten.native_layer_norm.default)
 spell("input normalized_shape weight=None bias=None eps=1e-05 cudnn_enable=True", s.layer_norm,
       torch.layer_norm, aten.layer_norm.default)
+spell("input normalized_shape weight=None eps=None", s.rms_norm, F.rms_norm, torch.rms_norm,
+      aten.rms_norm.default)
 for n in (1, 2, 3):
     spell("input kernel_size stride=None padding=0 dilation=1 ceil_mode=False "
           "return_indices=False", s.pool("MaxPool", n), getattr(F, f"max_pool{n}d"))
@@ -220,6 +222,23 @@ spell("input|self *size", s.expand, torch.Tensor.expand, *_methods("expand"))
 spell("input|self size implicit=False", s.expand, aten.expand.default)
 spell("input|self dim=0 start=None end=None step=1", s.slice_, aten.slice.Tensor)
 spell("input|self dim index", s.select, torch.select, *_methods("select"), aten.select.int)
+spell("input|self index", s.index, operator.getitem, *_methods("__getitem__"))
+spell("input|self memory_format=None", s.contiguous, *_methods("contiguous"),
+      aten.contiguous.default)
+spell("input|self *repeats", s.repeat, *_methods("repeat"))
+spell("input|self repeats", s.repeat, aten.repeat.default)
+
+# Ops returning a list of views, lowered at each `getitem(node, i)` as a Slice when every use of
+# the node is such a getitem (`frontends.fx.importer`); the handler gets `item` = i.
+SPLITS: dict[object, Spelling] = {}
+for params, targets in [
+    ("input|self split_size|split_size_or_sections|split_sizes dim=0",
+     [torch.split, *_methods("split", "split_with_sizes"), aten.split.Tensor,
+      aten.split_with_sizes.default]),
+    ("input|self chunks dim=0", [torch.chunk, *_methods("chunk"), aten.chunk.default]),
+]:
+    for target in targets:
+        SPLITS[target] = Spelling(Params(params), s.split_item)
 
 # Ops returning a tuple whose first element is the result: lowered at `getitem(node, 0)` when
 # that is the node's only use.
@@ -284,6 +303,8 @@ MODULES: dict[type, tuple[Callable, Callable]] = {
     nn.LayerNorm: (s.layer_norm, lambda m, x: dict(
         input=x, normalized_shape=m.normalized_shape, weight=_attr(m, "weight"),
         bias=_attr(m, "bias"), eps=m.eps)),
+    nn.RMSNorm: (s.rms_norm, lambda m, x: dict(
+        input=x, normalized_shape=m.normalized_shape, weight=_attr(m, "weight"), eps=m.eps)),
     nn.ReLU: (s.unary("Relu"), lambda m, x: dict(input=x)),
     nn.Tanh: (s.unary("Tanh"), lambda m, x: dict(input=x)),
     nn.Sigmoid: (s.unary("Sigmoid"), lambda m, x: dict(input=x)),

@@ -52,10 +52,9 @@ def type_of(value) -> TensorType:
 
 
 def _static(d) -> bool:
-    try:
-        int(d)
-    except Exception:  # a SymInt without a hint
-        return False
+    """Is `d` a plain int? Never `int(d)` a SymInt that is not a constant: that guards on its
+    example value and so specializes the symbol in the program's shape environment (every
+    later reader of the graph's metadata then sees the example size)."""
     return not isinstance(d, torch.SymInt) or d.node.is_constant()
 
 
