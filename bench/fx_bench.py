@@ -16,16 +16,17 @@ optimize + export, output check off), for torch.export with static shapes, torch
 batch and sequence dynamic, and the graph torch.compile hands a backend (from the backend's
 own report).
 
-Table 2, torch.compile under `torch.no_grad()`, per model and thread count (1 and all cores;
-inductor fixes its thread count when it compiles, so each count compiles anew):
-- first-call seconds (capture + compile + run) of `torch.compile(model)` (inductor) and of
-  `torch.compile(model, backend="rewrite")` (rewrite, then inductor), with inductor's caches
-  disabled and inductor warmed up on another function first, so neither pays the import;
-- steady-state latency: the two compiled models called alternately (AB, BA, AB, ...) after
-  warm-up, median milliseconds of each and the median and quartiles of the per-pair ratio
-  rewrite / inductor;
-- the same for eager PyTorch against `backend="rewrite", options={"backend": "eager"}`.
-Each compiled model's output is checked against eager PyTorch (|a-b| <= 1e-4 + 1e-3 max|b|).
+Also in table 1: first-call seconds (capture + compile + run) of `torch.compile(model)`
+(inductor) and of `torch.compile(model, backend="rewrite")` (rewrite, then inductor) under
+`torch.no_grad()`, each in a fresh process with inductor's caches disabled, run twice each in
+the order inductor, rewrite, inductor, rewrite (mean of the two).
+
+Table 2, steady-state latency under `torch.no_grad()`, per model and thread count (1 and all
+cores; inductor fixes its thread count when it compiles, so each count compiles anew): the two
+compiled models called alternately (AB, BA, AB, ...) after warm-up, median milliseconds of
+each and the median and quartiles of the per-pair ratio rewrite / inductor; the same for eager
+PyTorch against `backend="rewrite", options={"backend": "eager"}`. Every compiled model's
+output is checked against eager PyTorch (|a-b| <= 1e-4 + 1e-3 max|b|).
 
 The tiny models below (`resnet`, `bert`, `gpt2`, `graph_of`, `capture`) serve the tests.
 """
@@ -172,15 +173,6 @@ def measure_nodes(name: str, size: str = "full") -> dict:
     return out
 
 
-def _warm_inductor() -> None:
-    """Compile a small unrelated function once, so the first model does not pay inductor's
-    imports and start-up for both."""
-    import torch
-
-    torch.compile(lambda x: torch.relu(x) * 2)(torch.randn(8))
-    torch._dynamo.reset()
-
-
 def _close(a, b) -> bool:
     import torch
 
@@ -207,14 +199,14 @@ def _compiled(model, inputs, backend: str, options=None):
 
 def _paired(a, b, inputs, budget: float) -> dict:
     """Call a and b alternately (AB then BA) after warm-up, for about `budget` seconds (at
-    least 10 pairs, at most 200); medians in milliseconds and the per-pair ratio b / a."""
+    least 16 pairs, at most 200); medians in milliseconds and the per-pair ratio b / a."""
     import statistics
 
     for _ in range(3):
         a(*inputs), b(*inputs)
     ta, tb = [], []
     start = time.perf_counter()
-    while (len(ta) < 10 or time.perf_counter() - start < budget) and len(ta) < 200:
+    while (len(ta) < 16 or time.perf_counter() - start < budget) and len(ta) < 200:
         for f, times in ((a, ta), (b, tb)) if len(ta) % 2 == 0 else ((b, tb), (a, ta)):
             t = time.perf_counter()
             f(*inputs)
@@ -225,8 +217,28 @@ def _paired(a, b, inputs, budget: float) -> dict:
             "ratio": statistics.median(ratios), "q1": q[0], "q3": q[2], "pairs": len(ta)}
 
 
-def measure_compile(name: str, threads: str, budget: str = "20", size: str = "full") -> dict:
-    """Compile seconds and paired latency at `threads` ("1" or "all") under no_grad."""
+def measure_first_call(name: str, backend: str, size: str = "full") -> dict:
+    """Seconds of the first call of torch.compile(model, backend) under no_grad, all threads,
+    in this (fresh) process; the rewrite's own seconds and fx nodes from its report."""
+    import torch
+
+    import frontends.fx  # noqa: F401  (registers the "rewrite" backend)
+    import fx_models
+
+    case = fx_models.build(name, size)
+    with torch.no_grad():
+        want = case.model(*case.inputs)
+        _, out, seconds, reports = _compiled(case.model, case.inputs, backend)
+    res = {"seconds": seconds, "ok": _close(out, want)}
+    if reports:
+        res["dynamo_nodes"] = [[r.nodes_before, r.nodes_after] for r in reports]
+        res["rewrite_s"] = sum(sum(r.seconds.values()) for r in reports)
+    return res
+
+
+def measure_latency(name: str, threads: str, budget: str = "30", size: str = "full") -> dict:
+    """Paired latency at `threads` ("1" or "all") under no_grad: inductor against rewrite +
+    inductor, and eager PyTorch against rewrite + eager; outputs checked against eager."""
     import torch
 
     import frontends.fx  # noqa: F401  (registers the "rewrite" backend)
@@ -238,20 +250,14 @@ def measure_compile(name: str, threads: str, budget: str = "20", size: str = "fu
     res = {"threads": torch.get_num_threads()}
     with torch.no_grad():
         want = model(*inputs)
-        _warm_inductor()
-        order = ["inductor", "rewrite"] if threads != "1" else ["rewrite", "inductor"]
         fns = {}
-        for backend in order:
-            fn, out, seconds, reports = _compiled(model, inputs, backend)
-            fns[backend] = fn
-            res[backend] = {"compile_s": seconds, "ok": _close(out, want)}
-            if reports:
-                res["dynamo_nodes"] = [[r.nodes_before, r.nodes_after] for r in reports]
-                res["rewrite_s"] = sum(sum(r.seconds.values()) for r in reports)
+        for key, backend, options in [("inductor", "inductor", None),
+                                      ("rewrite", "rewrite", None),
+                                      ("rewrite_eager", "rewrite", {"backend": "eager"})]:
+            fns[key], out, _, _ = _compiled(model, inputs, backend, options)
+            res[f"{key}_ok"] = _close(out, want)
         res["latency"] = _paired(fns["inductor"], fns["rewrite"], inputs, float(budget))
-        fn, out, seconds, _ = _compiled(model, inputs, "rewrite", {"backend": "eager"})
-        res["rewrite_eager"] = {"compile_s": seconds, "ok": _close(out, want)}
-        res["eager_latency"] = _paired(model, fn, inputs, float(budget))
+        res["eager_latency"] = _paired(model, fns["rewrite_eager"], inputs, float(budget))
     return res
 
 
@@ -272,45 +278,59 @@ def _fmt(x, spec=".2f") -> str:
     return "" if x is None else format(x, spec)
 
 
+def _mean(runs: list[dict], key: str):
+    vals = [r[key] for r in runs if key in r]
+    return sum(vals) / len(vals) if vals else None
+
+
 def show(results: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=160)
-    t = Table(title="fx nodes before -> after (exact + reassoc), seconds of optimize_fx")
-    for c in ("model", "export", "s", "export dynamic", "s", "torch.compile graph"):
+    console = Console(width=170)
+    t = Table(title="fx nodes before -> after (exact + reassoc); seconds of optimize_fx or of "
+                    "the rewrite inside torch.compile; first call of torch.compile (cold, "
+                    "all threads, mean of 2 fresh processes each)")
+    for c in ("model", "export", "s", "export dynamic", "s", "torch.compile graph", "s",
+              "inductor s", "rewrite s", "ratio"):
         t.add_column(c, justify="left" if c == "model" else "right")
     for name, r in results.items():
         n = r.get("nodes", {})
         row = [name]
         for kind in ("export", "export-dynamic"):
             k = n.get(kind, {})
-            row += [f"{k['before']} -> {k['after']}" if "before" in k else n.get("error", ""),
+            row += [f"{k['before']} -> {k['after']}" if "before" in k else n.get("error", "")[:40],
                     _fmt(k.get("seconds"))]
-        dyn = next((c["dynamo_nodes"] for c in r.get("compile", {}).values()
-                    if "dynamo_nodes" in c), None)
-        row.append(", ".join(f"{a} -> {b}" for a, b in dyn) if dyn else "")
+        first = r.get("first_call", {})
+        rw = first.get("rewrite", [])
+        dyn = next((x["dynamo_nodes"] for x in rw if "dynamo_nodes" in x), None)
+        row += [", ".join(f"{a} -> {b}" for a, b in dyn) if dyn else "",
+                _fmt(_mean(rw, "rewrite_s"))]
+        a, b = _mean(first.get("inductor", []), "seconds"), _mean(rw, "seconds")
+        errors = [x["error"] for x in first.get("inductor", []) + rw if "error" in x]
+        bad = any(not x.get("ok", True) for x in first.get("inductor", []) + rw)
+        row += [_fmt(a, ".1f"), _fmt(b, ".1f") + (" (output mismatch)" if bad else ""),
+                _fmt(b / a if a and b else None) or (errors[0][:40] if errors else "")]
         t.add_row(*row)
     console.print(t)
-    c = Table(title="torch.compile under no_grad: first-call seconds, median ms per call, "
-                    "rewrite/baseline ratio (median, quartiles of paired calls)")
-    for col in ("model", "threads", "inductor s", "rewrite s", "inductor ms", "rewrite ms",
-                "ratio [q1, q3]", "eager ms", "rewrite+eager ms", "ratio [q1, q3]"):
+    c = Table(title="steady state under no_grad: median ms per call; ratio = rewrite / baseline, "
+                    "median and quartiles of alternating pairs")
+    for col in ("model", "threads", "inductor", "rewrite+inductor", "ratio [q1, q3]", "eager",
+                "rewrite+eager", "ratio [q1, q3]", "pairs"):
         c.add_column(col, justify="left" if col == "model" else "right")
     for name, r in results.items():
-        for threads, m in r.get("compile", {}).items():
+        for threads, m in r.get("latency", {}).items():
             if "error" in m:
                 c.add_row(name, threads, m["error"][:80])
                 continue
             lat, el = m["latency"], m["eager_latency"]
-            flag = "" if m["inductor"]["ok"] and m["rewrite"]["ok"] and m["rewrite_eager"]["ok"] \
-                else " (output mismatch)"
-            c.add_row(name, str(m["threads"]), _fmt(m["inductor"]["compile_s"], ".1f"),
-                      _fmt(m["rewrite"]["compile_s"], ".1f") + flag, _fmt(lat["a_ms"], ".1f"),
-                      _fmt(lat["b_ms"], ".1f"),
+            ok = m["inductor_ok"] and m["rewrite_ok"] and m["rewrite_eager_ok"]
+            c.add_row(name, str(m["threads"]), _fmt(lat["a_ms"], ".1f"),
+                      _fmt(lat["b_ms"], ".1f") + ("" if ok else " (output mismatch)"),
                       f"{lat['ratio']:.3f} [{lat['q1']:.3f}, {lat['q3']:.3f}]",
                       _fmt(el["a_ms"], ".1f"), _fmt(el["b_ms"], ".1f"),
-                      f"{el['ratio']:.3f} [{el['q1']:.3f}, {el['q3']:.3f}]")
+                      f"{el['ratio']:.3f} [{el['q1']:.3f}, {el['q3']:.3f}]",
+                      f"{lat['pairs']}, {el['pairs']}")
     console.print(c)
 
 
@@ -320,7 +340,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(fx_models.NAMES))
     ap.add_argument("--threads", nargs="+", default=["1", "all"])
-    ap.add_argument("--budget", default="20", help="seconds of paired latency calls per pair")
+    ap.add_argument("--budget", default="30", help="seconds of paired calls per comparison")
     ap.add_argument("--no-latency", action="store_true", help="node counts only")
     ap.add_argument("--size", default="full", help="full, or test (a quick smoke run)")
     ap.add_argument("--show", action="store_true", help="print stored results")
@@ -328,7 +348,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.one:
         kind, *rest = args.one
-        fn = {"nodes": measure_nodes, "compile": measure_compile}[kind]
+        fn = {"nodes": measure_nodes, "first_call": measure_first_call,
+              "latency": measure_latency}[kind]
         print(json.dumps(fn(*rest)))
         return
     path = RESULTS if args.size == "full" else RESULTS.with_suffix(f".{args.size}.json")
@@ -340,9 +361,16 @@ def main() -> None:
             path.write_text(json.dumps(results, indent=1))
             if args.no_latency:
                 continue
-            r.setdefault("compile", {})
+            # cold first calls, each in a fresh process, alternating: A B A B
+            r["first_call"] = {"inductor": [], "rewrite": []}
+            for _ in range(2):
+                for backend in ("inductor", "rewrite"):
+                    r["first_call"][backend].append(_child(["first_call", name, backend,
+                                                            args.size]))
+                    path.write_text(json.dumps(results, indent=1))
+            r["latency"] = {}
             for threads in args.threads:
-                r["compile"][threads] = _child(["compile", name, threads, args.budget,
+                r["latency"][threads] = _child(["latency", name, threads, args.budget,
                                                 args.size])
                 path.write_text(json.dumps(results, indent=1))
     show({k: v for k, v in results.items() if args.show or k in args.models})

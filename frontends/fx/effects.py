@@ -46,7 +46,8 @@ _RETURNS_INPUT = {"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_
 _FRESH_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.Linear,
                   torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d,
                   torch.nn.LayerNorm, torch.nn.RMSNorm, torch.nn.ReLU, torch.nn.GELU,
-                  torch.nn.Tanh, torch.nn.Sigmoid, torch.nn.Softmax, torch.nn.LogSoftmax, torch.nn.Embedding,
+                  torch.nn.Tanh, torch.nn.Sigmoid, torch.nn.Softmax, torch.nn.LogSoftmax,
+                  torch.nn.Embedding,
                   torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d,
                   torch.nn.AvgPool2d, torch.nn.AdaptiveAvgPool1d, torch.nn.AdaptiveAvgPool2d,
                   torch.nn.LeakyReLU, torch.nn.Hardsigmoid, torch.nn.ReLU6)
