@@ -117,6 +117,63 @@ def same_values(a: ClassInfo, b: ClassInfo) -> bool:
     )
 
 
+def _merged_constant_ok(a: ClassInfo, b: ClassInfo, merge, ok) -> bool:
+    """Shared body of `normal-product` and `finite-sum`: False unless `a` and `b` are
+    constants of one dtype whose shapes broadcast; True for integer dtypes (wrapping
+    arithmetic); else `ok(merge(a, b) as float64, info)` with ml_dtypes' finfo of the float
+    dtype (it also knows bfloat16), computed with numpy's floating-point warnings off."""
+    import ml_dtypes
+
+    if a.value is None or b.value is None or a.value.dtype != b.value.dtype:
+        return False
+    try:
+        info = ml_dtypes.finfo(a.value.dtype)
+    except ValueError:  # not a float dtype
+        info = None
+    with np.errstate(all="ignore"):
+        try:
+            merged = merge(a.value, b.value)
+        except ValueError:  # shapes do not broadcast
+            return False
+        if info is None:
+            return not np.issubdtype(a.value.dtype, np.inexact)
+        return bool(ok(np.abs(merged.astype(np.float64)), info, a.value, b.value))
+
+
+@guard("normal-product", TERM, TERM)
+def normal_product(a: ClassInfo, b: ClassInfo) -> bool:
+    """True if `a` and `b` are constants whose elementwise product, computed in their dtype,
+    is finite and is a normal number wherever neither factor is zero. For integer constants
+    (wrapping arithmetic) it always holds.
+
+    A chain rule that merges `(x * c1) * c2` or `(x / c1) / c2` into one constant needs
+    this: a product that underflows to 0 or to a subnormal turns `0 / (c1*c2)` into NaN and
+    loses the relative precision that the two-step form kept; one that overflows turns the
+    result into 0 or inf (found by the verifier on `div-div-constants`: c1 = c2 = 2e-36).
+    """
+    return _merged_constant_ok(
+        a,
+        b,
+        np.multiply,
+        lambda mag, info, x, y: np.all(np.isfinite(mag))
+        and np.all((x == 0) | (y == 0) | (mag >= float(info.tiny))),
+    )
+
+
+@guard("finite-sum", TERM, TERM)
+def finite_sum(a: ClassInfo, b: ClassInfo) -> bool:
+    """True if `a` and `b` are constants for which `|a| + |b|`, elementwise in their dtype,
+    is finite, so their sum and their difference cannot overflow. For integer constants
+    (wrapping arithmetic) it always holds. Guards the chain rules that merge
+    `(x + c1) - c2` and its kind into one constant."""
+    return _merged_constant_ok(
+        a,
+        b,
+        lambda x, y: np.add(np.abs(x), np.abs(y)),
+        lambda mag, info, x, y: np.all(np.isfinite(mag)),
+    )
+
+
 @guard("no-zero-dims", TERM)
 def no_zero_dims(s: ClassInfo) -> bool:
     """True if `s` is a constant Reshape shape with no 0 entry (0 copies an input dim)."""

@@ -61,6 +61,31 @@ def test_one_element():
     assert f(c(np.float32(0.25))) and f(c([[2.0]])) and not f(c([1.0, 2.0])) and not f(t())
 
 
+def test_normal_product():
+    f = covers("normal-product").fn
+    f32 = np.float32
+    assert f(c(f32([2.0, -3.0])), c(f32(0.5)))
+    assert f(c(f32([0.0, 1.0])), c(f32(1e-30)))  # a zero factor may give 0
+    assert not f(c(f32(2.08e-36)), c(f32(2.08e-36)))  # underflows to 0 (the verifier's case)
+    assert not f(c(f32(1e-20)), c(f32(1e-20)))  # 1e-40 is subnormal in float32
+    assert f(c(np.float64(1e-20)), c(np.float64(1e-20)))  # normal in float64
+    assert not f(c(f32(1e30)), c(f32(1e30)))  # overflows
+    assert not f(c(np.float16(300)), c(np.float16(300)))  # overflows in float16
+    assert f(c(np.int32([7])), c(np.int32([1 << 30])))  # integers wrap: always holds
+    assert not f(c(f32([1, 2])), c(f32([1, 2, 3])))  # does not broadcast
+    assert not f(c(f32(1)), t())  # not a constant
+
+
+def test_finite_sum():
+    f = covers("finite-sum").fn
+    big = np.finfo(np.float32).max
+    assert f(c(np.float32([1.0, -2.0])), c(np.float32(3.0)))
+    assert not f(c(np.float32(big)), c(np.float32(-big)))  # |a| + |b| overflows
+    assert f(c(np.int8(100)), c(np.int8(100)))  # integers wrap: always holds
+    assert not f(c(np.float32(1)), c(np.float64(1)))  # mixed dtypes
+    assert not f(t(), c(np.float32(1)))
+
+
 def test_same_values():
     f = covers("same-values").fn
     assert f(c([1, 2]), c([1, 2])) and not f(c([1, 2]), c([2, 1])) and not f(c([1]), c([[1]]))
