@@ -4,6 +4,7 @@
     python bench/fx_bench.py --models bert gpt2     # some models
     python bench/fx_bench.py --no-latency           # node counts only
     python bench/fx_bench.py --show                 # print the stored results again
+    python bench/fx_bench.py --markdown             # ... as the README's tables
 
 Models: `bench/fx_models.py` at full size (transformers' default configs: BERT-base,
 DistilBERT-base, GPT-2 small, ViT-base, t5-small, whisper-tiny; the Llama-style decoder at
@@ -334,6 +335,39 @@ def show(results: dict) -> None:
     console.print(c)
 
 
+def markdown(results: dict) -> str:
+    """The two tables as Markdown (as in the README)."""
+    lines = ["| model | torch.export | s | export, dynamic batch/seq | s | torch.compile graph | "
+             "rewrite s | first call inductor s | rewrite + inductor s | ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        n, first = r.get("nodes", {}), r.get("first_call", {})
+        cells = [name]
+        for kind in ("export", "export-dynamic"):
+            k = n.get(kind, {})
+            cells += [f"{k['before']} -> {k['after']}" if "before" in k else "",
+                      _fmt(k.get("seconds"), ".1f")]
+        rw, ind = first.get("rewrite", []), first.get("inductor", [])
+        dyn = next((x["dynamo_nodes"] for x in rw if "dynamo_nodes" in x), None)
+        a, b = _mean(ind, "seconds"), _mean(rw, "seconds")
+        cells += [", ".join(f"{x} -> {y}" for x, y in dyn) if dyn else "",
+                  _fmt(_mean(rw, "rewrite_s"), ".1f"), _fmt(a, ".1f"), _fmt(b, ".1f"),
+                  _fmt(b / a if a and b else None)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| model | threads | inductor ms | rewrite + inductor ms | ratio [q1, q3] | "
+              "eager ms | rewrite + eager ms | ratio [q1, q3] |", "|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        for m in r.get("latency", {}).values():
+            if "error" in m:
+                continue
+            lat, el = m["latency"], m["eager_latency"]
+            lines.append(
+                f"| {name} | {m['threads']} | {lat['a_ms']:.0f} | {lat['b_ms']:.0f} | "
+                f"{lat['ratio']:.2f} [{lat['q1']:.2f}, {lat['q3']:.2f}] | {el['a_ms']:.0f} | "
+                f"{el['b_ms']:.0f} | {el['ratio']:.2f} [{el['q1']:.2f}, {el['q3']:.2f}] |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     import fx_models
 
@@ -344,6 +378,7 @@ def main() -> None:
     ap.add_argument("--no-latency", action="store_true", help="node counts only")
     ap.add_argument("--size", default="full", help="full, or test (a quick smoke run)")
     ap.add_argument("--show", action="store_true", help="print stored results")
+    ap.add_argument("--markdown", action="store_true", help="print stored results as Markdown")
     ap.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -354,7 +389,7 @@ def main() -> None:
         return
     path = RESULTS if args.size == "full" else RESULTS.with_suffix(f".{args.size}.json")
     results = json.loads(path.read_text()) if path.exists() else {}
-    if not args.show:
+    if not (args.show or args.markdown):
         for name in args.models:
             r = results.setdefault(name, {})
             r["nodes"] = _child(["nodes", name, args.size])
@@ -373,7 +408,11 @@ def main() -> None:
                 r["latency"][threads] = _child(["latency", name, threads, args.budget,
                                                 args.size])
                 path.write_text(json.dumps(results, indent=1))
-    show({k: v for k, v in results.items() if args.show or k in args.models})
+    chosen = {k: v for k, v in results.items() if args.show or args.markdown or k in args.models}
+    if args.markdown:
+        print(markdown(chosen))
+        return
+    show(chosen)
 
 
 if __name__ == "__main__":
