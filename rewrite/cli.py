@@ -61,8 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--no-check", action="store_true", help="skip the onnxruntime output comparison")
     o.add_argument("--report", metavar="R.json", help="write a JSON report")
     o.add_argument("--max-iterations", type=int, default=30, metavar="N", help="saturation iterations (default 30)")
-    o.add_argument("--max-nodes", type=int, default=1_000_000, metavar="N", help="e-node limit (default 1000000)")
-    o.add_argument("--timeout", type=float, default=120.0, metavar="S", help="saturation wall-clock limit in seconds (default 120)")
+    o.add_argument("--max-nodes", type=int, default=1_000_000, metavar="N", help="e-node limit (default 1000000): saturation stops before an iteration that would exceed it, and the best graph found so far is written")
+    o.add_argument("--timeout", type=float, default=120.0, metavar="S", help="wall-clock limit of the whole run in seconds (default 120): when it runs out, the best graph found so far is checked and written (the input unchanged if none); the overshoot is at most one saturation iteration plus extraction and the check")
     o.add_argument("--allow", nargs="+", default=[], choices=["reassoc", "approx"], metavar="CLASS", help="also run rules of these numeric classes: reassoc (regroups float arithmetic, e.g. BatchNorm folded into Conv), approx; exact rules always run")
     o.add_argument("--explain", action="store_true", help="also list rules that matched but were not applied, with the guard that failed")
     o.set_defaults(func=cmd_optimize)
@@ -131,7 +131,8 @@ def cmd_optimize(args) -> int:
     except ModelError as e:
         return _fail(str(e))
     t_load = time.perf_counter() - start - t_rules
-    limits = Limits(args.max_iterations, args.max_nodes, args.timeout)
+    # --timeout bounds the whole run: the clock started before the rules were read
+    limits = Limits(args.max_iterations, args.max_nodes, args.timeout, deadline=start + args.timeout)
     with err.status("optimizing (import, saturate, extract, fold)..."):
         try:
             result, report = optimize_model(model, rules, limits=limits, fp=("exact", *args.allow))
@@ -165,6 +166,9 @@ def cmd_optimize(args) -> int:
     if bad:
         return _fail(f"output check failed for {', '.join(d.name for d in bad)}; nothing written")
     note = "" if report.changed else "; no rewrite made it cheaper, so it is the input unchanged"
+    if report.limit_stage:
+        best = "the best graph found so far" if report.changed else "the input unchanged"
+        note = f"; {report.stop_reason} reached during {report.limit_stage}, so it is {best}"
     out.print(f"wrote {dst} ({report.nodes_before} -> {report.nodes_after} nodes{note})", markup=False)
     return EXIT_OK
 
@@ -196,7 +200,8 @@ def _print_summary(report, diffs) -> None:
     out.print(
         f"saturation: {report.stop_reason} after {report.iterations} iterations, "
         f"{report.enodes} e-nodes, {report.eclasses} e-classes; "
-        f"cost {report.cost_before / 1e3:.1f} -> {report.cost_after / 1e3:.1f} us (model estimate)",
+        f"cost {report.cost_before / 1e3:.1f} -> {report.cost_after / 1e3:.1f} us (model estimate)"
+        + (f"; the budget ran out during {report.limit_stage}" if report.limit_stage else ""),
         markup=False,
     )
     if report.fired:

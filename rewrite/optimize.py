@@ -10,7 +10,7 @@ cheaper, the input graph comes back unchanged (the same object).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from dsl.ir import Rule, RuleSet
 from rewrite.cost import CostModel
@@ -36,7 +36,12 @@ class Report:
     fired: rule name -> times it fired (matches applied). rejected: rule name -> reason
         -> count, for matches that were not applied (which guard failed, which builder could
         not build): the answer to "why did my rule not fire?". skipped: rules left out, with the reason (opset, numeric class).
-    cost_before/cost_after: DAG cost in the cost model's nanoseconds.
+    cost_before/cost_after: DAG cost in the cost model's nanoseconds (0 when the run stopped
+        before the graph was imported).
+    limit_stage: "" when no budget ran out; else the stage that was running when one did
+        (`load`, `onnx-import`, `shapes`: the input comes back unchanged; `import`: the
+        e-graph was over a limit before the first iteration; `saturate`). The graph returned
+        is then the best one found so far.
     """
 
     stop_reason: str
@@ -56,6 +61,7 @@ class Report:
     changed: bool
     fp: str  # loosest numeric class among the rules that fired ("exact" if none fired)
     extra: dict = field(default_factory=dict)
+    limit_stage: str = ""
 
     def to_json(self) -> dict:
         """The report as plain JSON-serializable data."""
@@ -125,9 +131,13 @@ def optimize(
         seconds[name] = now - clock
         clock = now
 
+    deadline = limits.deadline if limits.deadline is not None else clock + limits.timeout
+    limits = replace(limits, deadline=deadline)
     original = graph
     graph, shape_stats = fold_shapes(graph) if shapes else (graph, FoldStats())
     stage("shapes")
+    if time.perf_counter() > deadline:  # out of time before the e-graph is built
+        return original, as_given(original, "time-limit", "shapes", seconds, cost)
     chosen, skipped = select(rules, graph.opset, fp)
     ops = {n.op for n in graph.nodes if not n.opaque}
     chosen = reachable(chosen, ops)
@@ -164,9 +174,25 @@ def optimize(
         cost_after=ex.cost if cheaper else ex.input_cost if changed else cost_before,
         changed=changed,
         fp=_loosest(chosen, sat.fired) if cheaper else "exact",
-        extra={"shapes": asdict(shape_stats)},
+        extra={"shapes": asdict(shape_stats), "history": sat.history},
+        limit_stage="" if sat.stop_reason == "saturated" else "saturate" if sat.iterations else "import",
     )
     return out, report
+
+
+def as_given(
+    graph: TermGraph | None, reason: str, stage: str, seconds: dict[str, float], cost: CostModel = CostModel()
+) -> Report:
+    """The Report of a run that stopped in `stage` (a budget, `reason`, ran out) before
+    saturation, returning its input unchanged. `graph` is the input (None if it was not
+    imported yet: node counts and costs are then 0, for the frontend to fill in)."""
+    n, ops = (len(graph.nodes), graph.op_counts()) if graph is not None else (0, {})
+    c = input_cost(graph, cost) if graph is not None else 0.0
+    return Report(
+        stop_reason=reason, iterations=0, enodes=0, eclasses=0, seconds=seconds, fired={},
+        rejected={}, skipped={}, nodes_before=n, nodes_after=n, ops_before=ops, ops_after=ops,
+        cost_before=c, cost_after=c, changed=False, fp="exact", limit_stage=stage,
+    )
 
 
 def _loosest(rules: list[Rule], fired) -> str:

@@ -18,6 +18,7 @@ import onnx
 from frontends.onnx.check import compare
 from frontends.onnx.exporter import MAX_OPSET, export_model
 from frontends.onnx.importer import default_opset, import_model, skeleton
+from rewrite.saturate import Limits
 
 __all__ = ["ModelError", "load_model", "optimize_model", "save_model", "compare", "import_model", "export_model"]
 
@@ -56,13 +57,23 @@ def optimize_model(model: onnx.ModelProto, rules, **kw):
     object is returned. Raises onnx.checker.ValidationError if the result fails the checker
     (a bug in the engine, never silently written). `report.seconds` gains the ONNX stages:
     `onnx-import` (shape inference and the TermGraph), `export` and `checker`.
+
+    `limits` (a `rewrite.saturate.Limits`) bound the whole call: a deadline already past on
+    entry (`limit_stage` "load": the caller spent the time) or after the import returns the
+    model unchanged; later, the best graph found so far is exported (see `rewrite.optimize`).
     """
-    from rewrite.optimize import optimize  # noqa: PLC0415
+    from rewrite.optimize import as_given, optimize  # noqa: PLC0415
 
     clock = time.perf_counter()
+    limits = kw.pop("limits", Limits())
+    limits = replace(limits, deadline=limits.deadline if limits.deadline is not None else clock + limits.timeout)
+    if clock > limits.deadline:
+        return model, _onnx_counts(as_given(None, "time-limit", "load", {}), model, model)
     graph = import_model(model)
     t_import = time.perf_counter() - clock
-    out, report = optimize(graph, rules, **kw)
+    if time.perf_counter() > limits.deadline:
+        return model, _onnx_counts(as_given(graph, "time-limit", "onnx-import", {"onnx-import": t_import}), model, model)
+    out, report = optimize(graph, rules, limits=limits, **kw)
     clock = time.perf_counter()
     result = model if out is graph else export_model(out)
     t_export = time.perf_counter() - clock
@@ -71,16 +82,19 @@ def optimize_model(model: onnx.ModelProto, rules, **kw):
         # same nodes, types and small constants, without serializing the weights
         onnx.checker.check_model(skeleton(result), full_check=True)
     t_check = time.perf_counter() - clock - t_export
-    # count ONNX nodes as the user sees them (Constant nodes included)
-    report = replace(
+    seconds = {"onnx-import": t_import, **report.seconds, "export": t_export, "checker": t_check}
+    return result, _onnx_counts(replace(report, seconds=seconds), model, result)
+
+
+def _onnx_counts(report, model: onnx.ModelProto, result: onnx.ModelProto):
+    """`report` with nodes counted as the user sees them in ONNX (Constant nodes included)."""
+    return replace(
         report,
         nodes_before=len(model.graph.node),
         ops_before=_op_counts(model),
         nodes_after=len(result.graph.node),
         ops_after=_op_counts(result),
-        seconds={"onnx-import": t_import, **report.seconds, "export": t_export, "checker": t_check},
     )
-    return result, report
 
 
 def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
