@@ -64,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--max-nodes", type=int, default=1_000_000, metavar="N", help="e-node limit (default 1000000): saturation stops before an iteration that would exceed it, and the best graph found so far is written")
     o.add_argument("--timeout", type=float, default=120.0, metavar="S", help="wall-clock limit of the whole run in seconds (default 120): when it runs out, the best graph found so far is checked and written (the input unchanged if none); the overshoot is at most one saturation iteration plus extraction and the check")
     o.add_argument("--allow", nargs="+", default=[], choices=["reassoc", "approx"], metavar="CLASS", help="also run rules of these numeric classes: reassoc (regroups float arithmetic, e.g. BatchNorm folded into Conv), approx; exact rules always run")
+    o.add_argument("--external-data", action="store_true", help="write the weights to OUT.data beside OUT (automatic when OUT would exceed 2 GB)")
     o.add_argument("--explain", action="store_true", help="also list rules that matched but were not applied, with the guard that failed")
     o.set_defaults(func=cmd_optimize)
     from verify.cli import add_parser as add_verify  # noqa: PLC0415
@@ -107,7 +108,7 @@ def cmd_emit(args) -> int:
 
 
 def cmd_optimize(args) -> int:
-    from frontends.onnx import ModelError, load_model, optimize_model, save_model  # noqa: PLC0415
+    from frontends.onnx import ModelError, load_model, optimize_model, prepare_output  # noqa: PLC0415
     from frontends.onnx.check import CheckError, compare  # noqa: PLC0415
     from rewrite.saturate import Limits  # noqa: PLC0415
 
@@ -135,25 +136,34 @@ def cmd_optimize(args) -> int:
     limits = Limits(args.max_iterations, args.max_nodes, args.timeout, deadline=start + args.timeout)
     with err.status("optimizing (import, saturate, extract, fold)..."):
         try:
-            result, report = optimize_model(model, rules, limits=limits, fp=("exact", *args.allow))
+            result, report = optimize_model(model, rules, limits=limits, fp=("exact", *args.allow), folder=src.parent)
         except Exception as e:  # an engine bug: say so in one line, write nothing
             return _fail(f"optimization failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     clock = time.perf_counter()
-    data = result.SerializeToString() if result is not model else None
+    try:  # serialized, or staged beside OUT with external data
+        output = prepare_output(result, dst, folder=src.parent, external_data=args.external_data)
+    except OSError as e:
+        return _fail(f"{dst}: cannot write: {e.strerror or e}")
     t_serialize = time.perf_counter() - clock
     diffs = []
     if not args.no_check:
         with err.status("checking outputs under onnxruntime..."):
             try:
-                diffs = compare(model, result, fp=report.fp, original_source=str(src),
-                                optimized_source=data if data is not None else str(src))
+                diffs = compare(model, result, fp=report.fp, original_source=str(src), optimized_source=output.source)
             except CheckError as e:
+                output.discard()
                 return _fail(f"output check: {e}")
     t_check = time.perf_counter() - clock - t_serialize
     bad = [d for d in diffs if not d.ok]
     clock = time.perf_counter()
-    if not bad:
-        save_model(result, dst, data)
+    try:
+        if bad:
+            output.discard()
+        else:
+            output.commit()
+    except OSError as e:
+        output.discard()
+        return _fail(f"{dst}: cannot write: {e.strerror or e}")
     t_save = time.perf_counter() - clock + t_serialize
     seconds = {"rules": t_rules, "load": t_load, **report.seconds, "output check": t_check, "save": t_save}
     seconds["other"] = max(time.perf_counter() - start - sum(seconds.values()), 0.0)

@@ -10,17 +10,22 @@ import os
 import secrets
 import time
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
 
 from frontends.onnx.check import compare
 from frontends.onnx.exporter import MAX_OPSET, export_model
+from frontends.onnx import external
+from frontends.onnx.external import ExternalDataError, check_locations, load_small_tensors
 from frontends.onnx.importer import default_opset, import_model, skeleton
 from rewrite.saturate import Limits
 
-__all__ = ["ModelError", "load_model", "optimize_model", "save_model", "compare", "import_model", "export_model"]
+__all__ = [
+    "ModelError", "Output", "load_model", "optimize_model", "prepare_output", "save_model", "compare",
+    "import_model", "export_model",
+]
 
 
 class ModelError(ValueError):
@@ -28,18 +33,27 @@ class ModelError(ValueError):
 
 
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
-    """Read and validate an ONNX model file. Raises ModelError with a one-line reason."""
+    """Read and validate an ONNX model file. Raises ModelError with a one-line reason.
+
+    External data is not read: its locations are checked first (inside the model's folder,
+    not through a symlink out of it, see `frontends.onnx.external`), then the main graph's
+    initializers stay in their files, to be mapped by `optimize_model(..., folder=)`; other
+    external tensors (subgraphs, attributes) are read into the model."""
     p = Path(path)
     if not p.exists():
         raise ModelError(f"{p}: no such file")
     if not p.is_file():
         raise ModelError(f"{p}: not a file")
     try:
-        model = onnx.load(str(p))
+        model = onnx.load(str(p), load_external_data=False)
     except Exception as e:  # protobuf raises DecodeError and friends
         raise ModelError(f"{p}: not an ONNX model ({type(e).__name__})") from None
     if not model.HasField("graph") or not model.opset_import:
         raise ModelError(f"{p}: not an ONNX model (no graph or no opset import)")
+    try:
+        check_locations(model, p.parent)
+    except ExternalDataError as e:
+        raise ModelError(f"{p}: {e}") from None
     try:
         onnx.checker.check_model(str(p))  # by path: the C++ checker reads the file itself
     except onnx.checker.ValidationError as e:
@@ -47,6 +61,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     opset = default_opset(model)
     if opset > MAX_OPSET:
         raise ModelError(f"{p}: opset {opset} is newer than onnxruntime supports (<= {MAX_OPSET})")
+    load_small_tensors(model, p.parent)
     return model
 
 
@@ -58,7 +73,8 @@ def optimize_model(model: onnx.ModelProto, rules, **kw):
     (a bug in the engine, never silently written). `report.seconds` gains the ONNX stages:
     `onnx-import` (shape inference and the TermGraph), `export` and `checker`.
 
-    `limits` (a `rewrite.saturate.Limits`) bound the whole call: a deadline already past on
+    `folder`: where the model's external data is, if `load_model` left it there (see
+    `import_model`). `limits` (a `rewrite.saturate.Limits`) bound the whole call: a deadline already past on
     entry (`limit_stage` "load": the caller spent the time) or after the import returns the
     model unchanged; later, the best graph found so far is exported (see `rewrite.optimize`).
     """
@@ -66,10 +82,11 @@ def optimize_model(model: onnx.ModelProto, rules, **kw):
 
     clock = time.perf_counter()
     limits = kw.pop("limits", Limits())
+    folder = kw.pop("folder", None)
     limits = replace(limits, deadline=limits.deadline if limits.deadline is not None else clock + limits.timeout)
     if clock > limits.deadline:
         return model, _onnx_counts(as_given(None, "time-limit", "load", {}), model, model)
-    graph = import_model(model)
+    graph = import_model(model, folder)
     t_import = time.perf_counter() - clock
     if time.perf_counter() > limits.deadline:
         return model, _onnx_counts(as_given(graph, "time-limit", "onnx-import", {"onnx-import": t_import}), model, model)
@@ -99,6 +116,48 @@ def _onnx_counts(report, model: onnx.ModelProto, result: onnx.ModelProto):
 
 def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
     return dict(Counter(n.op_type for n in model.graph.node))
+
+
+@dataclass
+class Output:
+    """A model ready to be written to `path`, not yet in place (`prepare_output`).
+
+    source: what onnxruntime loads to check it: the serialized model, or the path of the
+    staged copy written with external data. `commit()` puts it in place, `discard()` drops
+    it; either raises OSError."""
+
+    path: Path
+    data: bytes | None = None
+    staged: Path | None = None
+
+    @property
+    def source(self) -> bytes | str:
+        return self.data if self.data is not None else str(self.staged)
+
+    def commit(self) -> None:
+        if self.staged is None:
+            save_model(onnx.ModelProto(), self.path, self.data)
+        else:
+            external.commit(self.staged, self.path)
+
+    def discard(self) -> None:
+        if self.staged is not None:
+            external.discard(self.staged)
+
+
+def prepare_output(
+    model: onnx.ModelProto, path: str | os.PathLike, *, folder: Path | None = None, external_data: bool = False
+) -> Output:
+    """Get `model` ready to be written to `path`: serialized, or, with `external_data` or when
+    it would exceed `external.EXTERNAL_DATA_THRESHOLD` bytes (protobuf's 2 GB limit), staged
+    beside `path` with its weights in `<name>.data`. External data the model still refers to
+    (an input returned unchanged) is read from `folder` first. Raises OSError."""
+    p = Path(path)
+    if folder is not None and any(True for _ in external.external_tensors(model)):
+        onnx.external_data_helper.load_external_data_for_model(model, str(folder))
+    if external_data or external.needs_external_data(model):
+        return Output(p, staged=external.stage(model, p))
+    return Output(p, data=model.SerializeToString())
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, data: bytes | None = None) -> None:

@@ -11,11 +11,14 @@ random or effectful ops, and ops with more than one used output.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+from onnx.external_data_helper import uses_external_data
 
+from frontends.onnx.external import mapped_array
 from rewrite.graph import ABSENT, Node, TermGraph, Value
 from rewrite.ops import NONE, OPS, REQUIRED, OpSpec
 from rewrite.types import TensorType, tensor_type
@@ -33,11 +36,14 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 0
 
 
-def import_model(model: onnx.ModelProto) -> TermGraph:
+def import_model(model: onnx.ModelProto, folder: Path | None = None) -> TermGraph:
     """Import an ONNX model. The model is not modified.
 
-    Returns a TermGraph whose `meta` is the original model (for export); its `opset` is 0
-    when the model imports no default-domain opset.
+    folder: where the model's external data files are, when they were not loaded into it
+    (`load_model`); the main graph's external initializers are then mapped from their files
+    (`frontends.onnx.external.mapped_array`), not read. Returns a TermGraph whose `meta` is
+    the original model (for export); its `opset` is 0 when the model imports no default-domain
+    opset. Raises ExternalDataError for a data file shorter than its tensor.
     """
     opset = default_opset(model)
     try:
@@ -47,7 +53,8 @@ def import_model(model: onnx.ModelProto) -> TermGraph:
     b = _Builder(opset, _types_of(inferred.graph))
     g = model.graph
     for init in g.initializer:
-        b.constant(init.name, numpy_helper.to_array(init))
+        external = folder is not None and uses_external_data(init)
+        b.constant(init.name, mapped_array(init, folder) if external else numpy_helper.to_array(init))
     inputs = tuple(b.value(i.name) for i in g.input if i.name not in b.const_names)
     for n in g.node:
         b.node(n)

@@ -1,0 +1,147 @@
+"""External data: models whose weights live in files beside the `.onnx` (ONNX's external data,
+required above 2 GB, protobuf's message size limit).
+
+Reading: the locations are checked before any byte of them is read (a location outside the
+model's folder, absolute, or reached through a symlink that leads out of it is refused, as a
+path in a downloaded model must not read `/etc/passwd` or `~/.ssh`); the initializers of the
+main graph are then mapped (`numpy.memmap`), not read, so the optimizer holds the weights once,
+in the model it writes. Writing: a model goes to a staging folder beside the output, its
+weights in one `<name>.data` file next to it; both are renamed into place after the checks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
+
+# serialized size above which a model is written with external data: protobuf refuses
+# messages of 2 GiB or more; 64 MiB of margin for what is not weights
+EXTERNAL_DATA_THRESHOLD = 2**31 - 2**26
+# tensors smaller than this stay inline in a model written with external data (onnx's default)
+INLINE_MAX_BYTES = 1024
+
+
+class ExternalDataError(ValueError):
+    """An external-data location that may not be read (outside the folder, missing, ...)."""
+
+
+def external_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor of `model` whose data is external: initializers, sparse initializers and
+    node attributes, in the main graph, in subgraphs and in functions."""
+    graphs = [model.graph]
+    nodes = [n for f in model.functions for n in f.node]
+    while graphs:
+        g = graphs.pop()
+        tensors = [*g.initializer, *(s.values for s in g.sparse_initializer)]
+        yield from (t for t in tensors if uses_external_data(t))
+        nodes.extend(g.node)
+        for n in nodes:
+            for a in n.attribute:
+                yield from (t for t in [a.t, *a.tensors] if uses_external_data(t))
+                graphs.extend([a.g] if a.HasField("g") else [])
+                graphs.extend(a.graphs)
+        nodes = []
+
+
+def check_locations(model: onnx.ModelProto, folder: Path) -> None:
+    """Refuse external-data locations that leave `folder` (the model's folder): absolute
+    paths, `..`, symlinks that resolve outside it, and missing files. Reads no data.
+    Raises ExternalDataError with a one-line reason."""
+    root = folder.resolve()
+    for t in external_tensors(model):
+        location = ExternalDataInfo(t).location
+        path = folder / location
+        if not location or Path(location).is_absolute():
+            raise ExternalDataError(f"tensor {t.name!r}: external data location {location!r} is not relative")
+        if not path.resolve().is_relative_to(root):
+            raise ExternalDataError(f"tensor {t.name!r}: external data {location!r} is outside the model's folder")
+        if not path.is_file():
+            raise ExternalDataError(f"tensor {t.name!r}: external data file {location!r} not found")
+
+
+def load_small_tensors(model: onnx.ModelProto, folder: Path) -> None:
+    """Read into `model` the external data of every tensor that is not an initializer of the
+    main graph (node attributes, subgraphs: small, and copied as they are on export)."""
+    mapped = {id(t) for t in model.graph.initializer}
+    for t in list(external_tensors(model)):
+        if id(t) not in mapped:
+            load_external_data_for_tensor(t, str(folder))
+
+
+def mapped_array(t: onnx.TensorProto, folder: Path) -> np.ndarray:
+    """The value of external tensor `t` as a read-only `numpy.memmap` of its file (nothing is
+    read until used), or read whole for element types numpy cannot map (packed 4-bit types).
+    Shape `t.dims`, dtype as `onnx.numpy_helper.to_array`. Raises ExternalDataError if the
+    file is shorter than the tensor."""
+    info = ExternalDataInfo(t)
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
+    shape = tuple(int(d) for d in t.dims)
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    path, offset = folder / info.location, int(info.offset or 0)
+    if _packed(t) or sys.byteorder == "big":  # ONNX stores little-endian, whole bytes
+        copy = onnx.TensorProto()
+        copy.CopyFrom(t)
+        load_external_data_for_tensor(copy, str(folder))
+        return onnx.numpy_helper.to_array(copy)
+    if path.stat().st_size < offset + size:
+        raise ExternalDataError(f"tensor {t.name!r}: external data file {info.location!r} is too short")
+    if size == 0:
+        return np.zeros(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+
+
+def _packed(t: onnx.TensorProto) -> bool:
+    """True for element types stored two to a byte (int4, uint4, float4e2m1)."""
+    packed = {"INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"}
+    return onnx.TensorProto.DataType.Name(t.data_type) in packed
+
+
+def needs_external_data(model: onnx.ModelProto) -> bool:
+    """True if `model` serialized inline would exceed EXTERNAL_DATA_THRESHOLD bytes."""
+    return model.ByteSize() > EXTERNAL_DATA_THRESHOLD
+
+
+def data_name(path: Path) -> str:
+    """The external data file of a model written to `path`: `<file name>.data` beside it."""
+    return f"{path.name}.data"
+
+
+def stage(model: onnx.ModelProto, path: Path) -> Path:
+    """Write `model` with its tensors of INLINE_MAX_BYTES or more in one external data file,
+    into a new staging folder beside `path`, under `path`'s name and `data_name(path)`.
+    `model` is changed in place (its tensors point to the file). Returns the staged model's
+    path; `commit` moves it into place, `discard` removes it. Raises OSError."""
+    folder = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        onnx.save_model(
+            model, str(folder / path.name), save_as_external_data=True, all_tensors_to_one_file=True,
+            location=data_name(path), size_threshold=INLINE_MAX_BYTES,
+        )
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder / path.name
+
+
+def commit(staged: Path, path: Path) -> None:
+    """Move a staged model (and its data file) to `path`, data first: once the model file is
+    in place, the data it names is complete. Raises OSError."""
+    data = staged.parent / data_name(path)
+    if data.exists():
+        os.replace(data, path.parent / data_name(path))
+    os.replace(staged, path)
+    discard(staged)
+
+
+def discard(staged: Path) -> None:
+    """Remove a staging folder and what is left in it."""
+    shutil.rmtree(staged.parent, ignore_errors=True)

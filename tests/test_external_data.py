@@ -1,0 +1,169 @@
+"""Models with external data: read without copying the weights, written with external data on
+request or above the size threshold (lowered here), locations outside the model's folder
+refused before anything is read."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import pytest
+from onnx import numpy_helper
+from onnx.external_data_helper import ExternalDataInfo
+
+from frontends.onnx import external, import_model, load_model
+from frontends.onnx.check import compare
+from rewrite.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def weighted_model() -> onnx.ModelProto:
+    """y = Relu(Identity(x @ W) * 1): W float[32,32] (4 KB, external when saved so), and two
+    nodes the shipped rules remove."""
+    w = np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32)
+    nodes = [
+        oh.make_node("MatMul", ["x", "W"], ["m"]),
+        oh.make_node("Identity", ["m"], ["i"]),
+        oh.make_node("Mul", ["i", "one"], ["s"]),
+        oh.make_node("Relu", ["s"], ["y"]),
+    ]
+    graph = oh.make_graph(
+        nodes, "weighted",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 32])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 32])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.float32(1.0), "one")],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
+
+
+def save_external(model: onnx.ModelProto, path: Path, location: str) -> Path:
+    onnx.save_model(model, str(path), save_as_external_data=True, location=location, size_threshold=1024)
+    return path
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rewrite.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def _external_names(model: onnx.ModelProto) -> list[str]:
+    return [t.name for t in external.external_tensors(model)]
+
+
+def _same_outputs(a: Path, b: Path) -> bool:
+    diffs = compare(onnx.load(str(a), load_external_data=False), onnx.load(str(b), load_external_data=False),
+                    original_source=str(a), optimized_source=str(b))
+    return all(d.ok for d in diffs)
+
+
+def test_weights_are_mapped_not_read(tmp_path):
+    src = save_external(weighted_model(), tmp_path / "m.onnx", "m.weights")
+    model = load_model(src)
+    assert _external_names(model) == ["W"]
+    graph = import_model(model, tmp_path)
+    w = next(a for v, a in graph.constants.items() if graph.values[v].name == "W")
+    assert isinstance(w, np.memmap) and Path(w.filename) == (tmp_path / "m.weights").resolve()
+    np.testing.assert_array_equal(w, numpy_helper.to_array(weighted_model().graph.initializer[0]))
+
+
+def test_external_input_small_output_inline(tmp_path):
+    src = save_external(weighted_model(), tmp_path / "m.onnx", "m.weights")
+    out = tmp_path / "out.onnx"
+    r = cli("optimize", str(src), str(out))
+    assert r.returncode == 0, r.stderr
+    result = onnx.load(str(out), load_external_data=False)
+    assert _external_names(result) == [] and [n.op_type for n in result.graph.node] == ["MatMul", "Relu"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.weights", "out.onnx"]
+    assert _same_outputs(src, out)
+
+
+def test_external_data_on_request(tmp_path):
+    src = save_external(weighted_model(), tmp_path / "m.onnx", "m.weights")
+    out = tmp_path / "out.onnx"
+    r = cli("optimize", str(src), str(out), "--external-data")
+    assert r.returncode == 0, r.stderr
+    result = onnx.load(str(out), load_external_data=False)
+    assert _external_names(result) == ["W"]
+    assert {ExternalDataInfo(t).location for t in external.external_tensors(result)} == {"out.onnx.data"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.weights", "out.onnx", "out.onnx.data"]
+    onnx.checker.check_model(str(out), full_check=True)
+    assert _same_outputs(src, out)
+
+
+def test_external_data_above_threshold(tmp_path, monkeypatch):
+    """Above EXTERNAL_DATA_THRESHOLD (2 GB, lowered to 2 KB here) the output is written with
+    external data without being asked."""
+    monkeypatch.setattr(external, "EXTERNAL_DATA_THRESHOLD", 2048)
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(weighted_model(), str(src))  # inline, 4 KB of weights
+    assert main(["optimize", str(src), str(out)]) == 0
+    assert _external_names(onnx.load(str(out), load_external_data=False)) == ["W"]
+    assert (tmp_path / "out.onnx.data").stat().st_size == 32 * 32 * 4
+    assert _same_outputs(src, out)
+
+
+def test_output_onto_input_with_external_data(tmp_path):
+    """OUT may be IN with external data too: the new data file replaces the old one only
+    once it is complete, and the weights the optimizer mapped stay readable until then."""
+    (tmp_path / "keep").mkdir()
+    keep = save_external(weighted_model(), tmp_path / "keep" / "m.onnx", "m.onnx.data")
+    src = save_external(weighted_model(), tmp_path / "m.onnx", "m.onnx.data")
+    r = cli("optimize", str(src), str(src), "--external-data")
+    assert r.returncode == 0, r.stderr
+    assert [n.op_type for n in onnx.load(str(src)).graph.node] == ["MatMul", "Relu"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "m.onnx", "m.onnx.data"]
+    assert _same_outputs(keep, src)
+
+
+def _with_location(tmp_path: Path, location: str) -> Path:
+    """A model whose W points to `location` (relative to tmp_path/model/)."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    src = save_external(weighted_model(), folder / "m.onnx", "m.weights")
+    model = onnx.load(str(src), load_external_data=False)
+    for entry in model.graph.initializer[0].external_data:
+        if entry.key == "location":
+            entry.value = location
+    onnx.save(model, str(src))
+    return src
+
+
+@pytest.mark.parametrize("location", ["../outside.bin", "/etc/passwd", "sub/../../outside.bin"])
+def test_location_outside_folder_refused(tmp_path, location):
+    (tmp_path / "outside.bin").write_bytes(bytes(4096))
+    src = _with_location(tmp_path, location)
+    out = tmp_path / "out.onnx"
+    r = cli("optimize", str(src), str(out))
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "tensor 'W'" in r.stderr and ("outside the model's folder" in r.stderr or "not relative" in r.stderr)
+    assert not out.exists()
+
+
+def test_symlink_out_of_folder_refused_before_reading(tmp_path):
+    """A symlink in the folder that leads to a FIFO outside it: reading would block forever,
+    so the prompt refusal shows nothing was read."""
+    os.mkfifo(tmp_path / "pipe")
+    src = _with_location(tmp_path, "link.bin")
+    (src.parent / "link.bin").symlink_to(tmp_path / "pipe")
+    r = cli("optimize", str(src), str(tmp_path / "out.onnx"))
+    assert r.returncode == 1 and "outside the model's folder" in r.stderr, r.stderr
+
+
+def test_symlink_inside_folder_refused_by_checker(tmp_path):
+    """onnx.checker refuses external data through any symlink (onnx 1.23), also one that
+    stays in the folder: a one-line error, nothing written."""
+    src = _with_location(tmp_path, "link.bin")
+    (src.parent / "link.bin").symlink_to("m.weights")
+    r = cli("optimize", str(src), str(tmp_path / "out.onnx"))
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "symbolic link" in r.stderr and not (tmp_path / "out.onnx").exists()
+
+
+def test_missing_data_file(tmp_path):
+    src = _with_location(tmp_path, "gone.bin")
+    r = cli("optimize", str(src), str(tmp_path / "out.onnx"))
+    assert r.returncode == 1 and "external data file 'gone.bin' not found" in r.stderr, r.stderr
