@@ -144,6 +144,8 @@ def cmd_optimize(args) -> int:
         output = prepare_output(result, dst, folder=src.parent, external_data=args.external_data)
     except OSError as e:
         return _fail(f"{dst}: cannot write: {e.strerror or e}")
+    except Exception as e:  # protobuf's EncodeError: an engine bug, in one line
+        return _fail(f"{dst}: cannot serialize the model: {type(e).__name__}: {e}")
     t_serialize = time.perf_counter() - clock
     diffs = []
     if not args.no_check:

@@ -167,3 +167,30 @@ def test_missing_data_file(tmp_path):
     src = _with_location(tmp_path, "gone.bin")
     r = cli("optimize", str(src), str(tmp_path / "out.onnx"))
     assert r.returncode == 1 and "external data file 'gone.bin' not found" in r.stderr, r.stderr
+
+
+def _anon_bytes() -> int:
+    """Resident anonymous memory of this process (Linux: not file-backed pages)."""
+    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("RssAnon"))
+    return int(line.split()[1]) * 1024
+
+
+def test_loading_holds_no_weights(tmp_path):
+    """Loading and importing a model with 128 MiB of external weights allocates a small part
+    of that: the weights stay in their file until the export copies them, once."""
+    w = np.ones((4096, 8192), dtype=np.float32)  # 128 MiB
+    graph = oh.make_graph(
+        [oh.make_node("MatMul", ["x", "W"], ["y"])], "big",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4096])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8192])],
+        [numpy_helper.from_array(w, "W")],
+    )
+    del w
+    src = save_external(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10),
+                        tmp_path / "m.onnx", "m.weights")
+    del graph
+    before = _anon_bytes()
+    model = load_model(src)
+    imported = import_model(model, tmp_path)
+    grown = _anon_bytes() - before
+    assert imported.constants and grown < 32 * 2**20, f"{grown / 2**20:.0f} MiB"

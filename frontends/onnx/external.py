@@ -34,14 +34,17 @@ class ExternalDataError(ValueError):
     """An external-data location that may not be read (outside the folder, missing, ...)."""
 
 
-def external_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+def external_tensors(model: onnx.ModelProto, main_initializers: bool = True) -> Iterator[onnx.TensorProto]:
     """Every tensor of `model` whose data is external: initializers, sparse initializers and
-    node attributes, in the main graph, in subgraphs and in functions."""
+    node attributes, in the main graph (its initializers only with `main_initializers`), in
+    subgraphs and in functions."""
     graphs = [model.graph]
     nodes = [n for f in model.functions for n in f.node]
+    skip = not main_initializers  # the first graph popped is the main graph
     while graphs:
         g = graphs.pop()
-        tensors = [*g.initializer, *(s.values for s in g.sparse_initializer)]
+        tensors = [] if skip else [*g.initializer, *(s.values for s in g.sparse_initializer)]
+        skip = False
         yield from (t for t in tensors if uses_external_data(t))
         nodes.extend(g.node)
         for n in nodes:
@@ -71,10 +74,8 @@ def check_locations(model: onnx.ModelProto, folder: Path) -> None:
 def load_small_tensors(model: onnx.ModelProto, folder: Path) -> None:
     """Read into `model` the external data of every tensor that is not an initializer of the
     main graph (node attributes, subgraphs: small, and copied as they are on export)."""
-    mapped = {id(t) for t in model.graph.initializer}
-    for t in list(external_tensors(model)):
-        if id(t) not in mapped:
-            load_external_data_for_tensor(t, str(folder))
+    for t in list(external_tensors(model, main_initializers=False)):
+        load_external_data_for_tensor(t, str(folder))
 
 
 def mapped_array(t: onnx.TensorProto, folder: Path) -> np.ndarray:
@@ -106,8 +107,11 @@ def _packed(t: onnx.TensorProto) -> bool:
 
 
 def needs_external_data(model: onnx.ModelProto) -> bool:
-    """True if `model` serialized inline would exceed EXTERNAL_DATA_THRESHOLD bytes."""
-    return model.ByteSize() > EXTERNAL_DATA_THRESHOLD
+    """True if `model` serialized inline would exceed EXTERNAL_DATA_THRESHOLD bytes. Sized
+    part by part: protobuf cannot size (or serialize) a message of 2 GiB or more at once."""
+    g = model.graph
+    parts = [*g.initializer, *g.sparse_initializer, *g.node, *model.functions]
+    return sum(p.ByteSize() for p in parts) > EXTERNAL_DATA_THRESHOLD
 
 
 def data_name(path: Path) -> str:
