@@ -60,9 +60,9 @@ class Batch:
             return min(hs)
         if c in self._ids:
             return self._ids[c]
-        if depth > 50:
+        n = self.snap.finite_node(c)
+        if depth > 50 or n is None:
             raise _Skip("a term for a deep e-class")
-        n = min(self.snap.classes[c], key=lambda n: len(n.children))
         kids = [self.handle(k, depth + 1) for k in n.children]
         self._ids[c] = self.node(n.op, kids, list(n.attrs), self.snap.type_of(c))
         return self._ids[c]

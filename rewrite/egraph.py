@@ -11,6 +11,7 @@ small ints local to one snapshot.
 
 from __future__ import annotations
 
+import heapq
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +140,17 @@ class Snapshot:
     extra_types: dict[int, TensorType] = field(default_factory=dict)
     _types: dict[int, TensorType] = field(default_factory=dict)
     _reps: dict[int, str] = field(default_factory=dict)
+    _finite: dict[int, ENode | None] | None = None
+
+    def finite_node(self, c: int) -> ENode | None:
+        """The e-node of class `c` that starts its shallowest finite term (every e-class in it
+        has a handle or such an e-node in turn), or None if `c` has a handle or no finite
+        term. The e-node with the fewest children may lead back to `c` (Squeeze(Unsqueeze(c))
+        sits in c's class after squeeze-unsqueeze), so heights are computed for all classes
+        at once, bottom-up (a Dijkstra over the e-graph as an and-or graph)."""
+        if self._finite is None:
+            self._finite = _shallowest(self.classes, self.handles_of)
+        return self._finite.get(c)
 
     @staticmethod
     def read(eg: EGraph, relations: tuple[str, ...]) -> "Snapshot":
@@ -287,10 +299,10 @@ class Snapshot:
         hs = self.handles_of.get(c)
         if hs:
             r = f"(T {min(hs)})"
-        elif depth > 50:
+        elif depth > 50 or self.finite_node(c) is None:
             raise EGraphError(f"e-class {c} has no finite term")
         else:
-            n = min(self.classes[c], key=lambda n: len(n.children))
+            n = self.finite_node(c)
             from rewrite.emit import egg_string  # noqa: PLC0415
 
             kids = " ".join(self.rep(k, depth + 1) for k in n.children)
@@ -308,3 +320,38 @@ def constant_op_value(attrs: tuple[str, ...]):
         if v is not None:
             return np.asarray(v, dtype=np.float32 if a.kind.startswith("float") else np.int64)
     return None
+
+
+def _shallowest(classes: dict[int, list[ENode]], handles_of: dict[int, list[int]]) -> dict[int, ENode | None]:
+    """Per e-class, the e-node of least height (a class with a handle has height 0 and no
+    e-node; an e-node's height is one more than its highest child's), for every class that
+    has a finite term. Ties go to the e-node listed first."""
+    heap: list[tuple[int, int, int, ENode | None]] = []
+    pending: list[list] = []  # per e-node: [children not yet reached, class, e-node]
+    parents: dict[int, list[int]] = {}
+    for c, nodes in classes.items():
+        if handles_of.get(c):
+            heap.append((0, len(heap), c, None))
+        for n in nodes:
+            kids = set(n.children)
+            for k in kids:
+                parents.setdefault(k, []).append(len(pending))
+            pending.append([len(kids), c, n])
+            if not kids:
+                heap.append((1, len(heap), c, n))
+    heapq.heapify(heap)
+    height: dict[int, int] = {}
+    best: dict[int, ENode | None] = {}
+    seq = len(heap)
+    while heap:
+        h, _, c, n = heapq.heappop(heap)
+        if c in height:
+            continue
+        height[c], best[c] = h, n
+        for i in parents.get(c, ()):
+            entry = pending[i]
+            entry[0] -= 1
+            if entry[0] == 0:
+                seq += 1
+                heapq.heappush(heap, (1 + max(height[k] for k in entry[2].children), seq, entry[1], entry[2]))
+    return best
