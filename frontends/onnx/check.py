@@ -170,3 +170,9 @@ def _diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray, toleranc
     # NaN errors (NaN against a number, or inf against a different inf) never pass
     ok = bool(np.all(abs_err <= atol + rtol * scale))
     return OutputDiff(name, dtype, float(np.nanmax(abs_err)), float(np.nanmax(rel_err)), rtol, atol, ok)
+
+
+def output_diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray, fp: str = "exact") -> OutputDiff:
+    """Compare output `name` (ONNX element type `elem_type`) of the optimized model (`got`)
+    with the original's (`want`) at the tolerance of numeric class `fp`, as `compare` does."""
+    return _diff(name, elem_type, np.asarray(got), np.asarray(want), TOLERANCES[fp])

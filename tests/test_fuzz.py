@@ -1,0 +1,66 @@
+"""Graph fuzzing (`verify.graphs`, `verify.fuzz`): random valid models through the optimizer,
+compared with the original under onnxruntime and onnx.reference. The CI profile runs a fixed
+set of a few hundred graphs; `bench/fuzz.py` runs 10,000. Each bug found is a regression test
+below, as the minimal graph it shrank to."""
+
+import os
+
+import onnx.parser
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from dsl import load_rules, shipped_rules_dir
+from verify.fuzz import Stats, check_graph
+from verify.graphs import onnx_graphs
+
+RULES = load_rules([shipped_rules_dir()])
+EXAMPLES = int(os.environ.get("REWRITE_FUZZ_EXAMPLES", "200"))
+STATS = Stats()
+
+
+def _model(body: str) -> onnx.ModelProto:
+    return onnx.parser.parse_model('<ir_version: 10, opset_import: ["" : 18]>\n' + body)
+
+
+@pytest.mark.slow
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(onnx_graphs())
+def test_random_graphs(model):
+    """Every random graph optimizes without error to a valid model with the same outputs."""
+    STATS.add(model, check_graph(model, RULES))
+
+
+@pytest.mark.slow
+def test_random_graphs_exercise_the_rules():
+    """The fuzzing above is not vacuous: most graphs change, many rules fire, and both
+    executors compare (runs after `test_random_graphs`, in file order)."""
+    if STATS.graphs < EXAMPLES:
+        pytest.skip("test_random_graphs did not run in this session")
+    assert STATS.changed > STATS.graphs * 0.8
+    assert len(STATS.fired) > 60 and sum(STATS.fired.values()) > 10 * STATS.graphs
+    assert STATS.compared["onnxruntime"] > STATS.changed * 0.8
+    assert STATS.compared["onnx.reference"] > STATS.changed * 0.8
+
+
+def test_cyclic_enode_is_not_a_term():
+    """Found by fuzzing: after squeeze-unsqueeze, the class of Unsqueeze(x) also holds
+    Squeeze(Unsqueeze(<itself>)); naming it by its e-node with the fewest children looped, and
+    the optimizer crashed with `e-class N has no finite term`."""
+    model = _model("""
+    g (float x) => (float[1] w, float[1] r)
+        <float c = {0.125}, int64[1] zero = {0}, int64[1] one = {1}> {
+        eq = Equal (c, x)
+        n = Not (eq)
+        f = Cast <to = 1> (n)
+        u1 = Unsqueeze (f, zero)
+        u2 = Unsqueeze (u1, zero)
+        s = Squeeze (u2, zero)
+        nn = Not (n)
+        w = Where (nn, s, s)
+        rs = Reshape (f, one)
+        r = Relu (rs)
+    }""")
+    result = check_graph(model, RULES)
+    assert result.changed and "squeeze-unsqueeze" in result.fired
+    assert set(result.compared) == {"onnxruntime", "onnx.reference"}

@@ -1,0 +1,133 @@
+"""Graph fuzzing: a random valid model (`verify.graphs.onnx_graphs`) through the optimizer,
+and the result against the original.
+
+`check_graph` optimizes a model with every numeric class allowed and judges the result: no
+exception, `onnx.checker` (strict shape inference) passes, and on the same random inputs the
+outputs match the original's under onnxruntime and under `onnx.reference`, at the tolerance of
+the loosest numeric class among the rules that fired (`frontends.onnx.check`). An executor that
+cannot run the original (no kernel for an op and dtype) is left out for that graph and named.
+
+`Stats` counts what a fuzzing run did: graphs generated, changed, rules fired.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx.reference import ReferenceEvaluator
+
+from frontends.onnx.check import CheckError, output_diff, random_inputs, run
+from rewrite.optimize import FP_CLASSES
+
+EXECUTORS = ("onnxruntime", "onnx.reference")
+
+
+class GeneratorError(AssertionError):
+    """The strategy built a model that is not valid: a bug in `verify.graphs`, not in the
+    optimizer."""
+
+
+class OptimizerError(AssertionError):
+    """The optimizer failed on a valid model: it raised, wrote an invalid model, or changed
+    an output. `kind`: `crash`, `invalid` or `mismatch`."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class GraphResult:
+    """What optimizing one graph did: changed (a different model came back), the rules fired
+    (name -> matches), the executors that compared both models, and the numeric class."""
+
+    changed: bool
+    fired: dict[str, int]
+    compared: tuple[str, ...]
+    fp: str
+
+
+@dataclass
+class Stats:
+    """Counts over a fuzzing run."""
+
+    graphs: int = 0
+    changed: int = 0
+    nodes: int = 0
+    fired: Counter = field(default_factory=Counter)
+    compared: Counter = field(default_factory=Counter)
+
+    def add(self, model: onnx.ModelProto, r: GraphResult) -> None:
+        self.graphs += 1
+        self.changed += r.changed
+        self.nodes += len(model.graph.node)
+        self.fired.update(r.fired)
+        self.compared.update(r.compared)
+
+
+def check_graph(model: onnx.ModelProto, rules, fp: tuple[str, ...] = FP_CLASSES, seed: int = 0) -> GraphResult:
+    """Optimize `model` with `rules` (a RuleSet) under the numeric classes `fp` and compare
+    (module docstring). Raises GeneratorError if `model` itself is invalid, OptimizerError if
+    the optimizer failed on it."""
+    from frontends.onnx import optimize_model  # noqa: PLC0415
+
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as e:  # ValidationError, InferenceError
+        raise GeneratorError(f"the generated model is invalid: {_line(e)}") from None
+    try:
+        result, report = optimize_model(model, rules, fp=fp)
+    except Exception as e:  # any exception on a valid model is an optimizer bug
+        raise OptimizerError("crash", _line(e)) from e
+    if result is model:
+        return GraphResult(False, dict(report.fired), (), report.fp)
+    try:
+        onnx.checker.check_model(result, full_check=True)
+    except Exception as e:  # ValidationError, InferenceError
+        raise OptimizerError("invalid", _line(e)) from None
+    feeds = random_inputs(model, seed)
+    compared = tuple(name for name, execute in zip(EXECUTORS, (_ort, _reference))
+                     if _compare(name, execute, model, result, feeds, report.fp))
+    return GraphResult(True, dict(report.fired), compared, report.fp)
+
+
+def _compare(name: str, execute, model, result, feeds, fp: str) -> bool:
+    """Run both models on `execute`; False if it cannot run the original. Raises
+    OptimizerError if it cannot run the result, or an output differs."""
+    try:
+        want = execute(model, feeds)
+    except Exception:  # no kernel, or an op the reference lacks: this executor sits out
+        return False
+    try:
+        got = execute(result, feeds)
+    except Exception as e:  # the original ran: the result must too
+        raise OptimizerError("mismatch", f"{name} runs the original but not the result: {_line(e)}") from None
+    for out, a, b in zip(model.graph.output, got, want):
+        d = output_diff(out.name, out.type.tensor_type.elem_type, a, b, fp)
+        if not d.ok:
+            raise OptimizerError(
+                "mismatch", f"{name}: output {out.name} ({d.dtype}) differs: max abs {d.max_abs:.3g}, "
+                f"max rel {d.max_rel:.3g} > rtol {d.rtol:g} (rules of class {fp})")
+    return True
+
+
+def _ort(model: onnx.ModelProto, feeds: dict) -> list:
+    try:
+        return run(model, feeds)
+    except CheckError as e:
+        raise RuntimeError(str(e)) from None
+
+
+def _reference(model: onnx.ModelProto, feeds: dict) -> list:
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ReferenceEvaluator(model).run(None, feeds)
+
+
+def _line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:400]}"
