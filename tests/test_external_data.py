@@ -194,3 +194,13 @@ def test_loading_holds_no_weights(tmp_path):
     imported = import_model(model, tmp_path)
     grown = _anon_bytes() - before
     assert imported.constants and grown < 32 * 2**20, f"{grown / 2**20:.0f} MiB"
+
+
+def test_import_without_folder_refused(tmp_path, monkeypatch):
+    """External data not loaded and no folder: refused, never read from the current folder."""
+    from frontends.onnx.importer import ImportError_
+
+    src = save_external(weighted_model(), tmp_path / "m.onnx", "m.weights")
+    monkeypatch.chdir(tmp_path)  # where a relative read would find the file
+    with pytest.raises(ImportError_, match="external data not loaded"):
+        import_model(load_model(src))
