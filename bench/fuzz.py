@@ -23,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+PROGRESS = 250  # graphs between progress lines on stderr
 
 
 def fuzz(examples: int, seed: int):
@@ -50,6 +51,9 @@ def fuzz(examples: int, seed: int):
         except (GeneratorError, OptimizerError) as e:
             stats.graphs += 1
             failures.setdefault(_key(e), (str(e), model.SerializeToString()))
+        if stats.graphs % PROGRESS == 0:  # a long run says how far it got
+            print(f"[seed {seed}] {stats.graphs} graphs, {stats.changed} changed, "
+                  f"{sum(stats.fired.values())} matches, {len(failures)} failures", file=sys.stderr, flush=True)
 
     run()
     return stats, failures
