@@ -42,8 +42,13 @@ def fuzz(examples: int, seed: int):
     stats, failures = Stats(), {}
 
     @hypothesis_seed(seed)
-    @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(onnx_graphs())
     def run(model):
         try:
@@ -52,8 +57,12 @@ def fuzz(examples: int, seed: int):
             stats.graphs += 1
             failures.setdefault(_key(e), (str(e), model.SerializeToString()))
         if stats.graphs % PROGRESS == 0:  # a long run says how far it got
-            print(f"[seed {seed}] {stats.graphs} graphs, {stats.changed} changed, "
-                  f"{sum(stats.fired.values())} matches, {len(failures)} failures", file=sys.stderr, flush=True)
+            print(
+                f"[seed {seed}] {stats.graphs} graphs, {stats.changed} changed, "
+                f"{sum(stats.fired.values())} matches, {len(failures)} failures",
+                file=sys.stderr,
+                flush=True,
+            )
 
     run()
     return stats, failures
@@ -83,7 +92,9 @@ def _reduce(message: str, data: bytes) -> str:
 
     model = onnx.load_from_string(data)
     small = reduce_graph(model, fails) if fails(model) else model
-    return f"{len(model.graph.node)} -> {len(small.graph.node)} nodes\n" + onnx.printer.to_text(small)
+    return f"{len(model.graph.node)} -> {len(small.graph.node)} nodes\n" + onnx.printer.to_text(
+        small
+    )
 
 
 def main() -> int:
@@ -93,7 +104,9 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
     start = time.perf_counter()
-    shares = [args.examples // args.jobs + (k < args.examples % args.jobs) for k in range(args.jobs)]
+    shares = [
+        args.examples // args.jobs + (k < args.examples % args.jobs) for k in range(args.jobs)
+    ]
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
         parts = list(pool.map(fuzz, shares, [args.seed * 1000 + k for k in range(args.jobs)]))
@@ -107,14 +120,17 @@ def main() -> int:
         for k, v in f.items():
             failures.setdefault(k, v)
     wall = time.perf_counter() - start
-    print(f"{stats.graphs} graphs generated in {wall:.0f} s ({stats.nodes / max(stats.graphs, 1):.0f} nodes "
-          f"on average); {stats.changed} changed; compared under onnxruntime {stats.compared['onnxruntime']}, "
-          f"onnx.reference {stats.compared['onnx.reference']}")
+    per_graph = stats.nodes / max(stats.graphs, 1)
+    print(f"{stats.graphs} graphs generated in {wall:.0f} s ({per_graph:.0f} nodes on average)")
+    print(
+        f"{stats.changed} changed; compared under onnxruntime {stats.compared['onnxruntime']}, "
+        f"onnx.reference {stats.compared['onnx.reference']}"
+    )
     print(f"rules fired: {sum(stats.fired.values())} matches of {len(stats.fired)} rules")
     for name, n in stats.fired.most_common():
         print(f"  {name:<44} {n:>8}")
     print(f"{len(failures)} distinct failures")
-    for key, (message, data) in failures.items():
+    for message, data in failures.values():
         print(f"\n{message}\n{_reduce(message, data)}")
     return 1 if failures else 0
 

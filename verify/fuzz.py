@@ -69,7 +69,9 @@ class Stats:
         self.compared.update(r.compared)
 
 
-def check_graph(model: onnx.ModelProto, rules, fp: tuple[str, ...] = FP_CLASSES, seed: int = 0) -> GraphResult:
+def check_graph(
+    model: onnx.ModelProto, rules, fp: tuple[str, ...] = FP_CLASSES, seed: int = 0
+) -> GraphResult:
     """Optimize `model` with `rules` (a RuleSet) under the numeric classes `fp` and compare
     (module docstring). Raises GeneratorError if `model` itself is invalid, OptimizerError if
     the optimizer failed on it."""
@@ -90,8 +92,11 @@ def check_graph(model: onnx.ModelProto, rules, fp: tuple[str, ...] = FP_CLASSES,
     except Exception as e:  # ValidationError, InferenceError
         raise OptimizerError("invalid", _line(e)) from None
     feeds = random_inputs(model, seed)
-    compared = tuple(name for name, execute in zip(EXECUTORS, (_ort, _reference))
-                     if _compare(name, execute, model, result, feeds, report.fp))
+    compared = tuple(
+        name
+        for name, execute in zip(EXECUTORS, (_ort, _reference))
+        if _compare(name, execute, model, result, feeds, report.fp)
+    )
     return GraphResult(True, dict(report.fired), compared, report.fp)
 
 
@@ -105,13 +110,17 @@ def _compare(name: str, execute, model, result, feeds, fp: str) -> bool:
     try:
         got = execute(result, feeds)
     except Exception as e:  # the original ran: the result must too
-        raise OptimizerError("mismatch", f"{name} runs the original but not the result: {_line(e)}") from None
+        raise OptimizerError(
+            "mismatch", f"{name} runs the original but not the result: {_line(e)}"
+        ) from None
     for out, a, b in zip(model.graph.output, got, want):
         d = output_diff(out.name, out.type.tensor_type.elem_type, a, b, fp)
         if not d.ok:
             raise OptimizerError(
-                "mismatch", f"{name}: output {out.name} ({d.dtype}) differs: max abs {d.max_abs:.3g}, "
-                f"max rel {d.max_rel:.3g} > rtol {d.rtol:g} (rules of class {fp})")
+                "mismatch",
+                f"{name}: output {out.name} ({d.dtype}) differs: max abs {d.max_abs:.3g}, "
+                f"max rel {d.max_rel:.3g} > rtol {d.rtol:g} (rules of class {fp})",
+            )
     return True
 
 
