@@ -34,10 +34,16 @@ def build(folder: Path, gib: float) -> Path:
     inits, nodes, prev = [], [], "x"
     with open(folder / "big.weights", "wb") as f:
         for i in range(layers):
-            w = (rng.standard_normal((N, N), dtype=np.float32) / np.float32(np.sqrt(N))).astype("<f4")
+            w = (rng.standard_normal((N, N), dtype=np.float32) / np.float32(np.sqrt(N))).astype(
+                "<f4"
+            )
             t = onnx.TensorProto(name=f"W{i}", data_type=onnx.TensorProto.FLOAT, dims=[N, N])
             t.data_location = onnx.TensorProto.EXTERNAL
-            for k, v in (("location", "big.weights"), ("offset", str(f.tell())), ("length", str(w.nbytes))):
+            for k, v in (
+                ("location", "big.weights"),
+                ("offset", str(f.tell())),
+                ("length", str(w.nbytes)),
+            ):
                 t.external_data.add(key=k, value=v)
             f.write(w.tobytes())
             inits.append(t)
@@ -51,8 +57,11 @@ def build(folder: Path, gib: float) -> Path:
     nodes.append(oh.make_node("Identity", [prev], ["y"]))
     inits.append(onnx.numpy_helper.from_array(np.float32(1.0), "one"))
     graph = oh.make_graph(
-        nodes, "big", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, N])],
-        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, N])], inits,
+        nodes,
+        "big",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, N])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, N])],
+        inits,
     )
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
     onnx.save(model, str(folder / "big.onnx"))
@@ -71,8 +80,12 @@ def main() -> int:
         built = time.perf_counter() - clock
         out = folder / "out.onnx"
         clock = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "rewrite.cli", "optimize", str(src), str(out)],
-                           capture_output=True, text=True, cwd=ROOT)
+        r = subprocess.run(
+            [sys.executable, "-m", "rewrite.cli", "optimize", str(src), str(out)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         seconds = time.perf_counter() - clock
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB -> GiB
         print(r.stdout.splitlines()[-1] if r.stdout else "", r.stderr.strip(), sep="\n")
@@ -84,11 +97,17 @@ def main() -> int:
         size = sum(p.stat().st_size for p in folder.iterdir() if p.name.startswith("out.onnx"))
         weights = sum(t.ByteSize() for t in back.graph.initializer)
         ops = sorted({n.op_type for n in back.graph.node})
-        print(f"input {(folder / 'big.weights').stat().st_size / 2**30:.2f} GiB of weights, built in {built:.0f} s")
-        print(f"optimized in {seconds:.0f} s (peak memory {peak:.2f} GiB); output {size / 2**30:.2f} GiB in "
-              f"{', '.join(sorted(p.name for p in folder.iterdir() if p.name.startswith('out')))}")
-        print(f"read back in {read:.0f} s: {len(back.graph.node)} nodes ({', '.join(ops)}), "
-              f"{weights / 2**30:.2f} GiB of initializers")
+        weights_in = (folder / "big.weights").stat().st_size / 2**30
+        files = ", ".join(sorted(p.name for p in folder.iterdir() if p.name.startswith("out")))
+        print(f"input {weights_in:.2f} GiB of weights, built in {built:.0f} s")
+        print(
+            f"optimized in {seconds:.0f} s (peak memory {peak:.2f} GiB); "
+            f"output {size / 2**30:.2f} GiB in {files}"
+        )
+        print(
+            f"read back in {read:.0f} s: {len(back.graph.node)} nodes ({', '.join(ops)}), "
+            f"{weights / 2**30:.2f} GiB of initializers"
+        )
     return 0
 
 

@@ -24,7 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("paths", nargs="*", help="rule files or directories (default: the shipped library)")
+    ap.add_argument(
+        "paths", nargs="*", help="rule files or directories (default: the shipped library)"
+    )
     ap.add_argument("--pattern", help="only cases whose name contains this")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()

@@ -93,7 +93,9 @@ def test_deadline_past_on_entry(grow):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "rewrite.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "rewrite.cli", *args], capture_output=True, text=True, cwd=ROOT
+    )
 
 
 def test_cli_timeout_counts_from_the_start(tmp_path):
@@ -101,8 +103,19 @@ def test_cli_timeout_counts_from_the_start(tmp_path):
     unchanged and says where it ran out."""
     src, dst, rep = tmp_path / "sum.onnx", tmp_path / "out.onnx", tmp_path / "r.json"
     onnx.save(long_sum(), str(src))
-    r = _cli("optimize", str(src), str(dst), "--rules", str(GROW), "--allow", "reassoc",
-             "--timeout", "0.001", "--report", str(rep))
+    r = _cli(
+        "optimize",
+        str(src),
+        str(dst),
+        "--rules",
+        str(GROW),
+        "--allow",
+        "reassoc",
+        "--timeout",
+        "0.001",
+        "--report",
+        str(rep),
+    )
     assert r.returncode == 0, r.stderr
     assert "time-limit reached during load" in r.stdout and "input unchanged" in r.stdout
     assert onnx.load(str(dst)) == onnx.load(str(src))
@@ -112,7 +125,17 @@ def test_cli_timeout_counts_from_the_start(tmp_path):
 def test_cli_max_nodes(tmp_path):
     src, dst = tmp_path / "sum.onnx", tmp_path / "out.onnx"
     onnx.save(long_sum(), str(src))
-    r = _cli("optimize", str(src), str(dst), "--rules", str(GROW), "--allow", "reassoc", "--max-nodes", "5000")
+    r = _cli(
+        "optimize",
+        str(src),
+        str(dst),
+        "--rules",
+        str(GROW),
+        "--allow",
+        "reassoc",
+        "--max-nodes",
+        "5000",
+    )
     assert r.returncode == 0, r.stderr
     assert "node-limit reached during saturate" in r.stdout
     onnx.checker.check_model(onnx.load(str(dst)), full_check=True)

@@ -72,8 +72,12 @@ def test_no_default_opset_comes_back_unchanged(rules):
 def test_no_default_opset_cli(tmp_path):
     src, dst = tmp_path / "ml.onnx", tmp_path / "out.onnx"
     onnx.save(onnx.parser.parse_model(ML_ONLY), str(src))
-    r = subprocess.run([sys.executable, "-m", "rewrite.cli", "optimize", str(src), str(dst)],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "rewrite.cli", "optimize", str(src), str(dst)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr
     assert dst.read_bytes() == src.read_bytes()
 

@@ -32,7 +32,8 @@ def weighted_model() -> onnx.ModelProto:
         oh.make_node("Relu", ["s"], ["y"]),
     ]
     graph = oh.make_graph(
-        nodes, "weighted",
+        nodes,
+        "weighted",
         [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 32])],
         [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 32])],
         [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.float32(1.0), "one")],
@@ -41,13 +42,20 @@ def weighted_model() -> onnx.ModelProto:
 
 
 def save_external(model: onnx.ModelProto, path: Path, location: str) -> Path:
-    onnx.save_model(model, str(path), save_as_external_data=True, location=location, size_threshold=1024)
+    onnx.save_model(
+        model, str(path), save_as_external_data=True, location=location, size_threshold=1024
+    )
     return path
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rewrite.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "rewrite.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def _external_names(model: onnx.ModelProto) -> list[str]:
@@ -55,8 +63,12 @@ def _external_names(model: onnx.ModelProto) -> list[str]:
 
 
 def _same_outputs(a: Path, b: Path) -> bool:
-    diffs = compare(onnx.load(str(a), load_external_data=False), onnx.load(str(b), load_external_data=False),
-                    original_source=str(a), optimized_source=str(b))
+    diffs = compare(
+        onnx.load(str(a), load_external_data=False),
+        onnx.load(str(b), load_external_data=False),
+        original_source=str(a),
+        optimized_source=str(b),
+    )
     return all(d.ok for d in diffs)
 
 
@@ -76,7 +88,10 @@ def test_external_input_small_output_inline(tmp_path):
     r = cli("optimize", str(src), str(out))
     assert r.returncode == 0, r.stderr
     result = onnx.load(str(out), load_external_data=False)
-    assert _external_names(result) == [] and [n.op_type for n in result.graph.node] == ["MatMul", "Relu"]
+    assert _external_names(result) == [] and [n.op_type for n in result.graph.node] == [
+        "MatMul",
+        "Relu",
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.weights", "out.onnx"]
     assert _same_outputs(src, out)
 
@@ -88,8 +103,15 @@ def test_external_data_on_request(tmp_path):
     assert r.returncode == 0, r.stderr
     result = onnx.load(str(out), load_external_data=False)
     assert _external_names(result) == ["W"]
-    assert {ExternalDataInfo(t).location for t in external.external_tensors(result)} == {"out.onnx.data"}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.weights", "out.onnx", "out.onnx.data"]
+    assert {ExternalDataInfo(t).location for t in external.external_tensors(result)} == {
+        "out.onnx.data"
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "m.onnx",
+        "m.weights",
+        "out.onnx",
+        "out.onnx.data",
+    ]
     onnx.checker.check_model(str(out), full_check=True)
     assert _same_outputs(src, out)
 
@@ -139,7 +161,9 @@ def test_location_outside_folder_refused(tmp_path, location):
     out = tmp_path / "out.onnx"
     r = cli("optimize", str(src), str(out))
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "tensor 'W'" in r.stderr and ("outside the model's folder" in r.stderr or "not relative" in r.stderr)
+    assert "tensor 'W'" in r.stderr and (
+        "outside the model's folder" in r.stderr or "not relative" in r.stderr
+    )
     assert not out.exists()
 
 
@@ -171,7 +195,8 @@ def test_missing_data_file(tmp_path):
 
 def _anon_bytes() -> int:
     """Resident anonymous memory of this process (Linux: not file-backed pages)."""
-    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("RssAnon"))
+    status = Path("/proc/self/status").read_text().splitlines()
+    line = next(x for x in status if x.startswith("RssAnon"))
     return int(line.split()[1]) * 1024
 
 
@@ -180,17 +205,31 @@ def test_loading_holds_no_weights(tmp_path):
     of that: the weights stay in their file until the export copies them, once."""
     w = np.ones((4096, 8192), dtype=np.float32)  # 128 MiB
     graph = oh.make_graph(
-        [oh.make_node("MatMul", ["x", "W"], ["y"])], "big",
+        [oh.make_node("MatMul", ["x", "W"], ["y"])],
+        "big",
         [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4096])],
         [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8192])],
         [numpy_helper.from_array(w, "W")],
     )
     del w
-    src = save_external(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10),
-                        tmp_path / "m.onnx", "m.weights")
+    src = save_external(
+        oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10),
+        tmp_path / "m.onnx",
+        "m.weights",
+    )
     del graph
     before = _anon_bytes()
     model = load_model(src)
     imported = import_model(model, tmp_path)
     grown = _anon_bytes() - before
     assert imported.constants and grown < 32 * 2**20, f"{grown / 2**20:.0f} MiB"
+
+
+def test_import_without_folder_refused(tmp_path, monkeypatch):
+    """External data not loaded and no folder: refused, never read from the current folder."""
+    from frontends.onnx.importer import ImportError_
+
+    src = save_external(weighted_model(), tmp_path / "m.onnx", "m.weights")
+    monkeypatch.chdir(tmp_path)  # where a relative read would find the file
+    with pytest.raises(ImportError_, match="external data not loaded"):
+        import_model(load_model(src))

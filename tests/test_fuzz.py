@@ -23,8 +23,13 @@ def _model(body: str) -> onnx.ModelProto:
 
 
 @pytest.mark.slow
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(onnx_graphs())
 def test_random_graphs(model):
     """Every random graph optimizes without error to a valid model with the same outputs."""
@@ -64,3 +69,22 @@ def test_cyclic_enode_is_not_a_term():
     result = check_graph(model, RULES)
     assert result.changed and "squeeze-unsqueeze" in result.fired
     assert set(result.compared) == {"onnxruntime", "onnx.reference"}
+
+
+def test_reduce_graph_keeps_what_fails():
+    """reduce_graph drops the outputs and nodes the failure does not need."""
+    from verify.fuzz import reduce_graph
+
+    model = _model("""
+    g (float[3] x) => (float[3] y, float[3] z) {
+        a = Relu (x)
+        b = Sigmoid (a)
+        y = Neg (b)
+        z = Abs (x)
+    }""")
+    small = reduce_graph(model, lambda m: any(n.op_type == "Sigmoid" for n in m.graph.node))
+    assert [n.op_type for n in small.graph.node] == ["Sigmoid", "Neg"]
+    assert [o.name for o in small.graph.output] == ["y"] and [
+        i.name for i in small.graph.input
+    ] == ["x"]
+    assert reduce_graph(model, lambda m: False) is model

@@ -67,4 +67,6 @@ def test_rule_enabled_by_another_still_fires(tmp_path):
     assert [n.op_type for n in result.graph.node] == ["Relu"]
     assert set(report.fired) == {"neg-neg", "relu-relu"}
     x = np.array([-1.0, 0.0, 2.0], dtype=np.float32)
-    np.testing.assert_array_equal(ReferenceEvaluator(result).run(None, {"x": x})[0], np.maximum(x, 0))
+    np.testing.assert_array_equal(
+        ReferenceEvaluator(result).run(None, {"x": x})[0], np.maximum(x, 0)
+    )

@@ -69,7 +69,9 @@ class Stats:
         self.compared.update(r.compared)
 
 
-def check_graph(model: onnx.ModelProto, rules, fp: tuple[str, ...] = FP_CLASSES, seed: int = 0) -> GraphResult:
+def check_graph(
+    model: onnx.ModelProto, rules, fp: tuple[str, ...] = FP_CLASSES, seed: int = 0
+) -> GraphResult:
     """Optimize `model` with `rules` (a RuleSet) under the numeric classes `fp` and compare
     (module docstring). Raises GeneratorError if `model` itself is invalid, OptimizerError if
     the optimizer failed on it."""
@@ -90,8 +92,11 @@ def check_graph(model: onnx.ModelProto, rules, fp: tuple[str, ...] = FP_CLASSES,
     except Exception as e:  # ValidationError, InferenceError
         raise OptimizerError("invalid", _line(e)) from None
     feeds = random_inputs(model, seed)
-    compared = tuple(name for name, execute in zip(EXECUTORS, (_ort, _reference))
-                     if _compare(name, execute, model, result, feeds, report.fp))
+    compared = tuple(
+        name
+        for name, execute in zip(EXECUTORS, (_ort, _reference))
+        if _compare(name, execute, model, result, feeds, report.fp)
+    )
     return GraphResult(True, dict(report.fired), compared, report.fp)
 
 
@@ -105,13 +110,17 @@ def _compare(name: str, execute, model, result, feeds, fp: str) -> bool:
     try:
         got = execute(result, feeds)
     except Exception as e:  # the original ran: the result must too
-        raise OptimizerError("mismatch", f"{name} runs the original but not the result: {_line(e)}") from None
+        raise OptimizerError(
+            "mismatch", f"{name} runs the original but not the result: {_line(e)}"
+        ) from None
     for out, a, b in zip(model.graph.output, got, want):
         d = output_diff(out.name, out.type.tensor_type.elem_type, a, b, fp)
         if not d.ok:
             raise OptimizerError(
-                "mismatch", f"{name}: output {out.name} ({d.dtype}) differs: max abs {d.max_abs:.3g}, "
-                f"max rel {d.max_rel:.3g} > rtol {d.rtol:g} (rules of class {fp})")
+                "mismatch",
+                f"{name}: output {out.name} ({d.dtype}) differs: max abs {d.max_abs:.3g}, "
+                f"max rel {d.max_rel:.3g} > rtol {d.rtol:g} (rules of class {fp})",
+            )
     return True
 
 
@@ -131,3 +140,56 @@ def _reference(model: onnx.ModelProto, feeds: dict) -> list:
 def _line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     return f"{type(e).__name__}: {text[:400]}"
+
+
+def reduce_graph(model: onnx.ModelProto, fails) -> onnx.ModelProto:
+    """A smaller model on which `fails(model) -> bool` still holds (delta debugging): drop
+    graph outputs and bypass nodes (a node's readers read its first input instead) one at a
+    time, keeping each change under which it still fails, until none helps. Unused nodes,
+    initializers and inputs are pruned after each change. Returns `model` if nothing helps."""
+    changed = True
+    while changed:
+        changed = False
+        for candidate in _smaller(model):
+            try:
+                ok = fails(candidate)
+            except GeneratorError:  # a bypass that broke the types
+                ok = False
+            if ok:
+                model, changed = candidate, True
+                break
+    return model
+
+
+def _smaller(model: onnx.ModelProto):
+    """Candidates one step smaller than `model`: one output fewer, or one node bypassed."""
+    outputs = [o.name for o in model.graph.output]
+    for i in range(len(outputs) if len(outputs) > 1 else 0):
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        del m.graph.output[i]
+        yield _prune(m)
+    for n in model.graph.node:
+        if not n.input or not n.input[0] or n.output[0] in outputs:
+            continue
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        for k in m.graph.node:
+            k.input[:] = [n.input[0] if x == n.output[0] else x for x in k.input]
+        yield _prune(m)
+
+
+def _prune(m: onnx.ModelProto) -> onnx.ModelProto:
+    g = m.graph
+    need = {o.name for o in g.output}
+    keep = []
+    for n in reversed(list(g.node)):
+        if any(o in need for o in n.output):
+            keep.append(n)
+            need |= set(n.input)
+    g.ClearField("node")
+    g.node.extend(reversed(keep))
+    for field_name, items in (("initializer", list(g.initializer)), ("input", list(g.input))):
+        g.ClearField(field_name)
+        getattr(g, field_name).extend(i for i in items if i.name in need)
+    return m

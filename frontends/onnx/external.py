@@ -21,7 +21,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import helper
-from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
+from onnx.external_data_helper import (
+    ExternalDataInfo,
+    load_external_data_for_tensor,
+    uses_external_data,
+)
 
 # serialized size above which a model is written with external data: protobuf refuses
 # messages of 2 GiB or more; 64 MiB of margin for what is not weights
@@ -34,7 +38,9 @@ class ExternalDataError(ValueError):
     """An external-data location that may not be read (outside the folder, missing, ...)."""
 
 
-def external_tensors(model: onnx.ModelProto, main_initializers: bool = True) -> Iterator[onnx.TensorProto]:
+def external_tensors(
+    model: onnx.ModelProto, main_initializers: bool = True
+) -> Iterator[onnx.TensorProto]:
     """Every tensor of `model` whose data is external: initializers, sparse initializers and
     node attributes, in the main graph (its initializers only with `main_initializers`), in
     subgraphs and in functions."""
@@ -64,9 +70,13 @@ def check_locations(model: onnx.ModelProto, folder: Path) -> None:
         location = ExternalDataInfo(t).location
         path = folder / location
         if not location or Path(location).is_absolute():
-            raise ExternalDataError(f"tensor {t.name!r}: external data location {location!r} is not relative")
+            raise ExternalDataError(
+                f"tensor {t.name!r}: external data location {location!r} is not relative"
+            )
         if not path.resolve().is_relative_to(root):
-            raise ExternalDataError(f"tensor {t.name!r}: external data {location!r} is outside the model's folder")
+            raise ExternalDataError(
+                f"tensor {t.name!r}: external data {location!r} is outside the model's folder"
+            )
         if not path.is_file():
             raise ExternalDataError(f"tensor {t.name!r}: external data file {location!r} not found")
 
@@ -94,7 +104,9 @@ def mapped_array(t: onnx.TensorProto, folder: Path) -> np.ndarray:
         load_external_data_for_tensor(copy, str(folder))
         return onnx.numpy_helper.to_array(copy)
     if path.stat().st_size < offset + size:
-        raise ExternalDataError(f"tensor {t.name!r}: external data file {info.location!r} is too short")
+        raise ExternalDataError(
+            f"tensor {t.name!r}: external data file {info.location!r} is too short"
+        )
     if size == 0:
         return np.zeros(shape, dtype)
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
@@ -127,8 +139,12 @@ def stage(model: onnx.ModelProto, path: Path) -> Path:
     folder = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         onnx.save_model(
-            model, str(folder / path.name), save_as_external_data=True, all_tensors_to_one_file=True,
-            location=data_name(path), size_threshold=INLINE_MAX_BYTES,
+            model,
+            str(folder / path.name),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data_name(path),
+            size_threshold=INLINE_MAX_BYTES,
         )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)

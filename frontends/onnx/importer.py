@@ -26,6 +26,10 @@ from rewrite.types import TensorType, tensor_type
 _DEDUP_MAX_BYTES = 1 << 16  # constants up to this size are shared when byte-identical
 
 
+class ImportError_(ValueError):
+    """The model cannot be imported (its external data was not loaded, and no folder given)."""
+
+
 def default_opset(model: onnx.ModelProto) -> int:
     """The model's default-domain (ai.onnx) opset version, or 0 when it imports none: a model
     of `ai.onnx.ml` or `ai.onnx.preview.training` ops only is valid, and all its nodes are
@@ -43,7 +47,9 @@ def import_model(model: onnx.ModelProto, folder: Path | None = None) -> TermGrap
     (`load_model`); the main graph's external initializers are then mapped from their files
     (`frontends.onnx.external.mapped_array`), not read. Returns a TermGraph whose `meta` is
     the original model (for export); its `opset` is 0 when the model imports no default-domain
-    opset. Raises ExternalDataError for a data file shorter than its tensor.
+    opset. Raises ExternalDataError for a data file shorter than its tensor, ImportError_ for
+    external data not loaded when no `folder` is given (it is never read from the current
+    directory).
     """
     opset = default_opset(model)
     try:
@@ -53,7 +59,9 @@ def import_model(model: onnx.ModelProto, folder: Path | None = None) -> TermGrap
     b = _Builder(opset, _types_of(inferred.graph))
     g = model.graph
     for init in g.initializer:
-        external = folder is not None and uses_external_data(init)
+        if uses_external_data(init) and folder is None:  # never read relative to the cwd
+            raise ImportError_(f"initializer {init.name!r}: external data not loaded and no folder given")
+        external = uses_external_data(init)
         b.constant(init.name, mapped_array(init, folder) if external else numpy_helper.to_array(init))
     inputs = tuple(b.value(i.name) for i in g.input if i.name not in b.const_names)
     for n in g.node:
