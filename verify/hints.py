@@ -238,6 +238,13 @@ def _same_values(a: Arg, b: Arg) -> list[Request]:
     return [Const(a.name), Const(b.name), CopyValues(b.name, a.name), CopyValues(a.name, b.name)]
 
 
+@hint("normal-product")
+@hint("finite-sum")
+def _merged_constant(a: Arg, b: Arg) -> list[Request]:
+    # most drawn values are moderate: the merged constant is then finite and normal
+    return [Const(a.name), Const(b.name), SameDtype(a.name, b.name)]
+
+
 @hint("no-zero-dims")
 def _no_zero_dims(s: Arg) -> list[Request]:
     return [Const(s.name), NoZero(s.name)]
