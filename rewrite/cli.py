@@ -209,13 +209,18 @@ def cmd_explain(args) -> int:
         out.print(f"{what}: original node, not produced by a rewrite", markup=False)
         return EXIT_OK
 
-    def grow(parent, t: dict) -> None:
-        label = f"[b]{escape(t['rule'])}[/b] ({escape(t['at'])}) -> {t['op']}"
+    def grow(parent, t: dict, prefix: str = "") -> None:
+        if t["rule"] == "original":
+            label = f"original {t['op']} node, standing in for the nodes of its e-class below"
+        else:
+            label = f"{prefix}[b]{escape(t['rule'])}[/b] ({escape(t['at'])}) -> {t['op']}"
         if t.get("replaces"):
             label += f"  replaces {escape(', '.join(t['replaces']))}"
         branch = parent.add(label + ("  [dim](history cut)[/dim]" if t.get("truncated") else ""))
         for sub in t.get("after", ()):
             grow(branch, sub)
+        for sub in t.get("merged", ()):
+            grow(branch, sub, "same value: ")
 
     root = Tree(f"{escape(what)}  [dim](each rule fired after the rules under it)[/dim]")
     grow(root, tree)

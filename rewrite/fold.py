@@ -46,7 +46,7 @@ def fold(g: TermGraph, provenance: bool = False) -> TermGraph:
         if provenance:
             feeding = [m for i in n.inputs for m in sources.get(i, ())]
             for o in n.outputs:
-                sources[o] = list(dict.fromkeys([*feeding, n]))
+                sources[o] = list({id(m): m for m in [*feeding, n]}.values())
         if n.op in ("Shape", "Size") and n.inputs[0] not in consts:
             consts[n.outputs[0]] = _shape_value(n, g.values[n.inputs[0]].type)
         else:

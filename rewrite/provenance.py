@@ -193,6 +193,18 @@ class Justification:
             self.lhs.append(m)
             self.premises.append(list(dict.fromkeys(n for n in m if self._rewritten(n))))
         self.best = self._knuth()
+        self.class_of = {n: c for c, n in snap.nodes}
+        # original e-nodes of each e-class, and the firings that matched one as their root:
+        # why an original node is gone when another e-node of its class is extracted
+        self.originals: dict[int, list[ENode]] = {}
+        for n in self.names:
+            c = self.class_of.get(n)
+            if c is not None:
+                self.originals.setdefault(c, []).append(n)
+        self.by_root: dict[ENode, int] = {}
+        for i, m in enumerate(self.lhs):
+            if m and m[0] in self.names and all(p in self.best for p in self.premises[i]):
+                self.by_root.setdefault(m[0], i)
 
     def _rewritten(self, n: ENode) -> bool:
         return n.op not in ("Leaf", "Absent") and n not in self.names
@@ -223,13 +235,12 @@ class Justification:
         return best
 
     def tree(self, n: ENode) -> dict | None:
-        """The justification tree of e-node `n` (module docstring), at most MAX_TREE nodes."""
-        if n not in self.best:
-            return None
+        """The justification tree of e-node `n` (module docstring), at most MAX_TREE nodes; None
+        for an original e-node that stands in for no other original node, or a rewritten one
+        no recorded firing created."""
         budget = [MAX_TREE]
 
-        def walk(e: ENode) -> dict:
-            i = self.best[e]
+        def walk(e: ENode, i: int) -> dict:
             f = self.fired[i]
             budget[0] -= 1
             node = {"rule": f.name, "at": f.at, "op": e.op,
@@ -238,10 +249,22 @@ class Justification:
                 node["truncated"] = True
                 node["after"] = []
                 return node
-            node["after"] = [walk(p) for p in self.premises[i]]
+            node["after"] = [walk(p, self.best[p]) for p in self.premises[i]]
             return node
 
-        return walk(n)
+        shown = set(self.lhs[self.best[n]]) if n in self.best else set()
+        gone = sorted((m for m in self.originals.get(self.class_of.get(n), ())
+                       if m != n and m not in shown and m in self.by_root), key=self.names.get)
+        merged = [walk(m, self.by_root[m]) for m in gone]
+        if n in self.best:
+            top = walk(n, self.best[n])
+        elif merged and n in self.names:
+            top = {"rule": "original", "at": "", "op": n.op, "replaces": [], "after": []}
+        else:
+            return None
+        if merged:
+            top["merged"] = merged
+        return top
 
 
 def attach(g: TermGraph, origins: tuple, just: Justification) -> tuple[TermGraph, int]:
