@@ -87,7 +87,8 @@ class Batch:
 
 
 def apply_matches(
-    eg, snap: Snapshot, host_rules: list[HostRule], processed: set, report, record: list | None = None
+    eg, snap: Snapshot, host_rules: list[HostRule], processed: set, report,
+    record: list | None = None,
 ) -> Batch:
     """The new, guard-passing matches in `snap` as a Batch of rows to load into `eg`.
 

@@ -137,7 +137,8 @@ def emit_rule(r: Rule, provenance: bool = False) -> str:
         )
     blocks = [_plain(r.name, r.lhs, r.rhs, r.ruleset, head, provenance)]
     if r.kind == "equal":
-        blocks.append(_plain(f"{r.name} (reverse)", r.rhs, r.lhs, r.ruleset, head + " reverse", provenance))
+        reverse = f"{r.name} (reverse)"
+        blocks.append(_plain(reverse, r.rhs, r.lhs, r.ruleset, head + " reverse", provenance))
     return "\n".join(blocks)
 
 

@@ -162,7 +162,8 @@ def extract(snap: Snapshot, model: CostModel | None = None) -> Extraction:
         best_cost = _dag_cost(costs, best, roots)
     origins: list = []
     graph = build_graph(costs, best, roots, origins)
-    return Extraction(graph, best_cost, input_cost(snap.graph, model or CostModel()), tuple(origins))
+    cost_in = input_cost(snap.graph, model or CostModel())
+    return Extraction(graph, best_cost, cost_in, tuple(origins))
 
 
 def _input_choice(costs: _Costs) -> dict[int, int] | None:

@@ -62,7 +62,8 @@ def fold(g: TermGraph, provenance: bool = False) -> TermGraph:
     for vid, arr in consts.items():
         if arr is not None and vid not in g.constants:
             why = _fold_tree(sources[vid], g) if vid in sources else None
-            values[vid] = type(values[vid])(values[vid].name, TensorType(onnx_dtype(arr.dtype), arr.shape), why)
+            typ = TensorType(onnx_dtype(arr.dtype), arr.shape)
+            values[vid] = type(values[vid])(values[vid].name, typ, why)
     done = {vid for vid, a in consts.items() if a is not None}
     nodes = tuple(n for n in g.nodes if not all(o in done for o in n.outputs))
     kept = {vid: a for vid, a in consts.items() if a is not None}
@@ -75,7 +76,8 @@ def _fold_tree(nodes: list[Node], g: TermGraph) -> dict:
     name = lambda n: n.name or g.values[n.outputs[0]].name  # noqa: E731
     after = {json.dumps(n.provenance, sort_keys=True): n.provenance for n in nodes if n.provenance}
     return {"rule": "constant-folding", "at": "rewrite/fold.py", "op": nodes[-1].op,
-            "replaces": [name(n) for n in nodes if n.provenance is None], "after": list(after.values())}
+            "replaces": [name(n) for n in nodes if n.provenance is None],
+            "after": list(after.values())}
 
 
 def _foldable(n: Node, g: TermGraph, consts: dict) -> bool:

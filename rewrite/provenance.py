@@ -103,7 +103,9 @@ def _at(r: Rule) -> str:
     return f"{r.span.file}:{r.span.line}"
 
 
-def _build(snap: Snapshot, index: dict, t: Term, terms: dict, attrs: dict, created: list) -> int | None:
+def _build(
+    snap: Snapshot, index: dict, t: Term, terms: dict, attrs: dict, created: list
+) -> int | None:
     """E-class of plain right side `t` over the captures, appending the e-nodes it is made of
     to `created`; None when an e-node is not in the snapshot."""
     if isinstance(t, Capture):
@@ -191,7 +193,7 @@ class Justification:
         for f in fired:
             m = matched(snap, f) or []
             self.lhs.append(m)
-            self.premises.append(list(dict.fromkeys(n for n in m if self._rewritten(n))))
+            self.premises.append(list(dict.fromkeys(n for n in m if self.rewritten(n))))
         self.best = self._knuth()
         self.class_of = {n: c for c, n in snap.nodes}
         # original e-nodes of each e-class, and the firings that matched one as their root:
@@ -206,7 +208,8 @@ class Justification:
             if m and m[0] in self.names and all(p in self.best for p in self.premises[i]):
                 self.by_root.setdefault(m[0], i)
 
-    def _rewritten(self, n: ENode) -> bool:
+    def rewritten(self, n: ENode) -> bool:
+        """True for an e-node that is neither imported nor a leaf (a rewrite made it)."""
         return n.op not in ("Leaf", "Absent") and n not in self.names
 
     def _knuth(self) -> dict[ENode, int]:
@@ -223,7 +226,7 @@ class Justification:
         while heap:
             k, i, j = heapq.heappop(heap)
             n = self.fired[i].created[j]
-            if n in best or not self._rewritten(n):
+            if n in best or not self.rewritten(n):
                 continue
             best[n], cost[n] = i, k
             for w in waiting.get(n, ()):
@@ -276,7 +279,7 @@ def attach(g: TermGraph, origins: tuple, just: Justification) -> tuple[TermGraph
     nodes, unexplained = [], 0
     for n, origin in zip(g.nodes, origins):
         tree = just.tree(origin) if origin is not None else None
-        if origin is not None and tree is None and just._rewritten(origin):
+        if origin is not None and tree is None and just.rewritten(origin):
             unexplained += 1
         if tree is not None:
             name = n.name or _free(g.values[n.outputs[0]].name, taken)

@@ -13,7 +13,9 @@ from rewrite.graph import ABSENT, Node, TermGraph, Value
 from rewrite.ops import OPS, decode_attr, encode_attr
 
 
-def build_graph(costs, choice: dict[int, int], roots: list[int], origins: list | None = None) -> TermGraph:
+def build_graph(
+    costs, choice: dict[int, int], roots: list[int], origins: list | None = None
+) -> TermGraph:
     """TermGraph of the e-classes reachable from `roots` under `choice` (see module doc).
 
     origins: when a list, gets one entry per node of the result: the chosen ENode, or None

@@ -59,7 +59,8 @@ class SaturationReport:
 
 
 def saturate(
-    eg: EGraph, host_rules: list[HostRule], limits: Limits, provenance: tuple[str, ...] | None = None
+    eg: EGraph, host_rules: list[HostRule], limits: Limits,
+    provenance: tuple[str, ...] | None = None,
 ) -> tuple[SaturationReport, Snapshot]:
     """Run all rules until saturation or a budget runs out (see the module docstring).
 
@@ -97,7 +98,8 @@ def saturate(
         if host_rules and rows != seen_rows:  # new matches to finish in Python
             seen_rows = rows
             record = report.host_firings if provenance is not None else None
-            unions = apply_matches(eg, eg.snapshot(relations), host_rules, processed, report, record)
+            snap = eg.snapshot(relations)
+            unions = apply_matches(eg, snap, host_rules, processed, report, record)
             if unions:
                 eg.load_rows(unions.rows)
         report.enodes = eg.enode_count()

@@ -129,7 +129,7 @@ def test_fx_nodes_carry_provenance(rules):
             return torch.relu(x.transpose(1, 2)).permute(1, 0, 2)
 
     gm = torch.fx.symbolic_trace(M())
-    out, report = optimize_fx(gm, (torch.randn(2, 3, 4),), rules)
+    out, _ = optimize_fx(gm, (torch.randn(2, 3, 4),), rules)
     trees = [n.meta["rewrite"] for n in out.graph.nodes if "rewrite" in n.meta]
     assert any(t["rule"] == "transpose-transpose" and t["after"][0]["rule"] == "transpose-through-relu"
                for t in trees)
