@@ -10,6 +10,8 @@ different types must never merge, DESIGN.md).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from dsl.ir import Absent, Call, Capture, Literal, OpNode, Rule
 from rewrite import registry
 from rewrite.egraph import Snapshot, constant_op_value
@@ -22,6 +24,22 @@ from rewrite.types import TensorType
 
 class UnsoundRuleError(RuntimeError):
     """A rule produced a term whose type differs from the type of the term it matched."""
+
+
+@dataclass(frozen=True)
+class HostFiring:
+    """One applied match of a host rule, for provenance. Handles (`(T i)` ids) stay valid
+    across snapshots, so the final snapshot maps them to its e-classes.
+
+    root: handle of the matched root. terms: term capture -> handle; attrs: attribute capture
+    -> attribute string. created: the result's e-nodes as (handle, op, child handles,
+    attribute strings), children first."""
+
+    rule: Rule
+    root: int
+    terms: tuple[tuple[str, int], ...]
+    attrs: tuple[tuple[str, str], ...]
+    created: tuple[tuple[int, str, tuple[int, ...], tuple[str, ...]], ...]
 
 
 class _Skip(Exception):
@@ -68,11 +86,15 @@ class Batch:
         return self._ids[c]
 
 
-def apply_matches(eg, snap: Snapshot, host_rules: list[HostRule], processed: set, report) -> Batch:
+def apply_matches(
+    eg, snap: Snapshot, host_rules: list[HostRule], processed: set, report,
+    record: list | None = None,
+) -> Batch:
     """The new, guard-passing matches in `snap` as a Batch of rows to load into `eg`.
 
     processed: keys of matches already handled (updated in place). report: a SaturationReport
-    whose `fired`/`rejected` counters are updated. Raises UnsoundRuleError.
+    whose `fired`/`rejected` counters are updated. record: when a list, each applied match is
+    appended to it as a `HostFiring` (provenance). Raises UnsoundRuleError.
     """
     batch = Batch(eg, snap)
     for h in host_rules:
@@ -91,6 +113,8 @@ def apply_matches(eg, snap: Snapshot, host_rules: list[HostRule], processed: set
                     continue
                 vid, typ = m.build(h.rule.rhs)
                 root = batch.handle(row[0])
+                if record is not None:
+                    record.append(m.firing(root))
             except _Skip as e:
                 report.rejected[h.rule.name][f"{e.args[0]} could not build"] += 1
                 continue
@@ -106,6 +130,19 @@ class _Match:
     def __init__(self, rule: Rule, binding: dict, kinds: dict, snap: Snapshot, batch: Batch):
         self.rule, self.binding, self.kinds, self.snap, self.batch = rule, binding, kinds, snap, batch
         self.terms = set(rule.term_captures)
+        self.created: list[tuple[int, str, tuple[int, ...], tuple[str, ...]]] = []
+
+    def firing(self, root: int) -> HostFiring:
+        """This match, applied, as a HostFiring (after `build`)."""
+        terms = []
+        for n in self.rule.term_captures:
+            try:
+                terms.append((n, self.batch.handle(self.binding[n])))
+            except _Skip:  # no term for the class: provenance matches it as a wildcard
+                continue
+        terms = tuple(terms)
+        attrs = tuple((n, self.binding[n]) for n in self.rule.attr_captures)
+        return HostFiring(self.rule, root, terms, attrs, tuple(self.created))
 
     def value(self, a):
         """Python value of a guard/builder argument or attribute expression."""
@@ -149,7 +186,9 @@ class _Match:
         texts = [encode_attr(spec.attr_index[n].kind, v) for n, v in attrs]
         values = tuple(self._const(a) for a in t.args)
         typ = infer_type(t.op, attrs, tuple(a[1] for a in args), values)
-        return self.batch.node(t.op, [a[0] for a in args], texts, typ), typ
+        vid = self.batch.node(t.op, [a[0] for a in args], texts, typ)
+        self.created.append((vid, t.op, tuple(a[0] for a in args), tuple(texts)))
+        return vid, typ
 
     def _const(self, a):
         """Value of a constant argument (a captured constant, or a `Constant` op in the rule),

@@ -3,6 +3,7 @@
     rewrite check FILE...            parse and type-check .rules files
     rewrite emit FILE...             print the generated egglog program
     rewrite optimize IN OUT [opts]   optimize an ONNX model with the rule library
+    rewrite explain OUT NODE         print the rules that produced a node of an optimized model
 
 Every failure the user can cause (missing file, not an ONNX model, a rules error, a model
 that fails the output check) is one line on stderr and a non-zero exit, never a traceback, and
@@ -66,7 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--allow", nargs="+", default=[], choices=["reassoc", "approx"], metavar="CLASS", help="also run rules of these numeric classes: reassoc (regroups float arithmetic, e.g. BatchNorm folded into Conv), approx; exact rules always run")
     o.add_argument("--external-data", action="store_true", help="write the weights to OUT.data beside OUT (automatic when OUT would exceed 2 GB)")
     o.add_argument("--explain", action="store_true", help="also list rules that matched but were not applied, with the guard that failed")
+    o.add_argument("--no-provenance", action="store_true", help="write a bare model: no rewrite.rules metadata on rewritten nodes and folded constants (see `rewrite explain`)")
     o.set_defaults(func=cmd_optimize)
+    x = sub.add_parser("explain", help="print the rules that produced a node of an optimized model", description="Print, as a tree, the chain of rules (name and file:line, with the original nodes each replaced) that produced NODE of a model written by `rewrite optimize`. NODE is a node name, an output name or a folded constant's name.")
+    x.add_argument("model", metavar="OUT.onnx")
+    x.add_argument("node", metavar="NODE")
+    x.set_defaults(func=cmd_explain)
     from verify.cli import add_parser as add_verify  # noqa: PLC0415
     add_verify(sub)
     return p
@@ -136,7 +142,8 @@ def cmd_optimize(args) -> int:
     limits = Limits(args.max_iterations, args.max_nodes, args.timeout, deadline=start + args.timeout)
     with err.status("optimizing (import, saturate, extract, fold)..."):
         try:
-            result, report = optimize_model(model, rules, limits=limits, fp=("exact", *args.allow), folder=src.parent)
+            result, report = optimize_model(model, rules, limits=limits, fp=("exact", *args.allow),
+                                            folder=src.parent, provenance=not args.no_provenance)
         except Exception as e:  # an engine bug: say so in one line, write nothing
             return _fail(f"optimization failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     clock = time.perf_counter()
@@ -182,6 +189,42 @@ def cmd_optimize(args) -> int:
         best = "the best graph found so far" if report.changed else "the input unchanged"
         note = f"; {report.stop_reason} reached during {report.limit_stage}, so it is {best}"
     out.print(f"wrote {dst} ({report.nodes_before} -> {report.nodes_after} nodes{note})", markup=False)
+    return EXIT_OK
+
+
+def cmd_explain(args) -> int:
+    from rich.markup import escape  # noqa: PLC0415
+    from rich.tree import Tree  # noqa: PLC0415
+
+    from frontends.onnx import ModelError, load_model  # noqa: PLC0415
+    from frontends.onnx.explain import NoProvenance, find_provenance  # noqa: PLC0415
+
+    try:
+        what, tree = find_provenance(load_model(Path(args.model)), args.node)
+    except ModelError as e:
+        return _fail(str(e))
+    except NoProvenance as e:
+        return _fail(f"{args.model}: {e}")
+    if tree is None:
+        out.print(f"{what}: original node, not produced by a rewrite", markup=False)
+        return EXIT_OK
+
+    def grow(parent, t: dict, prefix: str = "") -> None:
+        if t["rule"] == "original":
+            label = f"original {t['op']} node, standing in for the nodes of its e-class below"
+        else:
+            label = f"{prefix}[b]{escape(t['rule'])}[/b] ({escape(t['at'])}) -> {t['op']}"
+        if t.get("replaces"):
+            label += f"  replaces {escape(', '.join(t['replaces']))}"
+        branch = parent.add(label + ("  [dim](history cut)[/dim]" if t.get("truncated") else ""))
+        for sub in t.get("after", ()):
+            grow(branch, sub)
+        for sub in t.get("merged", ()):
+            grow(branch, sub, "same value: ")
+
+    root = Tree(f"{escape(what)}  [dim](each rule fired after the rules under it)[/dim]")
+    grow(root, tree)
+    Console(highlight=False, width=max(out.width, 200)).print(root)
     return EXIT_OK
 
 

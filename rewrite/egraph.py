@@ -100,9 +100,10 @@ class EGraph:
             cmds.append("(run load 1)")
             self.run("\n".join(cmds))
 
-    def snapshot(self, relations: tuple[str, ...] = ()) -> "Snapshot":
-        """Freeze the e-graph into a Snapshot; `relations` are the match relations to read."""
-        return Snapshot.read(self, relations)
+    def snapshot(self, relations: tuple[str, ...] = (), full: tuple[str, ...] = ()) -> "Snapshot":
+        """Freeze the e-graph into a Snapshot; `relations` are the match relations to read (new
+        rows only), `full` relations read whole (the provenance relations, at the end)."""
+        return Snapshot.read(self, relations, full)
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ class Snapshot:
         return self._finite.get(c)
 
     @staticmethod
-    def read(eg: EGraph, relations: tuple[str, ...]) -> "Snapshot":
+    def read(eg: EGraph, relations: tuple[str, ...], full: tuple[str, ...] = ()) -> "Snapshot":
         frozen = eg.egg.freeze().functions
         ids: dict = {}
         cid = lambda v: ids.setdefault(v, len(ids))  # noqa: E731
@@ -184,15 +185,16 @@ class Snapshot:
                     nodes.append((cid(r.output), ENode(name, kids, attrs)))
         rows = {}
         seen = eg.seen_rows
-        for rel in relations:
+        for rel in relations + full:
             fn = frozen.get(rel)
             sorts = fn.input_sorts if fn else []
             new = []
             for r in fn.rows if fn else ():
                 raw = (rel, *r.inputs)
-                if raw in seen:  # read by an earlier snapshot, with the same e-classes
-                    continue
-                seen.add(raw)
+                if rel not in full:
+                    if raw in seen:  # read by an earlier snapshot, with the same e-classes
+                        continue
+                    seen.add(raw)
                 new.append(tuple(cid(v) if s == "Term" else string(v) for s, v in zip(sorts, r.inputs)))
             rows[rel] = new
         classes: dict[int, list[ENode]] = {}

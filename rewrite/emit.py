@@ -10,6 +10,11 @@ A rule without guards or builders compiles to a plain egglog rule. A rule with t
 a rule that records each match as a row of its own relation (the matched root, then the term
 captures, then the attribute captures); the engine reads new rows between iterations,
 evaluates guards and builders in Python and adds the results (`rewrite.saturate`).
+
+With provenance on (`emit(..., provenance=True)`), each plain rule's action also inserts a row
+into its own relation `prov-NAME`, laid out as a host rule's match relation (root, term
+captures, attribute captures): the firings that `rewrite.provenance` explains the extracted
+graph with. Host rules' firings are recorded in Python by `rewrite.apply`.
 """
 
 from __future__ import annotations
@@ -67,25 +72,53 @@ def relation_name(rule: Rule) -> str:
     return "match-" + re.sub(r"[^A-Za-z0-9_-]", "_", rule.name)
 
 
+def prov_relation(name: str) -> str:
+    """The provenance relation of plain rule (or `equal` direction) `name`."""
+    return "prov-" + re.sub(r"[^A-Za-z0-9_-]", "_", name)
+
+
+def captures(lhs: Term) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(term captures, attribute captures) of a left side, in order of first appearance; an
+    `Op@name` bind counts as a term capture."""
+    terms: dict[str, None] = {}
+    attrs: dict[str, None] = {}
+
+    def walk(t: Term) -> None:
+        if isinstance(t, Capture):
+            terms[t.name] = None
+        elif isinstance(t, OpNode):
+            if t.bind:
+                terms[t.bind] = None
+            for a in t.args:
+                walk(a)
+            for _, v in t.attrs:
+                if isinstance(v, Capture):
+                    attrs[v.name] = None
+
+    walk(lhs)
+    return tuple(terms), tuple(a for a in attrs if a not in terms)
+
+
 def host_rule(rule: Rule) -> HostRule:
     return HostRule(rule, relation_name(rule), rule.term_captures + rule.attr_captures)
 
 
-def emit(rules: RuleSet) -> str:
+def emit(rules: RuleSet, provenance: bool = False) -> str:
     """The egglog text for `rules`: ruleset declarations, then one block per rule (a comment
     with the rule's name and `file:line`, then the egglog rule), then the combined ruleset that
-    saturation runs. `equal` rules give two blocks, one per direction."""
+    saturation runs. `equal` rules give two blocks, one per direction. provenance: plain rules
+    also record each firing in a `prov-NAME` relation (see the module docstring)."""
     rulesets = list(dict.fromkeys(r.ruleset for r in rules.rules)) or ["default"]
     out = [f"(ruleset {rs})" for rs in rulesets]
     for r in rules.rules:
         out.append("")
-        out.append(emit_rule(r))
+        out.append(emit_rule(r, provenance))
     out.append("")
     out.append(f"(unstable-combined-ruleset {COMBINED} {' '.join(rulesets)})")
     return "\n".join(out) + "\n"
 
 
-def emit_rule(r: Rule) -> str:
+def emit_rule(r: Rule, provenance: bool = False) -> str:
     """One rule as an egglog block (see `emit`)."""
     head = f";; {r.name}  ({r.span.file}:{r.span.line})"
     if r.needs_host:
@@ -102,9 +135,10 @@ def emit_rule(r: Rule) -> str:
                 f'      :ruleset {r.ruleset} :name "{r.name}")',
             ]
         )
-    blocks = [_plain(r.name, r.lhs, r.rhs, r.ruleset, head)]
+    blocks = [_plain(r.name, r.lhs, r.rhs, r.ruleset, head, provenance)]
     if r.kind == "equal":
-        blocks.append(_plain(f"{r.name} (reverse)", r.rhs, r.lhs, r.ruleset, head + " reverse"))
+        reverse = f"{r.name} (reverse)"
+        blocks.append(_plain(reverse, r.rhs, r.lhs, r.ruleset, head + " reverse", provenance))
     return "\n".join(blocks)
 
 
@@ -122,15 +156,21 @@ def guard_text(g) -> str:
     return f"(not {text})" if g.negate else text
 
 
-def _plain(name: str, lhs: Term, rhs: Term, ruleset: str, head: str) -> str:
-    return "\n".join(
-        [
-            head,
-            f"(rule ({_query(lhs)})",
-            f"      ((union root {term_text(rhs, _var, _attr_pattern)}))",
-            f'      :ruleset {ruleset} :name "{name}")',
-        ]
-    )
+def _plain(name: str, lhs: Term, rhs: Term, ruleset: str, head: str, provenance: bool) -> str:
+    action = f"(union root {term_text(rhs, _var, _attr_pattern)})"
+    lines = [head]
+    if provenance:
+        terms, attrs = captures(lhs)
+        rel = prov_relation(name)
+        sig = " ".join(["Term"] * (1 + len(terms)) + ["String"] * len(attrs))
+        lines.append(f"(relation {rel} ({sig}))")
+        action += f" ({' '.join([rel, 'root', *(_var(c) for c in terms + attrs)])})"
+    lines += [
+        f"(rule ({_query(lhs)})",
+        f"      ({action})",
+        f'      :ruleset {ruleset} :name "{name}")',
+    ]
+    return "\n".join(lines)
 
 
 def _query(lhs: Term) -> str:

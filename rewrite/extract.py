@@ -42,11 +42,14 @@ def small_enough_to_fold(out: TensorType, inputs: list[TensorType]) -> bool:
 
 @dataclass(frozen=True)
 class Extraction:
-    """The chosen e-node per e-class and the DAG cost (ns) of the selection and of the input."""
+    """The extracted graph and the DAG cost (ns) of the selection and of the input.
+
+    origins: parallel to `graph.nodes`, the chosen e-node of each (None for an opaque node)."""
 
     graph: TermGraph
     cost: float
     input_cost: float
+    origins: tuple = ()
 
 
 class _Costs:
@@ -157,8 +160,10 @@ def extract(snap: Snapshot, model: CostModel | None = None) -> Extraction:
     if own is not None:
         best = _LocalSearch(costs, best, roots).revert_to(own)
         best_cost = _dag_cost(costs, best, roots)
-    graph = build_graph(costs, best, roots)
-    return Extraction(graph, best_cost, input_cost(snap.graph, model or CostModel()))
+    origins: list = []
+    graph = build_graph(costs, best, roots, origins)
+    cost_in = input_cost(snap.graph, model or CostModel())
+    return Extraction(graph, best_cost, cost_in, tuple(origins))
 
 
 def _input_choice(costs: _Costs) -> dict[int, int] | None:

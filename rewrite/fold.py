@@ -9,6 +9,7 @@ outputs become constants. Random ops and ops with subgraphs are never folded.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -25,8 +26,12 @@ _NEVER = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLik
           "Bernoulli", "If", "Loop", "Scan", "SequenceMap"}
 
 
-def fold(g: TermGraph) -> TermGraph:
+def fold(g: TermGraph, provenance: bool = False) -> TermGraph:
     """Fold constant-only nodes of `g` into constants and drop nodes nothing uses.
+
+    provenance: each new constant's `Value.provenance` says which nodes were folded into it
+    (`rewrite.provenance` format: rule `constant-folding`, `replaces` the folded nodes' names,
+    `after` the trees of folded nodes that rewrites produced).
 
     Returns a new TermGraph (the input is not changed). Raises nothing: a batch the reference
     evaluator cannot run is left unfolded.
@@ -34,9 +39,14 @@ def fold(g: TermGraph) -> TermGraph:
     consts = dict(g.constants)
     values = list(g.values)
     folded: list[Node] = []
+    sources: dict[int, list[Node]] = {}  # folded value -> the nodes folded into it
     for n in g.nodes:
         if not _foldable(n, g, consts):
             continue
+        if provenance:
+            feeding = [m for i in n.inputs for m in sources.get(i, ())]
+            for o in n.outputs:
+                sources[o] = list({id(m): m for m in [*feeding, n]}.values())
         if n.op in ("Shape", "Size") and n.inputs[0] not in consts:
             consts[n.outputs[0]] = _shape_value(n, g.values[n.inputs[0]].type)
         else:
@@ -51,11 +61,23 @@ def fold(g: TermGraph) -> TermGraph:
         consts.update(results)
     for vid, arr in consts.items():
         if arr is not None and vid not in g.constants:
-            values[vid] = type(values[vid])(values[vid].name, TensorType(onnx_dtype(arr.dtype), arr.shape))
+            why = _fold_tree(sources[vid], g) if vid in sources else None
+            typ = TensorType(onnx_dtype(arr.dtype), arr.shape)
+            values[vid] = type(values[vid])(values[vid].name, typ, why)
     done = {vid for vid, a in consts.items() if a is not None}
     nodes = tuple(n for n in g.nodes if not all(o in done for o in n.outputs))
     kept = {vid: a for vid, a in consts.items() if a is not None}
     return prune(TermGraph(tuple(values), nodes, g.inputs, g.outputs, kept, g.opset, g.meta))
+
+
+def _fold_tree(nodes: list[Node], g: TermGraph) -> dict:
+    """Provenance tree of a folded constant: the original nodes folded into it by name, in
+    graph order, and the trees of the folded nodes rewrites produced (each distinct tree once)."""
+    name = lambda n: n.name or g.values[n.outputs[0]].name  # noqa: E731
+    after = {json.dumps(n.provenance, sort_keys=True): n.provenance for n in nodes if n.provenance}
+    return {"rule": "constant-folding", "at": "rewrite/fold.py", "op": nodes[-1].op,
+            "replaces": [name(n) for n in nodes if n.provenance is None],
+            "after": list(after.values())}
 
 
 def _foldable(n: Node, g: TermGraph, consts: dict) -> bool:

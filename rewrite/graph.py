@@ -25,6 +25,8 @@ class Value:
 
     name: str
     type: TensorType
+    # for a constant made by folding: the provenance tree of the fold (`rewrite.provenance`)
+    provenance: Any = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class Node:
     payload: Any = None
     implicit: tuple[int, ...] = ()  # outer-scope values its subgraphs read (If, Loop, Scan)
     implicit_names: tuple[str, ...] = ()  # ...by these names, which must exist when it runs
+    # for a node a rewrite produced: the rules that justify it (`rewrite.provenance`)
+    provenance: Any = field(default=None, compare=False)
 
     def attr(self, name: str) -> Any:
         return dict(self.attrs).get(name)

@@ -20,6 +20,7 @@ from rewrite.extract import extract, input_cost
 from rewrite.fold import fold
 from rewrite.graph import TermGraph
 from rewrite.ops import OPS
+from rewrite import provenance as prov
 from rewrite.saturate import Limits, saturate
 from rewrite.shapes import FoldStats, fold_shapes
 
@@ -42,6 +43,8 @@ class Report:
         (`load`, `onnx-import`, `shapes`: the input comes back unchanged; `import`: the
         e-graph was over a limit before the first iteration; `saturate`). The graph returned
         is then the best one found so far.
+    provenance: output node or constant name -> the tree of rules that justify it
+        (`rewrite.provenance`); empty when provenance is off or nothing was rewritten.
     """
 
     stop_reason: str
@@ -62,6 +65,7 @@ class Report:
     fp: str  # loosest numeric class among the rules that fired ("exact" if none fired)
     extra: dict = field(default_factory=dict)
     limit_stage: str = ""
+    provenance: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The report as plain JSON-serializable data."""
@@ -112,11 +116,14 @@ def optimize(
     cost: CostModel = CostModel(),
     fp: tuple[str, ...] = ("exact",),
     shapes: bool = True,
+    provenance: bool = True,
 ) -> tuple[TermGraph, Report]:
     """Rewrite `graph` with `rules` by equality saturation and cost-based extraction.
 
     shapes: run the symbolic shape folding (`rewrite.shapes`) first; the rule verifier turns
     it off to see what a rule alone does.
+    provenance: record rule firings and set `Node.provenance` / `Value.provenance` on what
+    rewrites and folding produced (`rewrite.provenance`); False gives a bare graph.
 
     Returns the optimized graph (or `graph` itself when nothing cheaper was found) and a
     Report. Raises `rewrite.egraph.EGraphError` if egglog rejects the compiled rules and
@@ -142,16 +149,22 @@ def optimize(
     ops = {n.op for n in graph.nodes if not n.opaque}
     chosen = reachable(chosen, ops)
     ops = ops.union(*(r.lhs_ops | r.rhs_ops for r in chosen))
-    program = emit(RuleSet(tuple(chosen), rules.files))
+    program = emit(RuleSet(tuple(chosen), rules.files), provenance)
     stage("emit")
     eg = EGraph(graph, program, ops)
     stage("import")
-    sat, snap = saturate(eg, [host_rule(r) for r in chosen if r.needs_host], limits)
+    hosts = [host_rule(r) for r in chosen if r.needs_host]
+    sat, snap = saturate(eg, hosts, limits, prov.relations(chosen) if provenance else None)
     stage("saturate")
     ex = extract(snap, cost)
     stage("extract")
     cheaper = ex.cost < ex.input_cost * (1 - 1e-9)  # summation order differs in the last bits
-    out = fold(ex.graph) if cheaper else graph
+    extracted, unexplained = ex.graph, 0
+    if provenance and cheaper:
+        just = prov.Justification(snap, prov.firings(snap, chosen, sat.host_firings))
+        extracted, unexplained = prov.attach(ex.graph, ex.origins, just)
+        stage("provenance")
+    out = fold(extracted, provenance) if cheaper else graph
     changed = cheaper or graph is not original and len(graph.nodes) < len(original.nodes)
     if not changed:
         out = original
@@ -176,7 +189,10 @@ def optimize(
         fp=_loosest(chosen, sat.fired) if cheaper else "exact",
         extra={"shapes": asdict(shape_stats), "history": sat.history},
         limit_stage="" if sat.stop_reason == "saturated" else "saturate" if sat.iterations else "import",
+        provenance=prov.collect(out) if provenance and changed else {},
     )
+    if unexplained:
+        report.extra["provenance_unexplained"] = unexplained
     return out, report
 
 

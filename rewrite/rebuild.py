@@ -13,8 +13,13 @@ from rewrite.graph import ABSENT, Node, TermGraph, Value
 from rewrite.ops import OPS, decode_attr, encode_attr
 
 
-def build_graph(costs, choice: dict[int, int], roots: list[int]) -> TermGraph:
-    """TermGraph of the e-classes reachable from `roots` under `choice` (see module doc)."""
+def build_graph(
+    costs, choice: dict[int, int], roots: list[int], origins: list | None = None
+) -> TermGraph:
+    """TermGraph of the e-classes reachable from `roots` under `choice` (see module doc).
+
+    origins: when a list, gets one entry per node of the result: the chosen ENode, or None
+    for an opaque node (provenance maps nodes back to e-nodes with it)."""
     snap = costs.snap
     g = snap.graph
     order = _postorder(costs, choice, roots)
@@ -54,6 +59,8 @@ def build_graph(costs, choice: dict[int, int], roots: list[int]) -> TermGraph:
                 continue
             if group not in emitted_opaque:
                 emitted_opaque.add(group)
+                if origins is not None:
+                    origins.append(None)
                 nodes.append(_opaque(g.nodes[group], snap, choice, costs, vid_of, values, fresh_name))
             continue
         orig = originals.get((n.op, n.attrs, n.children))
@@ -66,6 +73,8 @@ def build_graph(costs, choice: dict[int, int], roots: list[int]) -> TermGraph:
         attrs = tuple((a.name, decode_attr(a.kind, s)) for a, s in zip(spec.attrs, n.attrs))
         ins = tuple(ABSENT if snap.is_absent(k) else vid_of[k] for k in n.children)
         keep = orig is not None and name == g.values[orig.outputs[0]].name
+        if origins is not None:
+            origins.append(n)
         nodes.append(
             Node(n.op, ins, (vid_of[c],), attrs, False,
                  orig.name if keep else "", "", orig.payload if keep else None)

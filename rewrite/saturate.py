@@ -55,10 +55,18 @@ class SaturationReport:
     fired: Counter = field(default_factory=Counter)
     # host-rule matches not applied: rule -> reason (the failing guard) -> count
     rejected: defaultdict = field(default_factory=lambda: defaultdict(Counter))
+    host_firings: list = field(default_factory=list)  # HostFiring, when provenance is on
 
 
-def saturate(eg: EGraph, host_rules: list[HostRule], limits: Limits) -> tuple[SaturationReport, Snapshot]:
+def saturate(
+    eg: EGraph, host_rules: list[HostRule], limits: Limits,
+    provenance: tuple[str, ...] | None = None,
+) -> tuple[SaturationReport, Snapshot]:
     """Run all rules until saturation or a budget runs out (see the module docstring).
+
+    provenance: None, or the plain rules' provenance relations (`rewrite.emit.prov_relation`);
+    then the final snapshot holds their rows in full, and `report.host_firings` lists the host
+    rules' applied matches (`rewrite.apply.HostFiring`), for `rewrite.provenance`.
 
     Returns the report and a final snapshot of the e-graph (for extraction). An e-graph
     imported over `limits.max_nodes`, or a deadline already past, stops before the first
@@ -89,7 +97,9 @@ def saturate(eg: EGraph, host_rules: list[HostRule], limits: Limits) -> tuple[Sa
         rows = tuple(sizes.get(r, 0) for r in relations)
         if host_rules and rows != seen_rows:  # new matches to finish in Python
             seen_rows = rows
-            unions = apply_matches(eg, eg.snapshot(relations), host_rules, processed, report)
+            record = report.host_firings if provenance is not None else None
+            snap = eg.snapshot(relations)
+            unions = apply_matches(eg, snap, host_rules, processed, report, record)
             if unions:
                 eg.load_rows(unions.rows)
         report.enodes = eg.enode_count()
@@ -97,7 +107,7 @@ def saturate(eg: EGraph, host_rules: list[HostRule], limits: Limits) -> tuple[Sa
         if not run.updated and not unions:
             report.stop_reason = "saturated"
             break
-    snap = eg.snapshot(relations)
+    snap = eg.snapshot(relations, provenance or ())
     report.enodes = len(snap.nodes)
     report.seconds = time.perf_counter() - start
     return report, snap

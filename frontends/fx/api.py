@@ -49,6 +49,7 @@ def optimize_fx(
     freeze: bool = False,
     check: bool = True,
     cost: CostModel = CostModel(),  # noqa: B008 (frozen dataclass, as in rewrite.optimize)
+    provenance: bool = True,
     **limits,
 ):
     """Optimize a torch.fx GraphModule (or a torch.export ExportedProgram) with `.rules`.
@@ -61,6 +62,9 @@ def optimize_fx(
     freeze: take parameters that torch.compile passes as inputs as constants (inference only).
     check: run both modules on `example_inputs` and compare every output with the tolerance
         of the loosest numeric class that fired (`frontends.onnx.check.TOLERANCES`).
+    provenance: each fx node a rewrite produced (and each folded constant's node) gets
+        `node.meta["rewrite"]`, the tree of rules that justify it (`rewrite.provenance`);
+        False gives a bare module.
     limits: `max_iterations`, `max_nodes`, `timeout` (seconds) for saturation.
     Returns (module, Report): a new GraphModule (ExportedProgram for one), or `gm` itself when
     nothing cheaper was found. Raises FxCheckError when the check fails.
@@ -71,7 +75,7 @@ def optimize_fx(
         graph = import_fx(gm, example_inputs, freeze=freeze)
     except FxImportError as e:
         return gm, skipped_report(before, str(e))
-    out, report = optimize(graph, rules, Limits(**limits), cost, fp)
+    out, report = optimize(graph, rules, Limits(**limits), cost, fp, provenance=provenance)
     result, extra = gm, {}
     if graph.meta.in_order:
         extra["in_order"] = "; ".join(graph.meta.in_order)
@@ -80,6 +84,8 @@ def optimize_fx(
             result = export_fx(out)
         except FxExportError as e:
             extra["skipped"] = str(e)
+    if result is gm:
+        report = replace(report, provenance={})
     after = fx_op_counts(result)
     report = replace(report, nodes_before=sum(before.values()), ops_before=before,
                      nodes_after=sum(after.values()), ops_after=after, changed=result is not gm,

@@ -116,7 +116,10 @@ class _Exporter:
     def _constant(self, vid: int, user) -> fx.Node:
         src = self.source(vid)
         if src is None or src.kind == "value":
-            return self.buffer(np.asarray(self.g.constants[vid]), vid, user)
+            node = self.buffer(np.asarray(self.g.constants[vid]), vid, user)
+            if self.g.values[vid].provenance is not None:
+                node.meta["rewrite"] = self.g.values[vid].provenance
+            return node
         base = self._leaf(src.ref) if src.kind == "node" else self._get_attr(src.ref)
         if src.transposed:
             target = self._target(torch.t, torch.ops.aten.t.default)
@@ -192,11 +195,14 @@ class _Exporter:
     def _inherit(self, n, new: fx.Node) -> fx.Node:
         """A rewritten node that replaces a source node of the same op (see `node_name`), or
         computes a source node's own value (a split item written as a Slice), takes its
-        metadata (stack trace, module stack), except values of the old computation."""
+        metadata (stack trace, module stack), except values of the old computation. A node
+        with provenance gets it as `meta["rewrite"]` (`rewrite.provenance`)."""
         name = self.heirs.get(id(n), self.g.values[n.outputs[0]].name)
         old = self.src_nodes.get(name)
         if old is not None and new.op == "call_function" and not new.meta:
             new.meta.update({k: v for k, v in old.meta.items() if k not in _VALUE_META})
+        if n.provenance is not None:
+            new.meta["rewrite"] = n.provenance
         return new
 
     def _target(self, fn, op):

@@ -5,6 +5,12 @@ names and everything else on their `NodeProto`; opaque nodes are copied with ren
 inputs/outputs. The model's opset imports, functions and metadata are kept; the IR version is
 capped at `MAX_IR_VERSION`, the newest that onnxruntime 1.31 loads (onnx 1.23's default, IR 14,
 is rejected by it).
+
+Provenance (`rewrite.provenance`): a node a rewrite produced, and a constant folding made,
+carries its tree as compact JSON under the key `rewrite.rules`: in `NodeProto.metadata_props`
+/ `TensorProto.metadata_props` when the model's IR version is at least 10 (where ONNX added
+those fields), else in one `ModelProto.metadata_props` entry `rewrite.rules` holding a JSON
+object from node or initializer name to tree (older readers do not know per-node metadata).
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ from onnx import helper, numpy_helper
 
 from rewrite.graph import ABSENT, Node, TermGraph
 from rewrite.infer import onnx_node
+from rewrite.provenance import KEY, collect, dumps
 
 MAX_IR_VERSION = 13
 MAX_OPSET = 26
+NODE_METADATA_IR = 10  # the first IR version with NodeProto/TensorProto.metadata_props
 
 
 def export_model(g: TermGraph) -> onnx.ModelProto:
@@ -59,8 +67,23 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
     model.ir_version = min(src.ir_version, MAX_IR_VERSION)
     for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
         setattr(model, field, getattr(src, field))
-    model.metadata_props.extend(src.metadata_props)
+    model.metadata_props.extend(p for p in src.metadata_props if p.key != KEY)
+    _write_provenance(g, model)
     return model
+
+
+def _write_provenance(g: TermGraph, model: onnx.ModelProto) -> None:
+    """Put the provenance trees of `g` into `model` (see the module docstring)."""
+    trees = collect(g)
+    if not trees:
+        return
+    if model.ir_version < NODE_METADATA_IR:
+        model.metadata_props.add(key=KEY, value=dumps(trees))
+        return
+    for proto in (*model.graph.node, *model.graph.initializer):
+        tree = trees.get(proto.name)
+        if tree is not None and not any(p.key == KEY for p in proto.metadata_props):
+            proto.metadata_props.add(key=KEY, value=dumps(tree))
 
 
 def _write_tensor(t: onnx.TensorProto, arr: np.ndarray, name: str) -> None:

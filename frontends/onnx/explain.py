@@ -1,0 +1,61 @@
+"""Read the provenance an optimized ONNX model carries (`rewrite explain`).
+
+Where `frontends.onnx.exporter` put it: `rewrite.rules` in a node's or initializer's
+`metadata_props` (IR >= 10), else one model-level `rewrite.rules` entry mapping names to trees.
+"""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+
+from rewrite.provenance import KEY
+
+
+class NoProvenance(LookupError):
+    """The name is not in the model, or the model carries no provenance at all."""
+
+
+def find_provenance(model: onnx.ModelProto, name: str) -> tuple[str, dict | None]:
+    """(what was found, e.g. "node rw_3 (Conv)", its provenance tree or None for an original
+    node) for `name`: a node name, else the name of a node's output, else an initializer.
+
+    Raises NoProvenance when nothing has that name, or when the model has no provenance at
+    all (written with --no-provenance, or not by `rewrite optimize`)."""
+    g = model.graph
+    by_model = _model_trees(model)
+    found = next((n for n in g.node if n.name == name), None)
+    found = found or next((n for n in g.node if name in n.output), None)
+    if found is not None:
+        what = f"node {found.name or name} ({found.op_type})"
+    else:
+        found = next((t for t in g.initializer if t.name == name), None)
+        if found is None:
+            raise NoProvenance(f"no node, output or initializer named {name!r}")
+        what = f"constant {name}"
+    tree = _own(found)
+    if tree is None:
+        tree = by_model.get(found.name)
+    if tree is None and not by_model and not _any_own(g):
+        raise NoProvenance(f"no provenance in this model ({KEY} metadata): written with "
+                           "--no-provenance, or not by `rewrite optimize`")
+    return what, tree
+
+
+def _own(proto) -> dict | None:
+    for p in proto.metadata_props:
+        if p.key == KEY:
+            return json.loads(p.value)
+    return None
+
+
+def _any_own(g: onnx.GraphProto) -> bool:
+    return any(p.key == KEY for x in (*g.node, *g.initializer) for p in x.metadata_props)
+
+
+def _model_trees(model: onnx.ModelProto) -> dict:
+    for p in model.metadata_props:
+        if p.key == KEY:
+            return json.loads(p.value)
+    return {}

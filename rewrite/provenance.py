@@ -1,0 +1,311 @@
+"""Provenance: the rule firings that justify each node of the extracted graph.
+
+The pinned egglog has no proof output, so the engine records firings itself: each plain rule's
+action inserts a row into its `prov-NAME` relation beside its `union` (`rewrite.emit`), and
+the host apply step records the matches it applied (`rewrite.apply.HostFiring`). From the
+final snapshot (canonical e-classes) each firing gives
+
+- the e-nodes its right side created: the result term walked over the captured e-classes,
+  each op looked up as an e-node of the snapshot (a host rule's built e-nodes by handle);
+- the e-nodes its left side matched: the pattern matched top-down from the root e-class, the
+  captures fixed to the recorded e-classes (a wildcard takes the first e-node that fits).
+
+An e-node is original when the import made it (an imported node's op, attributes and input
+e-classes). A created e-node may have several justifications; each gets the smallest
+justification tree, cost 0 for an original e-node and 1 + the costs of the firing's
+non-original left-side e-nodes otherwise, found by Knuth's generalization of Dijkstra's
+algorithm (cycle-safe: an e-node is justified only by e-nodes justified before it).
+
+The tree of one node, the format of ONNX `rewrite.rules` metadata, fx `node.meta["rewrite"]`
+and the report's `provenance` section (see README, "Provenance"):
+
+    {"rule": NAME, "at": "FILE:LINE", "op": OP, "replaces": [ORIGINAL NODE NAMES],
+     "after": [TREES of the rewritten e-nodes the rule matched, fired before it]}
+
+Constant folding adds `{"rule": "constant-folding", "at": "rewrite/fold.py", ...}`, whose
+`replaces` names every node folded into the constant (`rewrite.fold`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from dataclasses import dataclass, replace
+
+from dsl.ir import Absent, Capture, Literal, OpNode, Rule, Term, Wildcard
+from rewrite.egraph import ENode, Snapshot
+from rewrite.emit import captures, prov_relation
+from rewrite.graph import ABSENT, TermGraph
+from rewrite.ops import OPS, encode_attr
+
+KEY = "rewrite.rules"  # ONNX metadata_props key, fx node.meta key is "rewrite"
+MAX_TREE = 200  # tree nodes per explained node; a deeper history is cut (`"truncated": true`)
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One rule firing in the final snapshot's e-classes.
+
+    name: the rule (`NAME (reverse)` for an `equal` rule's right-to-left direction). at:
+    `file:line`. lhs: the matched pattern. root: the matched e-class. terms/attrs: captures
+    (e-class / attribute string). created: e-nodes the right side built."""
+
+    name: str
+    at: str
+    lhs: Term
+    root: int
+    terms: dict
+    attrs: dict
+    created: tuple[ENode, ...]
+
+
+def directions(rules: list[Rule]) -> list[tuple[str, Rule, Term, Term]]:
+    """(name, rule, lhs, rhs) of each compiled direction of the plain rules."""
+    out = []
+    for r in rules:
+        if r.needs_host:
+            continue
+        out.append((r.name, r, r.lhs, r.rhs))
+        if r.kind == "equal":
+            out.append((f"{r.name} (reverse)", r, r.rhs, r.lhs))
+    return out
+
+
+def relations(rules: list[Rule]) -> tuple[str, ...]:
+    """The provenance relations of `rules` (to read in full from the final snapshot)."""
+    return tuple(prov_relation(name) for name, *_ in directions(rules))
+
+
+def firings(snap: Snapshot, rules: list[Rule], host_firings: list) -> list[Firing]:
+    """Every recorded firing, in the final snapshot's e-classes, in a deterministic order."""
+    index = {n: c for c, n in snap.nodes}
+    out: list[Firing] = []
+    for name, r, lhs, rhs in directions(rules):
+        terms, attrs = captures(lhs)
+        for row in snap.rows.get(prov_relation(name), ()):
+            t = dict(zip(terms, row[1:]))
+            a = dict(zip(attrs, row[1 + len(terms):]))
+            created: list[ENode] = []
+            if _build(snap, index, rhs, t, a, created) is not None:
+                out.append(Firing(name, _at(r), lhs, row[0], t, a, tuple(created)))
+    for h in host_firings:
+        root = snap.handle.get(h.root)
+        made = tuple(ENode(op, tuple(snap.handle.get(k, -1) for k in kids), attrs)
+                     for _, op, kids, attrs in h.created)
+        if root is not None:
+            terms = {n: snap.handle[v] for n, v in h.terms if v in snap.handle}
+            out.append(Firing(h.rule.name, _at(h.rule), h.rule.lhs, root, terms, dict(h.attrs),
+                              tuple(n for n in made if n in index)))
+    return out
+
+
+def _at(r: Rule) -> str:
+    return f"{r.span.file}:{r.span.line}"
+
+
+def _build(
+    snap: Snapshot, index: dict, t: Term, terms: dict, attrs: dict, created: list
+) -> int | None:
+    """E-class of plain right side `t` over the captures, appending the e-nodes it is made of
+    to `created`; None when an e-node is not in the snapshot."""
+    if isinstance(t, Capture):
+        return terms.get(t.name)
+    if isinstance(t, Absent):
+        return snap.handle.get(ABSENT)
+    kids = [_build(snap, index, a, terms, attrs, created) for a in t.args]
+    if any(k is None for k in kids):
+        return None
+    spec = OPS.get(t.op)
+    texts = []
+    for (name, v), a in zip(t.attrs, spec.attrs):
+        texts.append(encode_attr(a.kind, v.value) if isinstance(v, Literal) else attrs.get(v.name))
+    n = ENode(t.op, tuple(kids), tuple(texts))
+    c = index.get(n)
+    if c is not None:
+        created.append(n)
+    return c
+
+
+def matched(snap: Snapshot, f: Firing) -> list[ENode] | None:
+    """The e-nodes the left side of `f` matched (top-down from its root), or None."""
+    absent = snap.handle.get(ABSENT)
+
+    def match(t: Term, c: int) -> list[ENode] | None:
+        if isinstance(t, Capture):
+            want = f.terms.get(t.name)
+            return [] if want is None or want == c else None
+        if isinstance(t, Wildcard):
+            return []
+        if isinstance(t, Absent):
+            return [] if c == absent else None
+        if t.bind and f.terms.get(t.bind, c) != c:
+            return None
+        spec = OPS.get(t.op)
+        for n in snap.classes.get(c, ()):
+            if n.op != t.op or not _attrs_fit(t, spec, n, f.attrs):
+                continue
+            found = [n]
+            for a, k in zip(t.args, n.children):
+                sub = match(a, k)
+                if sub is None:
+                    break
+                found += sub
+            else:
+                return found
+        return None
+
+    return match(f.lhs, f.root)
+
+
+def _attrs_fit(t: OpNode, spec, n: ENode, attrs: dict) -> bool:
+    for (name, v), a, s in zip(t.attrs, spec.attrs, n.attrs):
+        if isinstance(v, Literal) and encode_attr(a.kind, v.value) != s:
+            return False
+        if isinstance(v, Capture) and attrs.get(v.name, s) != s:
+            return False
+    return True
+
+
+def original_names(snap: Snapshot) -> dict[ENode, str]:
+    """Imported e-nodes -> the name of their node (its output's name if it has none)."""
+    g = snap.graph
+    out: dict[ENode, str] = {}
+    for n in g.nodes:
+        if n.opaque:
+            continue
+        spec = OPS.get(n.op)
+        attrs = tuple(encode_attr(spec.attr_index[a].kind, v) for a, v in n.attrs)
+        e = ENode(n.op, tuple(snap.handle[i] for i in n.inputs), attrs)
+        out.setdefault(e, n.name or g.values[n.outputs[0]].name)
+    return out
+
+
+class Justification:
+    """The smallest justification tree of every rewritten e-node of a snapshot (see the module
+    docstring). `tree(enode)` is the JSON-ready tree, or None for an original e-node or one
+    no recorded firing created."""
+
+    def __init__(self, snap: Snapshot, fired: list[Firing]):
+        self.names = original_names(snap)
+        self.fired = fired
+        self.lhs: list[list[ENode]] = []
+        self.premises: list[list[ENode]] = []
+        for f in fired:
+            m = matched(snap, f) or []
+            self.lhs.append(m)
+            self.premises.append(list(dict.fromkeys(n for n in m if self.rewritten(n))))
+        self.best = self._knuth()
+        self.class_of = {n: c for c, n in snap.nodes}
+        # original e-nodes of each e-class, and the firings that matched one as their root:
+        # why an original node is gone when another e-node of its class is extracted
+        self.originals: dict[int, list[ENode]] = {}
+        for n in self.names:
+            c = self.class_of.get(n)
+            if c is not None:
+                self.originals.setdefault(c, []).append(n)
+        self.by_root: dict[ENode, int] = {}
+        for i, m in enumerate(self.lhs):
+            if m and m[0] in self.names and all(p in self.best for p in self.premises[i]):
+                self.by_root.setdefault(m[0], i)
+
+    def rewritten(self, n: ENode) -> bool:
+        """True for an e-node that is neither imported nor a leaf (a rewrite made it)."""
+        return n.op not in ("Leaf", "Absent") and n not in self.names
+
+    def _knuth(self) -> dict[ENode, int]:
+        waiting: dict[ENode, list[int]] = {}
+        remaining = [len(p) for p in self.premises]
+        for i, p in enumerate(self.premises):
+            for n in p:
+                waiting.setdefault(n, []).append(i)
+        heap = [(1, i, j) for i, p in enumerate(self.premises) if not p
+                for j in range(len(self.fired[i].created))]
+        heapq.heapify(heap)
+        best: dict[ENode, int] = {}
+        cost: dict[ENode, int] = {}
+        while heap:
+            k, i, j = heapq.heappop(heap)
+            n = self.fired[i].created[j]
+            if n in best or not self.rewritten(n):
+                continue
+            best[n], cost[n] = i, k
+            for w in waiting.get(n, ()):
+                remaining[w] -= 1
+                if remaining[w] == 0:
+                    total = 1 + sum(cost[p] for p in self.premises[w])
+                    for j2 in range(len(self.fired[w].created)):
+                        heapq.heappush(heap, (total, w, j2))
+        return best
+
+    def tree(self, n: ENode) -> dict | None:
+        """The justification tree of e-node `n` (module docstring), at most MAX_TREE nodes; None
+        for an original e-node that stands in for no other original node, or a rewritten one
+        no recorded firing created."""
+        budget = [MAX_TREE]
+
+        def walk(e: ENode, i: int) -> dict:
+            f = self.fired[i]
+            budget[0] -= 1
+            node = {"rule": f.name, "at": f.at, "op": e.op,
+                    "replaces": sorted({self.names[m] for m in self.lhs[i] if m in self.names})}
+            if budget[0] <= 0:
+                node["truncated"] = True
+                node["after"] = []
+                return node
+            node["after"] = [walk(p, self.best[p]) for p in self.premises[i]]
+            return node
+
+        shown = set(self.lhs[self.best[n]]) if n in self.best else set()
+        gone = sorted((m for m in self.originals.get(self.class_of.get(n), ())
+                       if m != n and m not in shown and m in self.by_root), key=self.names.get)
+        merged = [walk(m, self.by_root[m]) for m in gone]
+        if n in self.best:
+            top = walk(n, self.best[n])
+        elif merged and n in self.names:
+            top = {"rule": "original", "at": "", "op": n.op, "replaces": [], "after": []}
+        else:
+            return None
+        if merged:
+            top["merged"] = merged
+        return top
+
+
+def attach(g: TermGraph, origins: tuple, just: Justification) -> tuple[TermGraph, int]:
+    """`g` (an extracted graph) with `Node.provenance` set on every node whose e-node
+    (`origins`, parallel to `g.nodes`) a rewrite produced, and such a node without a name
+    named after its output. Returns the graph and how many rewritten nodes no recorded
+    firing explains (0 when every rewrite was recorded)."""
+    taken = {n.name for n in g.nodes if n.name}
+    nodes, unexplained = [], 0
+    for n, origin in zip(g.nodes, origins):
+        tree = just.tree(origin) if origin is not None else None
+        if origin is not None and tree is None and just.rewritten(origin):
+            unexplained += 1
+        if tree is not None:
+            name = n.name or _free(g.values[n.outputs[0]].name, taken)
+            n = replace(n, name=name, provenance=tree)
+        nodes.append(n)
+    return replace(g, nodes=tuple(nodes)), unexplained
+
+
+def _free(name: str, taken: set[str]) -> str:
+    stem, i = name, 0
+    while name in taken:
+        i += 1
+        name = f"{stem}_{i}"
+    taken.add(name)
+    return name
+
+
+def collect(g: TermGraph) -> dict[str, dict]:
+    """Name -> provenance tree of every node and constant of `g` that has one (the report's
+    `provenance` section), sorted by name."""
+    out = {n.name: n.provenance for n in g.nodes if n.provenance is not None}
+    out.update({g.values[v].name: g.values[v].provenance for v in g.constants
+                if g.values[v].provenance is not None})
+    return dict(sorted(out.items()))
+
+
+def dumps(tree: dict) -> str:
+    """The compact JSON text of a tree (the ONNX metadata value)."""
+    return json.dumps(tree, separators=(",", ":"))
