@@ -21,6 +21,7 @@ from rewrite.fold import fold
 from rewrite.graph import TermGraph
 from rewrite.ops import OPS
 from rewrite.saturate import Limits, saturate
+from rewrite.selection import pick_rules
 from rewrite.shapes import FoldStats, fold_shapes
 
 FP_CLASSES = ("exact", "reassoc", "approx")
@@ -112,15 +113,20 @@ def optimize(
     cost: CostModel = CostModel(),
     fp: tuple[str, ...] = ("exact",),
     shapes: bool = True,
+    skip: tuple[str, ...] = (),
+    only: tuple[str, ...] = (),
 ) -> tuple[TermGraph, Report]:
     """Rewrite `graph` with `rules` by equality saturation and cost-based extraction.
 
     shapes: run the symbolic shape folding (`rewrite.shapes`) first; the rule verifier turns
     it off to see what a rule alone does.
+    skip/only: rule names, globs or `ruleset:NAME` (`rewrite.selection.pick_rules`); the rules
+    they exclude are in `report.skipped`.
 
     Returns the optimized graph (or `graph` itself when nothing cheaper was found) and a
     Report. Raises `rewrite.egraph.EGraphError` if egglog rejects the compiled rules and
-    `rewrite.saturate.UnsoundRuleError` if a rule changes a value's type.
+    `rewrite.saturate.UnsoundRuleError` if a rule changes a value's type, and
+    `rewrite.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
     """
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
@@ -133,12 +139,14 @@ def optimize(
 
     deadline = limits.deadline if limits.deadline is not None else clock + limits.timeout
     limits = replace(limits, deadline=deadline)
+    rules, excluded = pick_rules(rules, skip, only)
     original = graph
     graph, shape_stats = fold_shapes(graph) if shapes else (graph, FoldStats())
     stage("shapes")
     if time.perf_counter() > deadline:  # out of time before the e-graph is built
         return original, as_given(original, "time-limit", "shapes", seconds, cost)
     chosen, skipped = select(rules, graph.opset, fp)
+    skipped = {**excluded, **skipped}
     ops = {n.op for n in graph.nodes if not n.opaque}
     chosen = reachable(chosen, ops)
     ops = ops.union(*(r.lhs_ops | r.rhs_ops for r in chosen))
@@ -174,7 +182,8 @@ def optimize(
         cost_after=ex.cost if cheaper else ex.input_cost if changed else cost_before,
         changed=changed,
         fp=_loosest(chosen, sat.fired) if cheaper else "exact",
-        extra={"shapes": asdict(shape_stats), "history": sat.history},
+        extra={"shapes": asdict(shape_stats), "history": sat.history,
+               **({"sites": dict(sat.sites)} if sat.sites else {})},
         limit_stage="" if sat.stop_reason == "saturated" else "saturate" if sat.iterations else "import",
     )
     return out, report

@@ -55,6 +55,8 @@ class SaturationReport:
     fired: Counter = field(default_factory=Counter)
     # host-rule matches not applied: rule -> reason (the failing guard) -> count
     rejected: defaultdict = field(default_factory=lambda: defaultdict(Counter))
+    # sites of the matches applied by SitedRules (rewrite.sites): rule -> value names
+    sites: defaultdict = field(default_factory=lambda: defaultdict(list))
 
 
 def saturate(eg: EGraph, host_rules: list[HostRule], limits: Limits) -> tuple[SaturationReport, Snapshot]:

@@ -26,6 +26,7 @@ from frontends.fx.tensors import onnx_elem
 from rewrite.cost import CostModel
 from rewrite.optimize import Report, optimize
 from rewrite.saturate import Limits
+from rewrite.selection import pick_rules
 
 
 class FxCheckError(AssertionError):
@@ -49,6 +50,8 @@ def optimize_fx(
     freeze: bool = False,
     check: bool = True,
     cost: CostModel = CostModel(),  # noqa: B008 (frozen dataclass, as in rewrite.optimize)
+    skip: tuple[str, ...] = (),
+    only: tuple[str, ...] = (),
     **limits,
 ):
     """Optimize a torch.fx GraphModule (or a torch.export ExportedProgram) with `.rules`.
@@ -61,17 +64,22 @@ def optimize_fx(
     freeze: take parameters that torch.compile passes as inputs as constants (inference only).
     check: run both modules on `example_inputs` and compare every output with the tolerance
         of the loosest numeric class that fired (`frontends.onnx.check.TOLERANCES`).
+    skip/only: rule names, globs or `ruleset:NAME`, as `rewrite optimize --skip/--only`
+        (`rewrite.selection.pick_rules`); the excluded rules are in `report.skipped`.
     limits: `max_iterations`, `max_nodes`, `timeout` (seconds) for saturation.
     Returns (module, Report): a new GraphModule (ExportedProgram for one), or `gm` itself when
-    nothing cheaper was found. Raises FxCheckError when the check fails.
+    nothing cheaper was found. Raises FxCheckError when the check fails, and
+    `rewrite.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
     """
     rules = shipped_rules() if rules is None else _rules(rules)
+    rules, excluded = pick_rules(rules, skip, only)
     before = fx_op_counts(gm)
     try:
         graph = import_fx(gm, example_inputs, freeze=freeze)
     except FxImportError as e:
         return gm, skipped_report(before, str(e))
     out, report = optimize(graph, rules, Limits(**limits), cost, fp)
+    report = replace(report, skipped={**excluded, **report.skipped})
     result, extra = gm, {}
     if graph.meta.in_order:
         extra["in_order"] = "; ".join(graph.meta.in_order)
