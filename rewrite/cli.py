@@ -89,6 +89,22 @@ def _add_rule_filters(p) -> None:
     p.add_argument("--only", nargs="+", action="extend", default=[], metavar="RULE", help="run only these rules: names, globs or ruleset:NAME")
 
 
+def _begin(args):
+    """Check the budgets, load the rules and apply --skip/--only: (start clock, RuleSet,
+    excluded rule -> reason), or the exit status after a one-line error."""
+    for name in ("max_iterations", "max_nodes", "timeout"):
+        if getattr(args, name) <= 0:
+            return _fail(f"--{name.replace('_', '-')} must be positive")
+    start = time.perf_counter()
+    rules = _load_rules(args.rules)
+    if rules is None:
+        return EXIT_FAIL
+    picked = _pick_rules(rules, args)
+    if picked is None:
+        return EXIT_FAIL
+    return start, *picked
+
+
 def _pick_rules(rules, args):
     """(RuleSet after --skip/--only, excluded rule -> reason), or None after printing the
     one-line error for a pattern that matches no rule."""
@@ -153,17 +169,10 @@ def cmd_optimize(args) -> int:
         return _fail(f"output {dst} is a directory")
     if not dst.parent.is_dir():
         return _fail(f"{dst.parent}: output directory does not exist")
-    for name in ("max_iterations", "max_nodes", "timeout"):
-        if getattr(args, name) <= 0:
-            return _fail(f"--{name.replace('_', '-')} must be positive")
-    start = time.perf_counter()
-    rules = _load_rules(args.rules)
-    if rules is None:
-        return EXIT_FAIL
-    picked = _pick_rules(rules, args)
-    if picked is None:
-        return EXIT_FAIL
-    rules, excluded = picked
+    begun = _begin(args)
+    if isinstance(begun, int):
+        return begun
+    start, rules, excluded = begun
     t_rules = time.perf_counter() - start
     try:
         model = load_model(src)
@@ -229,23 +238,17 @@ def cmd_bisect(args) -> int:
     from frontends.onnx.bisect import BisectError, bisect_model, format_report  # noqa: PLC0415
     from rewrite.saturate import Limits  # noqa: PLC0415
 
-    for name in ("max_iterations", "max_nodes", "timeout"):
-        if getattr(args, name) <= 0:
-            return _fail(f"--{name.replace('_', '-')} must be positive")
-    start = time.perf_counter()
-    rules = _load_rules(args.rules)
-    if rules is None:
-        return EXIT_FAIL
-    picked = _pick_rules(rules, args)
-    if picked is None:
-        return EXIT_FAIL
+    begun = _begin(args)
+    if isinstance(begun, int):
+        return begun
+    start, rules, _ = begun
     try:
         model = load_model(args.input)
     except ModelError as e:
         return _fail(str(e))
     limits = Limits(args.max_iterations, args.max_nodes, args.timeout, deadline=start + args.timeout)
     try:
-        report = bisect_model(model, picked[0], fp=("exact", *args.allow), limits=limits,
+        report = bisect_model(model, rules, fp=("exact", *args.allow), limits=limits,
                               folder=Path(args.input).parent, progress=_progress)
     except BisectError as e:
         return _fail(str(e))

@@ -107,6 +107,7 @@ class _Trials:
         self.failed_feed = 0
         self.last_report = None
         self.last_seconds = 0.0
+        self.cache: dict[tuple, tuple[str | None, int]] = {}
 
     def out_of_time(self) -> bool:
         """True when another run, as long as the last one, would end past the deadline."""
@@ -115,6 +116,10 @@ class _Trials:
     def error(self, rules: RuleSet) -> str | None:
         """The failure of optimizing with `rules` (one line), or None when its outputs match.
         Raises _OutOfTime when the deadline passed before or during the run."""
+        key = tuple((r.name, getattr(r, "sites", None)) for r in rules.rules)
+        if key in self.cache:  # the minimal set, tested during the search
+            error, self.failed_feed = self.cache[key]
+            return error
         clock = time.perf_counter()
         if clock > self.limits.deadline:
             raise _OutOfTime
@@ -123,6 +128,7 @@ class _Trials:
             error = self._run(rules)
         finally:
             self.last_seconds = time.perf_counter() - clock
+        self.cache[key] = error, self.failed_feed
         return error
 
     def _run(self, rules: RuleSet) -> str | None:
