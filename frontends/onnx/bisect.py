@@ -116,7 +116,7 @@ class _Trials:
     def error(self, rules: RuleSet) -> str | None:
         """The failure of optimizing with `rules` (one line), or None when its outputs match.
         Raises _OutOfTime when the deadline passed before or during the run."""
-        key = tuple((r.name, getattr(r, "sites", None)) for r in rules.rules)
+        key = tuple((r.name, type(r).__name__, getattr(r, "sites", None)) for r in rules.rules)
         if key in self.cache:  # the minimal set, tested during the search
             error, self.failed_feed = self.cache[key]
             return error
