@@ -201,7 +201,7 @@ def cmd_optimize(args) -> int:
                 diffs = compare(model, result, fp=report.fp, original_source=str(src), optimized_source=output.source)
             except CheckError as e:
                 output.discard()
-                return _fail(f"output check: {e}{_bisect_failure(args, model, rules, report, src)}")
+                return _fail(f"output check: {e}{_bisect_failure(args, model, rules, report, src, start)}")
     t_check = time.perf_counter() - clock - t_serialize
     bad = [d for d in diffs if not d.ok]
     clock = time.perf_counter()
@@ -223,7 +223,7 @@ def cmd_optimize(args) -> int:
     if args.report:
         _write_report(Path(args.report), report, diffs)
     if bad:
-        culprit = _bisect_failure(args, model, rules, report, src)
+        culprit = _bisect_failure(args, model, rules, report, src, start)
         return _fail(f"output check failed for {', '.join(d.name for d in bad)}; nothing written{culprit}")
     note = "" if report.changed else "; no rewrite made it cheaper, so it is the input unchanged"
     if report.limit_stage:
@@ -261,19 +261,18 @@ def _progress(line: str) -> None:
     err.print(line, markup=False)
 
 
-def _bisect_failure(args, model, rules, report, src) -> str:
-    """After a failed output check of `optimize`: bisect for the culprit within what is left
-    of --timeout, print the detailed report on stderr, and return the end of the one-line
+def _bisect_failure(args, model, rules, report, src, start: float) -> str:
+    """After a failed output check of `optimize` (which began at `start`, a perf_counter
+    value): bisect for the culprit within what is left of --timeout, print the detailed report on stderr, and return the end of the one-line
     error ("; culprit: rule R (file:line)"), or "" with --no-bisect."""
     from frontends.onnx.bisect import BisectError, bisect_model, format_report  # noqa: PLC0415
     from rewrite.saturate import Limits  # noqa: PLC0415
 
     if args.no_bisect:
         return ""
-    limits = Limits(args.max_iterations, args.max_nodes, args.timeout)
-    deadline = time.perf_counter() + max(args.timeout - sum(report.seconds.values()), 0.0)
+    limits = Limits(args.max_iterations, args.max_nodes, args.timeout, deadline=start + args.timeout)
     try:
-        found = bisect_model(model, rules, fp=("exact", *args.allow), limits=replace(limits, deadline=deadline),
+        found = bisect_model(model, rules, fp=("exact", *args.allow), limits=limits,
                              folder=src.parent, fired=report.fired, progress=_progress)
     except BisectError as e:
         return f"; bisection failed: {e}"

@@ -136,6 +136,10 @@ def test_optimize_fx_skip():
     assert kept.skipped["fold-batchnorm-into-conv"] == "--skip fold-batchnorm*"
     with pytest.raises(UnknownRulePatternError):
         rewrite.optimize_fx(gm, (x,), only="no-such-rule")
+    from frontends.fx.backend import REPORTS, rewrite_backend  # the torch.compile options
+
+    rewrite_backend(gm, [x], {"backend": "eager", "skip": ["ruleset:fusion"]})
+    assert REPORTS[-1].skipped["fold-batchnorm-into-conv"] == "--skip ruleset:fusion"
 
 
 def test_cli_unknown_pattern_is_one_line(cli):
@@ -215,6 +219,18 @@ def test_bisect_passing_model_has_nothing_to_bisect():
 
     report = bisect_model(_two_divs(), shipped())
     assert not report.failing and not report.culprits and report.rule_runs == 1
+
+
+def test_bisect_out_of_time_says_so(planted):
+    import time
+
+    from frontends.onnx.bisect import bisect_model, format_report
+    from rewrite.saturate import Limits
+
+    rules = load_rules([shipped_rules_dir(), planted])
+    report = bisect_model(_two_divs(), rules, limits=Limits(deadline=time.perf_counter()))
+    assert not report.complete and not report.culprits and report.runs == 0
+    assert format_report(report, model="m.onnx") == ["bisect: the time ran out after 0 optimize runs"]
 
 
 def test_cli_bisect_and_optimize_name_the_culprit(cli, tmp_path):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from dsl.ir import Rule, RuleSet
+from frontends.onnx import external
 from frontends.onnx.check import CheckError, output_diff, random_inputs, run, session
 from rewrite.ddmin import ddmin
 from rewrite.saturate import Limits
@@ -94,6 +95,10 @@ class _Trials:
     original model's outputs are computed once."""
 
     def __init__(self, model, fp, limits: Limits, folder):
+        if folder is not None and any(True for _ in external.external_tensors(model)):
+            # onnxruntime runs it from bytes: read the weights `load_model` left in their files
+            model = onnx.ModelProto.FromString(model.SerializeToString())
+            onnx.external_data_helper.load_external_data_for_model(model, str(folder))
         self.model, self.fp, self.limits, self.folder = model, fp, limits, folder
         self.feeds = [random_inputs(model, SEED + r) for r in range(RUNS)]
         try:
@@ -210,7 +215,9 @@ def bisect_model(
                            f"{len(found.items)} candidate rules left")
         culprits = tuple(_sites(trials, found.items, r, rules.files, say) for r in found.items)
         error = trials.error(_minimal(found.items, culprits, rules.files))
-        return _report(trials, start, culprits, candidates, error or "", rule_runs=rule_runs)
+        complete = not any(c.sites and c.site_note for c in culprits)
+        return _report(trials, start, culprits, candidates, error or "", rule_runs=rule_runs,
+                       complete=complete, note="" if complete else "the time ran out while bisecting sites")
     except _OutOfTime:
         return _report(trials, start, (), [], "", complete=False,
                        note=f"the time ran out after {trials.runs} optimize runs")
@@ -249,8 +256,9 @@ def _sites(trials: _Trials, culprits, rule: Rule, files, say) -> Culprit:
         out_of_time=trials.out_of_time,
     )
     writers = {o: n.name for n in trials.model.graph.node for o in n.output}
+    note = "" if found.complete else "the time ran out: these sites fail, but fewer may do"
     return Culprit(rule.name, where, rule.span.file, found.items,
-                   tuple(writers.get(s, "") for s in found.items), len(sites))
+                   tuple(writers.get(s, "") for s in found.items), len(sites), note)
 
 
 def _plain(rule: Rule) -> Culprit:
@@ -298,13 +306,16 @@ def format_report(report: BisectReport, *, model: str, rule_paths=None, allow=()
     for c in report.culprits:
         lines.append(f"culprit: rule {c.rule} ({c.where})")
         if c.sites:
+            if c.site_note:
+                lines.append(f"  note: {c.site_note}")
             shown = ", ".join(f"node {n} (value {s})" if n else f"value {s}" for s, n in zip(c.sites, c.nodes))
             lines.append(f"  site: {shown}; {len(c.sites)} of the {c.fired_sites} sites it fired at")
         else:
             lines.append(f"  site: not isolated: {c.site_note}")
-    shapes = ", ".join(f"{k} {v}" for k, v in report.inputs.items())
-    lines.append(f"  counterexample input: {shapes} (check.random_inputs seed {report.seed})")
-    lines.append(f"  error: {report.error}")
+    if report.error:
+        shapes = ", ".join(f"{k} {v}" for k, v in report.inputs.items())
+        lines.append(f"  counterexample input: {shapes} (check.random_inputs seed {report.seed})")
+        lines.append(f"  error: {report.error}")
     rules = f" --rules {' '.join(map(str, rule_paths))}" if rule_paths else ""
     allowed = f" --allow {' '.join(allow)}" if allow else ""
     names = " ".join(c.rule for c in report.culprits)
