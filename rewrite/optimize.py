@@ -36,7 +36,8 @@ class Report:
         `fold`).
     fired: rule name -> times it fired (matches applied). rejected: rule name -> reason
         -> count, for matches that were not applied (which guard failed, which builder could
-        not build): the answer to "why did my rule not fire?". skipped: rules left out, with the reason (opset, numeric class).
+        not build): the answer to "why did my rule not fire?". skipped: rules left out, with the
+        reason (opset, numeric class, `--skip`/`--only`).
     cost_before/cost_after: DAG cost in the cost model's nanoseconds (0 when the run stopped
         before the graph was imported).
     limit_stage: "" when no budget ran out; else the stage that was running when one did
