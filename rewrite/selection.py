@@ -26,7 +26,7 @@ class UnknownRulePatternError(ValueError):
 def matches(pattern: str, rule: Rule) -> bool:
     """True when `pattern` (a name, a glob, or `ruleset:NAME`) selects `rule`."""
     if pattern.startswith(RULESET_PREFIX):
-        return fnmatchcase(rule.ruleset, pattern[len(RULESET_PREFIX):])
+        return fnmatchcase(rule.ruleset, pattern[len(RULESET_PREFIX) :])
     return fnmatchcase(rule.name, pattern)
 
 

@@ -72,14 +72,20 @@ def test_ddmin_two_interacting_culprits_is_one_minimal():
 
 def test_ddmin_keeps_input_order_and_reports_progress():
     seen = []
-    found = ddmin(list("abcdefgh"), lambda s: "f" in s and "b" in s, progress=lambda k, left: seen.append((k, left)))
+    found = ddmin(
+        list("abcdefgh"),
+        lambda s: "f" in s and "b" in s,
+        progress=lambda k, left: seen.append((k, left)),
+    )
     assert found.items == ("b", "f")
     assert [k for k, _ in seen] == list(range(1, found.tests + 1))
 
 
 def test_ddmin_stops_when_out_of_time():
     calls = []
-    found = ddmin(list(range(16)), lambda s: calls.append(s) or 3 in s, out_of_time=lambda: len(calls) >= 2)
+    found = ddmin(
+        list(range(16)), lambda s: calls.append(s) or 3 in s, out_of_time=lambda: len(calls) >= 2
+    )
     assert not found.complete and 3 in found.items and len(found.items) > 1
 
 
@@ -91,8 +97,12 @@ def test_only_names_and_globs():
     picked, excluded = pick_rules(rules, only=["matmul-add-to-gemm*", "transpose-transpose"])
     names = picked.names()
     assert "matmul-add-to-gemm" in names and "matmul-add-to-gemm-c1" in names  # :c variants
-    assert "transpose-transpose" in names and all(n.startswith(("matmul-add-to-gemm", "transpose-transpose")) for n in names)
-    assert excluded["add-zero"] == "not in --only" and len(excluded) + len(names) == len(rules.rules)
+    assert "transpose-transpose" in names and all(
+        n.startswith(("matmul-add-to-gemm", "transpose-transpose")) for n in names
+    )
+    assert excluded["add-zero"] == "not in --only" and len(excluded) + len(names) == len(
+        rules.rules
+    )
 
 
 def test_skip_ruleset_and_reason():
@@ -104,7 +114,9 @@ def test_skip_ruleset_and_reason():
 
 def test_only_then_skip():
     picked, excluded = pick_rules(shipped(), skip=["*-c1"], only=["ruleset:fusion"])
-    assert picked.rules and all(r.ruleset == "fusion" and not r.name.endswith("-c1") for r in picked.rules)
+    assert picked.rules and all(
+        r.ruleset == "fusion" and not r.name.endswith("-c1") for r in picked.rules
+    )
     assert "--skip *-c1" in excluded.values()
 
 
@@ -113,7 +125,9 @@ def test_no_patterns_is_the_same_rule_set():
     assert pick_rules(rules) == (rules, {})
 
 
-@pytest.mark.parametrize("kw,flag", [({"skip": ["no-such-rule"]}, "--skip"), ({"only": ["ruleset:nope"]}, "--only")])
+@pytest.mark.parametrize(
+    "kw,flag", [({"skip": ["no-such-rule"]}, "--skip"), ({"only": ["ruleset:nope"]}, "--only")]
+)
 def test_unknown_pattern_is_an_error_naming_it(kw, flag):
     with pytest.raises(UnknownRulePatternError) as e:
         pick_rules(shipped(), **kw)
@@ -160,14 +174,22 @@ def _two_divs():
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("two", 2.0), ("four", 4.0))]
+    inits = [
+        numpy_helper.from_array(np.array(v, np.float32), n)
+        for n, v in (("two", 2.0), ("four", 4.0))
+    ]
     nodes = [
         helper.make_node("Div", ["x", "two"], ["q1"], name="d1"),
         helper.make_node("Div", ["x", "four"], ["q2"], name="d2"),
         helper.make_node("Add", ["q1", "q2"], ["y"], name="sum"),
     ]
-    g = helper.make_graph(nodes, "two-divs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
+    g = helper.make_graph(
+        nodes,
+        "two-divs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        inits,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
 
 
@@ -195,7 +217,11 @@ def test_sited_equal_rule_runs_both_ways():
     rule = next(r for r in shipped().rules if r.kind == "equal")
     forward, reverse = sited(rule, frozenset({"v"}))
     assert isinstance(forward, SitedRule) and forward.needs_host and forward.sites == {"v"}
-    assert reverse.name == f"{rule.name} (reverse)" and reverse.lhs == rule.rhs and reverse.rhs == rule.lhs
+    assert (
+        reverse.name == f"{rule.name} (reverse)"
+        and reverse.lhs == rule.rhs
+        and reverse.rhs == rule.lhs
+    )
 
 
 # ---- bisection ----------------------------------------------------------------------------------
@@ -211,7 +237,10 @@ def test_bisect_small_model_names_rule_and_node(planted):
     assert len(c.sites) == 1 and c.nodes == ({"q1": "d1", "q2": "d2"}[c.sites[0]],)
     assert report.inputs == {"x": "float32[2, 3]"} and "output y differs" in report.error
     text = "\n".join(format_report(report, model="m.onnx", rule_paths=[planted]))
-    assert f"--only div-constant-dropped" in text and f"rewrite verify {planted} --rule div-constant-dropped" in text
+    assert (
+        f"--only div-constant-dropped" in text
+        and f"rewrite verify {planted} --rule div-constant-dropped" in text
+    )
 
 
 def test_bisect_passing_model_has_nothing_to_bisect():
@@ -230,7 +259,9 @@ def test_bisect_out_of_time_says_so(planted):
     rules = load_rules([shipped_rules_dir(), planted])
     report = bisect_model(_two_divs(), rules, limits=Limits(deadline=time.perf_counter()))
     assert not report.complete and not report.culprits and report.runs == 0
-    assert format_report(report, model="m.onnx") == ["bisect: the time ran out after 0 optimize runs"]
+    assert format_report(report, model="m.onnx") == [
+        "bisect: the time ran out after 0 optimize runs"
+    ]
 
 
 def test_cli_bisect_and_optimize_name_the_culprit(cli, tmp_path):
@@ -243,11 +274,27 @@ def test_cli_bisect_and_optimize_name_the_culprit(cli, tmp_path):
     r = cli("optimize", RESNET, out, "--rules", "patterns", BROKEN, "--allow", "reassoc")
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 1 and not out.exists()
-    assert "nothing written; culprit: rule relu-of-add-dropped (examples/broken.rules:7) at node_relu_" in last
+    assert (
+        "nothing written; culprit: rule relu-of-add-dropped (examples/broken.rules:7) at node_relu_"
+        in last
+    )
     assert "reproduce: rewrite optimize" in r.stderr
-    r = cli("optimize", RESNET, out, "--rules", "patterns", BROKEN, "--allow", "reassoc", "--no-bisect")
+    r = cli(
+        "optimize", RESNET, out, "--rules", "patterns", BROKEN, "--allow", "reassoc", "--no-bisect"
+    )
     assert r.returncode == 1 and "culprit" not in r.stderr and not out.exists()
-    r = cli("optimize", RESNET, out, "--rules", "patterns", BROKEN, "--allow", "reassoc", "--skip", "ruleset:broken")
+    r = cli(
+        "optimize",
+        RESNET,
+        out,
+        "--rules",
+        "patterns",
+        BROKEN,
+        "--allow",
+        "reassoc",
+        "--skip",
+        "ruleset:broken",
+    )
     assert r.returncode == 0 and out.exists() and "excluded 1 of" in r.stderr
 
 

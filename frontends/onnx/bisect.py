@@ -140,7 +140,9 @@ class _Trials:
         from frontends.onnx import optimize_model  # noqa: PLC0415 (the package imports us)
 
         try:
-            result, report = optimize_model(self.model, rules, fp=self.fp, limits=self.limits, folder=self.folder)
+            result, report = optimize_model(
+                self.model, rules, fp=self.fp, limits=self.limits, folder=self.folder
+            )
         except Exception as e:  # optimizing raised: that is a failure too
             self.last_report = None
             return f"optimize raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -157,8 +159,10 @@ class _Trials:
                     d = output_diff(name, elem, a, b, report.fp)
                     if not d.ok:
                         self.failed_feed = k
-                        return (f"output {name} differs: max abs err {d.max_abs:.3g}, "
-                                f"max err / max|b| {d.max_rel:.3g} (rtol {d.rtol:g}, atol {d.atol:g})")
+                        return (
+                            f"output {name} differs: max abs err {d.max_abs:.3g}, "
+                            f"max err / max|b| {d.max_rel:.3g} (rtol {d.rtol:g}, atol {d.atol:g})"
+                        )
         except CheckError as e:
             return str(e)
         return None
@@ -185,42 +189,80 @@ def bisect_model(
     """
     start = time.perf_counter()
     if limits.deadline is None:
-        limits = Limits(limits.max_iterations, limits.max_nodes, limits.timeout, start + limits.timeout)
+        limits = Limits(
+            limits.max_iterations, limits.max_nodes, limits.timeout, start + limits.timeout
+        )
     trials = _Trials(model, fp, limits, folder)
     say = progress or (lambda _line: None)
     try:
         if fired is None:
             error = trials.error(rules)
             if error is None:
-                return BisectReport(False, rule_runs=trials.runs, seconds=time.perf_counter() - start,
-                                    note="the optimized model passes the output check: nothing to bisect")
+                return BisectReport(
+                    False,
+                    rule_runs=trials.runs,
+                    seconds=time.perf_counter() - start,
+                    note="the optimized model passes the output check: nothing to bisect",
+                )
             fired = trials.last_report.fired
         names = {n.removesuffix(" (reverse)") for n in fired}
         candidates = [r for r in rules.rules if r.name in names]
         say(f"bisect: {len(candidates)} rules fired; checking that they alone fail")
         if trials.error(RuleSet(tuple(candidates), rules.files)) is None:
-            return _report(trials, start, (), candidates, "", note=(
-                "the failure does not reproduce with only the rules that fired "
-                "(it needs a rule that did not fire, or it is not deterministic)"))
+            return _report(
+                trials,
+                start,
+                (),
+                candidates,
+                "",
+                note=(
+                    "the failure does not reproduce with only the rules that fired "
+                    "(it needs a rule that did not fire, or it is not deterministic)"
+                ),
+            )
         found = ddmin(
             candidates,
             lambda rs: trials.error(RuleSet(tuple(rs), rules.files)) is not None,
-            progress=lambda k, left: say(f"bisect: rules: run {trials.runs}, {left} candidates left"),
+            progress=lambda k, left: say(
+                f"bisect: rules: run {trials.runs}, {left} candidates left"
+            ),
             out_of_time=trials.out_of_time,
         )
         rule_runs = trials.runs
         if not found.complete:
-            return _report(trials, start, [_plain(r) for r in found.items], candidates, "", complete=False,
-                           note=f"the time ran out after {trials.runs} optimize runs, with "
-                           f"{len(found.items)} candidate rules left")
+            return _report(
+                trials,
+                start,
+                [_plain(r) for r in found.items],
+                candidates,
+                "",
+                complete=False,
+                note=f"the time ran out after {trials.runs} optimize runs, with "
+                f"{len(found.items)} candidate rules left",
+            )
         culprits = tuple(_sites(trials, found.items, r, rules.files, say) for r in found.items)
         error = trials.error(_minimal(found.items, culprits, rules.files))
         complete = not any(c.sites and c.site_note for c in culprits)
-        return _report(trials, start, culprits, candidates, error or "", rule_runs=rule_runs,
-                       complete=complete, note="" if complete else "the time ran out while bisecting sites")
+        return _report(
+            trials,
+            start,
+            culprits,
+            candidates,
+            error or "",
+            rule_runs=rule_runs,
+            complete=complete,
+            note="" if complete else "the time ran out while bisecting sites",
+        )
     except _OutOfTime:
-        return _report(trials, start, (), [], "", complete=False,
-                       note=f"the time ran out after {trials.runs} optimize runs")
+        return _report(
+            trials,
+            start,
+            (),
+            [],
+            "",
+            complete=False,
+            note=f"the time ran out after {trials.runs} optimize runs",
+        )
 
 
 def _sites(trials: _Trials, culprits, rule: Rule, files, say) -> Culprit:
@@ -235,35 +277,58 @@ def _sites(trials: _Trials, culprits, rule: Rule, files, say) -> Culprit:
 
     error = trials.error(with_sites(None))  # applied everywhere, recording where
     recorded = trials.last_report.extra.get("sites", {}) if trials.last_report else {}
-    all_sites = [s for name in (rule.name, f"{rule.name} (reverse)") for s in recorded.get(name, ())]
+    all_sites = [
+        s for name in (rule.name, f"{rule.name} (reverse)") for s in recorded.get(name, ())
+    ]
     sites = list(dict.fromkeys(s for s in all_sites if s is not None))
     if error is None:
-        return _note(base, "it fails only as a plain egglog rule, not applied from Python; "
-                     "reporting the rule alone")
+        return _note(
+            base,
+            "it fails only as a plain egglog rule, not applied from Python; "
+            "reporting the rule alone",
+        )
     if not sites:
-        return _note(base, "its matches are on terms built by other rewrites, not original "
-                     "nodes; reporting the rule alone")
+        return _note(
+            base,
+            "its matches are on terms built by other rewrites, not original "
+            "nodes; reporting the rule alone",
+        )
     if len(sites) < len(all_sites) and trials.error(with_sites(frozenset(sites))) is None:
-        return _note(base, "the failing match is on a term built by another rewrite, not an "
-                     "original node; reporting the rule alone")
+        return _note(
+            base,
+            "the failing match is on a term built by another rewrite, not an "
+            "original node; reporting the rule alone",
+        )
     say(f"bisect: {rule.name} fired at {len(sites)} sites; bisecting them")
     start = trials.runs
     found = ddmin(
         sites,
         lambda ss: trials.error(with_sites(frozenset(ss))) is not None,
-        progress=lambda k, left: say(f"bisect: sites of {rule.name}: run {trials.runs - start}, "
-                                     f"{left} candidates left"),
+        progress=lambda k, left: say(
+            f"bisect: sites of {rule.name}: run {trials.runs - start}, {left} candidates left"
+        ),
         out_of_time=trials.out_of_time,
     )
     writers = {o: n.name for n in trials.model.graph.node for o in n.output}
     note = "" if found.complete else "the time ran out: these sites fail, but fewer may do"
-    return Culprit(rule.name, where, rule.span.file, found.items,
-                   tuple(writers.get(s, "") for s in found.items), len(sites), note)
+    return Culprit(
+        rule.name,
+        where,
+        rule.span.file,
+        found.items,
+        tuple(writers.get(s, "") for s in found.items),
+        len(sites),
+        note,
+    )
 
 
 def _plain(rule: Rule) -> Culprit:
-    return Culprit(rule.name, f"{rule.span.file}:{rule.span.line}", rule.span.file,
-                   site_note="the time ran out before its sites were bisected")
+    return Culprit(
+        rule.name,
+        f"{rule.span.file}:{rule.span.line}",
+        rule.span.file,
+        site_note="the time ran out before its sites were bisected",
+    )
 
 
 def _note(c: Culprit, note: str) -> Culprit:
@@ -308,8 +373,12 @@ def format_report(report: BisectReport, *, model: str, rule_paths=None, allow=()
         if c.sites:
             if c.site_note:
                 lines.append(f"  note: {c.site_note}")
-            shown = ", ".join(f"node {n} (value {s})" if n else f"value {s}" for s, n in zip(c.sites, c.nodes))
-            lines.append(f"  site: {shown}; {len(c.sites)} of the {c.fired_sites} sites it fired at")
+            shown = ", ".join(
+                f"node {n} (value {s})" if n else f"value {s}" for s, n in zip(c.sites, c.nodes)
+            )
+            lines.append(
+                f"  site: {shown}; {len(c.sites)} of the {c.fired_sites} sites it fired at"
+            )
         else:
             lines.append(f"  site: not isolated: {c.site_note}")
     if report.error:
@@ -322,9 +391,11 @@ def format_report(report: BisectReport, *, model: str, rule_paths=None, allow=()
     lines.append(f"  reproduce: rewrite optimize {model} out.onnx{rules} --only {names}{allowed}")
     for c in report.culprits:
         lines.append(f"             rewrite verify {c.file} --rule {c.rule}")
-    lines.append(f"bisect: {len(report.fired)} rules fired; {report.rule_runs} optimize runs over "
-                 f"the rules, {report.site_runs} over the sites ({report.seconds:.1f} s)"
-                 + ("" if report.complete else "; incomplete: " + report.note))
+    lines.append(
+        f"bisect: {len(report.fired)} rules fired; {report.rule_runs} optimize runs over "
+        f"the rules, {report.site_runs} over the sites ({report.seconds:.1f} s)"
+        + ("" if report.complete else "; incomplete: " + report.note)
+    )
     return lines
 
 
