@@ -193,76 +193,59 @@ def bisect_model(
             limits.max_iterations, limits.max_nodes, limits.timeout, start + limits.timeout
         )
     trials = _Trials(model, fp, limits, folder)
-    say = progress or (lambda _line: None)
     try:
-        if fired is None:
-            error = trials.error(rules)
-            if error is None:
-                return BisectReport(
-                    False,
-                    rule_runs=trials.runs,
-                    seconds=time.perf_counter() - start,
-                    note="the optimized model passes the output check: nothing to bisect",
-                )
-            fired = trials.last_report.fired
-        names = {n.removesuffix(" (reverse)") for n in fired}
-        candidates = [r for r in rules.rules if r.name in names]
-        say(f"bisect: {len(candidates)} rules fired; checking that they alone fail")
-        if trials.error(RuleSet(tuple(candidates), rules.files)) is None:
-            return _report(
-                trials,
-                start,
-                (),
-                candidates,
-                "",
-                note=(
-                    "the failure does not reproduce with only the rules that fired "
-                    "(it needs a rule that did not fire, or it is not deterministic)"
-                ),
-            )
-        found = ddmin(
-            candidates,
-            lambda rs: trials.error(RuleSet(tuple(rs), rules.files)) is not None,
-            progress=lambda k, left: say(
-                f"bisect: rules: run {trials.runs}, {left} candidates left"
-            ),
-            out_of_time=trials.out_of_time,
-        )
-        rule_runs = trials.runs
-        if not found.complete:
-            return _report(
-                trials,
-                start,
-                [_plain(r) for r in found.items],
-                candidates,
-                "",
-                complete=False,
-                note=f"the time ran out after {trials.runs} optimize runs, with "
-                f"{len(found.items)} candidate rules left",
-            )
-        culprits = tuple(_sites(trials, found.items, r, rules.files, say) for r in found.items)
-        error = trials.error(_minimal(found.items, culprits, rules.files))
-        complete = not any(c.sites and c.site_note for c in culprits)
-        return _report(
-            trials,
-            start,
-            culprits,
-            candidates,
-            error or "",
-            rule_runs=rule_runs,
-            complete=complete,
-            note="" if complete else "the time ran out while bisecting sites",
-        )
+        return _bisect(trials, rules, fired, progress or (lambda _line: None), start)
     except _OutOfTime:
-        return _report(
-            trials,
-            start,
-            (),
-            [],
-            "",
-            complete=False,
-            note=f"the time ran out after {trials.runs} optimize runs",
+        note = f"the time ran out after {trials.runs} optimize runs"
+        return _report(trials, start, (), [], "", complete=False, note=note)
+
+
+def _bisect(trials: _Trials, rules: RuleSet, fired, say, start: float) -> BisectReport:
+    """The two rounds of `bisect_model`. Raises _OutOfTime."""
+    if fired is None:
+        if trials.error(rules) is None:
+            note = "the optimized model passes the output check: nothing to bisect"
+            return BisectReport(
+                False, rule_runs=trials.runs, note=note, seconds=time.perf_counter() - start
+            )
+        fired = trials.last_report.fired
+    names = {n.removesuffix(" (reverse)") for n in fired}
+    candidates = [r for r in rules.rules if r.name in names]
+    say(f"bisect: {len(candidates)} rules fired; checking that they alone fail")
+    if trials.error(RuleSet(tuple(candidates), rules.files)) is None:
+        note = (
+            "the failure does not reproduce with only the rules that fired "
+            "(it needs a rule that did not fire, or it is not deterministic)"
         )
+        return _report(trials, start, (), candidates, "", note=note)
+    found = ddmin(
+        candidates,
+        lambda rs: trials.error(RuleSet(tuple(rs), rules.files)) is not None,
+        progress=lambda k, left: say(f"bisect: rules: run {trials.runs}, {left} candidates left"),
+        out_of_time=trials.out_of_time,
+    )
+    rule_runs = trials.runs
+    if not found.complete:
+        note = (
+            f"the time ran out after {trials.runs} optimize runs, with "
+            f"{len(found.items)} candidate rules left"
+        )
+        culprits = [_plain(r) for r in found.items]
+        return _report(trials, start, culprits, candidates, "", complete=False, note=note)
+    culprits = tuple(_sites(trials, found.items, r, rules.files, say) for r in found.items)
+    error = trials.error(_minimal(found.items, culprits, rules.files))
+    complete = not any(c.sites and c.site_note for c in culprits)
+    note = "" if complete else "the time ran out while bisecting sites"
+    return _report(
+        trials,
+        start,
+        culprits,
+        candidates,
+        error or "",
+        rule_runs=rule_runs,
+        complete=complete,
+        note=note,
+    )
 
 
 def _sites(trials: _Trials, culprits, rule: Rule, files, say) -> Culprit:
@@ -293,7 +276,7 @@ def _sites(trials: _Trials, culprits, rule: Rule, files, say) -> Culprit:
             "its matches are on terms built by other rewrites, not original "
             "nodes; reporting the rule alone",
         )
-    if len(sites) < len(all_sites) and trials.error(with_sites(frozenset(sites))) is None:
+    if None in all_sites and trials.error(with_sites(frozenset(sites))) is None:
         return _note(
             base,
             "the failing match is on a term built by another rewrite, not an "
