@@ -213,6 +213,25 @@ def test_sited_rule_applies_only_at_chosen_sites(planted):
     assert [n.name for n in out.graph.node if n.op_type == "Div"] == ["d1"]
 
 
+def test_site_is_the_original_value_at_the_root(planted):
+    from types import SimpleNamespace
+
+    from frontends.onnx import import_model
+    from rewrite.sites import admits, site_of
+
+    (rule,) = load_rules([planted]).rules
+    graph = import_model(_two_divs())
+    vid = {v.name: i for i, v in enumerate(graph.values)}
+    # class 0: q1 merged with x by some rule; class 1: a term only a rewrite built
+    snap = SimpleNamespace(
+        graph=graph, handles_of={0: [vid["x"], vid["q1"]], 1: [len(graph.values)]}
+    )
+    assert site_of(snap, 0, rule) == "q1"  # written by a Div, the rule's root op
+    assert site_of(snap, 1, rule) is None
+    (at_x,) = sited(rule, frozenset({"x"}))
+    assert admits(snap, 0, at_x) == (True, "q1") and admits(snap, 1, at_x) == (False, None)
+
+
 def test_sited_equal_rule_runs_both_ways():
     rule = next(r for r in shipped().rules if r.kind == "equal")
     forward, reverse = sited(rule, frozenset({"v"}))
