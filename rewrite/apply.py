@@ -19,6 +19,7 @@ from rewrite.emit import HostRule, guard_text
 from rewrite.graph import ABSENT
 from rewrite.infer import infer_type
 from rewrite.ops import OPS, decode_attr, encode_attr
+from rewrite.sites import SitedRule, admits
 from rewrite.types import TensorType
 
 
@@ -111,6 +112,12 @@ def apply_matches(
                 if failed is not None:
                     report.rejected[h.rule.name][f"guard {guard_text(failed)} failed"] += 1
                     continue
+                sited, site = isinstance(h.rule, SitedRule), None
+                if sited:  # culprit bisection: only at chosen sites (rewrite.sites)
+                    ok, site = admits(snap, row[0], h.rule)
+                    if not ok:
+                        report.rejected[h.rule.name]["not at a chosen site"] += 1
+                        continue
                 vid, typ = m.build(h.rule.rhs)
                 root = batch.handle(row[0])
                 if record is not None:
@@ -120,6 +127,8 @@ def apply_matches(
                 continue
             _check_type(h.rule, snap.type_of(row[0]), typ)
             report.fired[h.rule.name] += 1
+            if sited:
+                report.sites[h.rule.name].append(site)
             batch.union(root, vid)
     return batch
 

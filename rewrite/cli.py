@@ -4,6 +4,7 @@
     rewrite emit FILE...             print the generated egglog program
     rewrite optimize IN OUT [opts]   optimize an ONNX model with the rule library
     rewrite explain OUT NODE         print the rules that produced a node of an optimized model
+    rewrite bisect IN [opts]         find the rule and node that break a model's outputs
 
 Every failure the user can cause (missing file, not an ONNX model, a rules error, a model
 that fails the output check) is one line on stderr and a non-zero exit, never a traceback, and
@@ -68,14 +69,63 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--external-data", action="store_true", help="write the weights to OUT.data beside OUT (automatic when OUT would exceed 2 GB)")
     o.add_argument("--explain", action="store_true", help="also list rules that matched but were not applied, with the guard that failed")
     o.add_argument("--no-provenance", action="store_true", help="write a bare model: no rewrite.rules metadata on rewritten nodes and folded constants (see `rewrite explain`)")
+    _add_rule_filters(o)
+    o.add_argument("--no-bisect", action="store_true", help="when the output check fails, do not bisect for the culprit rule (by default it does, within what is left of --timeout)")
     o.set_defaults(func=cmd_optimize)
     x = sub.add_parser("explain", help="print the rules that produced a node of an optimized model", description="Print, as a tree, the chain of rules (name and file:line, with the original nodes each replaced) that produced NODE of a model written by `rewrite optimize`. NODE is a node name, an output name or a folded constant's name.")
     x.add_argument("model", metavar="OUT.onnx")
     x.add_argument("node", metavar="NODE")
     x.set_defaults(func=cmd_explain)
+    b = sub.add_parser("bisect", help="find the rule (and node) that breaks a model's outputs", description="Optimize IN.onnx as `rewrite optimize` does; if the output check fails, find a minimal set of the rules that fired, then of their match sites, that still fails it (delta debugging), and print the rule, file:line, the nodes, the counterexample's inputs, the error and the commands that reproduce it. Exit 0 when it ran to the end (culprit found, or nothing fails), 1 on bad input.")
+    b.add_argument("input", metavar="IN.onnx")
+    b.add_argument("--rules", nargs="+", metavar="PATH", help="rule files or directories (default: the shipped library)")
+    b.add_argument("--allow", nargs="+", default=[], choices=["reassoc", "approx"], metavar="CLASS", help="also run rules of these numeric classes, as for optimize")
+    _add_rule_filters(b)
+    b.add_argument("--max-iterations", type=int, default=30, metavar="N", help="saturation iterations per optimize run (default 30)")
+    b.add_argument("--max-nodes", type=int, default=1_000_000, metavar="N", help="e-node limit per optimize run (default 1000000)")
+    b.add_argument("--timeout", type=float, default=600.0, metavar="S", help="wall-clock limit of the whole bisection in seconds (default 600); when it runs out, what it narrowed down to is printed")
+    b.set_defaults(func=cmd_bisect)
     from verify.cli import add_parser as add_verify  # noqa: PLC0415
     add_verify(sub)
     return p
+
+
+def _add_rule_filters(p) -> None:
+    p.add_argument("--skip", nargs="+", action="extend", default=[], metavar="RULE", help="leave these rules out: names, globs (cast-*) or ruleset:NAME")
+    p.add_argument("--only", nargs="+", action="extend", default=[], metavar="RULE", help="run only these rules: names, globs or ruleset:NAME")
+
+
+def _begin(args):
+    """Check the budgets, load the rules and apply --skip/--only: (start clock, RuleSet,
+    excluded rule -> reason), or the exit status after a one-line error."""
+    for name in ("max_iterations", "max_nodes", "timeout"):
+        if getattr(args, name) <= 0:
+            return _fail(f"--{name.replace('_', '-')} must be positive")
+    start = time.perf_counter()
+    rules = _load_rules(args.rules)
+    if rules is None:
+        return EXIT_FAIL
+    picked = _pick_rules(rules, args)
+    if picked is None:
+        return EXIT_FAIL
+    return start, *picked
+
+
+def _pick_rules(rules, args):
+    """(RuleSet after --skip/--only, excluded rule -> reason), or None after printing the
+    one-line error for a pattern that matches no rule."""
+    from rewrite.selection import UnknownRulePatternError, pick_rules  # noqa: PLC0415
+
+    try:
+        picked, excluded = pick_rules(rules, args.skip, args.only)
+    except UnknownRulePatternError as e:
+        _fail(str(e))
+        return None
+    if excluded:
+        names = sorted(excluded)
+        shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
+        err.print(f"rewrite: --skip/--only excluded {len(names)} of {len(rules.rules)} rules: {shown}", markup=False)
+    return picked, excluded
 
 
 def _load_rules(paths):
@@ -125,13 +175,10 @@ def cmd_optimize(args) -> int:
         return _fail(f"output {dst} is a directory")
     if not dst.parent.is_dir():
         return _fail(f"{dst.parent}: output directory does not exist")
-    for name in ("max_iterations", "max_nodes", "timeout"):
-        if getattr(args, name) <= 0:
-            return _fail(f"--{name.replace('_', '-')} must be positive")
-    start = time.perf_counter()
-    rules = _load_rules(args.rules)
-    if rules is None:
-        return EXIT_FAIL
+    begun = _begin(args)
+    if isinstance(begun, int):
+        return begun
+    start, rules, excluded = begun
     t_rules = time.perf_counter() - start
     try:
         model = load_model(src)
@@ -161,7 +208,7 @@ def cmd_optimize(args) -> int:
                 diffs = compare(model, result, fp=report.fp, original_source=str(src), optimized_source=output.source)
             except CheckError as e:
                 output.discard()
-                return _fail(f"output check: {e}")
+                return _fail(f"output check: {e}{_bisect_failure(args, model, rules, report, src, start)}")
     t_check = time.perf_counter() - clock - t_serialize
     bad = [d for d in diffs if not d.ok]
     clock = time.perf_counter()
@@ -176,14 +223,15 @@ def cmd_optimize(args) -> int:
     t_save = time.perf_counter() - clock + t_serialize
     seconds = {"rules": t_rules, "load": t_load, **report.seconds, "output check": t_check, "save": t_save}
     seconds["other"] = max(time.perf_counter() - start - sum(seconds.values()), 0.0)
-    report = replace(report, seconds=seconds)
+    report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped})
     _print_summary(report, diffs)
     if args.explain:
         _print_rejected(report)
     if args.report:
         _write_report(Path(args.report), report, diffs)
     if bad:
-        return _fail(f"output check failed for {', '.join(d.name for d in bad)}; nothing written")
+        culprit = _bisect_failure(args, model, rules, report, src, start)
+        return _fail(f"output check failed for {', '.join(d.name for d in bad)}; nothing written{culprit}")
     note = "" if report.changed else "; no rewrite made it cheaper, so it is the input unchanged"
     if report.limit_stage:
         best = "the best graph found so far" if report.changed else "the input unchanged"
@@ -226,6 +274,59 @@ def cmd_explain(args) -> int:
     grow(root, tree)
     Console(highlight=False, width=max(out.width, 200)).print(root)
     return EXIT_OK
+
+
+def cmd_bisect(args) -> int:
+    from frontends.onnx import ModelError, load_model  # noqa: PLC0415
+    from frontends.onnx.bisect import BisectError, bisect_model, format_report  # noqa: PLC0415
+    from rewrite.saturate import Limits  # noqa: PLC0415
+
+    begun = _begin(args)
+    if isinstance(begun, int):
+        return begun
+    start, rules, _ = begun
+    try:
+        model = load_model(args.input)
+    except ModelError as e:
+        return _fail(str(e))
+    limits = Limits(args.max_iterations, args.max_nodes, args.timeout, deadline=start + args.timeout)
+    try:
+        report = bisect_model(model, rules, fp=("exact", *args.allow), limits=limits,
+                              folder=Path(args.input).parent, progress=_progress)
+    except BisectError as e:
+        return _fail(str(e))
+    for line in format_report(report, model=args.input, rule_paths=args.rules, allow=args.allow):
+        out.print(line, markup=False)
+    return EXIT_OK
+
+
+def _progress(line: str) -> None:
+    err.print(line, markup=False)
+
+
+def _bisect_failure(args, model, rules, report, src, start: float) -> str:
+    """After a failed output check of `optimize` (which began at `start`, a perf_counter
+    value): bisect for the culprit within what is left of --timeout, print the detailed report on stderr, and return the end of the one-line
+    error ("; culprit: rule R (file:line)"), or "" with --no-bisect."""
+    from frontends.onnx.bisect import BisectError, bisect_model, format_report  # noqa: PLC0415
+    from rewrite.saturate import Limits  # noqa: PLC0415
+
+    if args.no_bisect:
+        return ""
+    limits = Limits(args.max_iterations, args.max_nodes, args.timeout, deadline=start + args.timeout)
+    try:
+        found = bisect_model(model, rules, fp=("exact", *args.allow), limits=limits,
+                             folder=src.parent, fired=report.fired, progress=_progress)
+    except BisectError as e:
+        return f"; bisection failed: {e}"
+    for line in format_report(found, model=str(src), rule_paths=args.rules, allow=args.allow):
+        err.print(line, markup=False)
+    if not found.culprits:
+        return f"; bisection: {found.note}" if found.note else ""
+    names = ", ".join(f"{c.rule} ({c.where})" for c in found.culprits)
+    sites = [n or s for c in found.culprits for s, n in zip(c.sites, c.nodes)]
+    at = f" at {', '.join(sites)}" if sites else ""
+    return f"; culprit: rule {names}{at}" + ("" if found.complete else " (bisection incomplete)")
 
 
 def _fail(msg: str) -> int:

@@ -22,6 +22,7 @@ from rewrite.graph import TermGraph
 from rewrite.ops import OPS
 from rewrite import provenance as prov
 from rewrite.saturate import Limits, saturate
+from rewrite.selection import pick_rules
 from rewrite.shapes import FoldStats, fold_shapes
 
 FP_CLASSES = ("exact", "reassoc", "approx")
@@ -36,7 +37,8 @@ class Report:
         `fold`).
     fired: rule name -> times it fired (matches applied). rejected: rule name -> reason
         -> count, for matches that were not applied (which guard failed, which builder could
-        not build): the answer to "why did my rule not fire?". skipped: rules left out, with the reason (opset, numeric class).
+        not build): the answer to "why did my rule not fire?". skipped: rules left out, with the
+        reason (opset, numeric class, `--skip`/`--only`).
     cost_before/cost_after: DAG cost in the cost model's nanoseconds (0 when the run stopped
         before the graph was imported).
     limit_stage: "" when no budget ran out; else the stage that was running when one did
@@ -117,6 +119,8 @@ def optimize(
     fp: tuple[str, ...] = ("exact",),
     shapes: bool = True,
     provenance: bool = True,
+    skip: tuple[str, ...] = (),
+    only: tuple[str, ...] = (),
 ) -> tuple[TermGraph, Report]:
     """Rewrite `graph` with `rules` by equality saturation and cost-based extraction.
 
@@ -124,10 +128,13 @@ def optimize(
     it off to see what a rule alone does.
     provenance: record rule firings and set `Node.provenance` / `Value.provenance` on what
     rewrites and folding produced (`rewrite.provenance`); False gives a bare graph.
+    skip/only: rule names, globs or `ruleset:NAME` (`rewrite.selection.pick_rules`); the rules
+    they exclude are in `report.skipped`.
 
     Returns the optimized graph (or `graph` itself when nothing cheaper was found) and a
     Report. Raises `rewrite.egraph.EGraphError` if egglog rejects the compiled rules and
-    `rewrite.saturate.UnsoundRuleError` if a rule changes a value's type.
+    `rewrite.saturate.UnsoundRuleError` if a rule changes a value's type, and
+    `rewrite.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
     """
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
@@ -140,12 +147,14 @@ def optimize(
 
     deadline = limits.deadline if limits.deadline is not None else clock + limits.timeout
     limits = replace(limits, deadline=deadline)
+    rules, excluded = pick_rules(rules, skip, only)
     original = graph
     graph, shape_stats = fold_shapes(graph) if shapes else (graph, FoldStats())
     stage("shapes")
     if time.perf_counter() > deadline:  # out of time before the e-graph is built
         return original, as_given(original, "time-limit", "shapes", seconds, cost)
     chosen, skipped = select(rules, graph.opset, fp)
+    skipped = {**excluded, **skipped}
     ops = {n.op for n in graph.nodes if not n.opaque}
     chosen = reachable(chosen, ops)
     ops = ops.union(*(r.lhs_ops | r.rhs_ops for r in chosen))
@@ -187,7 +196,8 @@ def optimize(
         cost_after=ex.cost if cheaper else ex.input_cost if changed else cost_before,
         changed=changed,
         fp=_loosest(chosen, sat.fired) if cheaper else "exact",
-        extra={"shapes": asdict(shape_stats), "history": sat.history},
+        extra={"shapes": asdict(shape_stats), "history": sat.history,
+               **({"sites": dict(sat.sites)} if sat.sites else {})},
         limit_stage="" if sat.stop_reason == "saturated" else "saturate" if sat.iterations else "import",
         provenance=prov.collect(out) if provenance and changed else {},
     )

@@ -56,6 +56,8 @@ class SaturationReport:
     # host-rule matches not applied: rule -> reason (the failing guard) -> count
     rejected: defaultdict = field(default_factory=lambda: defaultdict(Counter))
     host_firings: list = field(default_factory=list)  # HostFiring, when provenance is on
+    # sites of the matches applied by SitedRules (rewrite.sites): rule -> value names
+    sites: defaultdict = field(default_factory=lambda: defaultdict(list))
 
 
 def saturate(

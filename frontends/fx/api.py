@@ -26,6 +26,7 @@ from frontends.fx.tensors import onnx_elem
 from rewrite.cost import CostModel
 from rewrite.optimize import Report, optimize
 from rewrite.saturate import Limits
+from rewrite.selection import pick_rules
 
 
 class FxCheckError(AssertionError):
@@ -50,6 +51,8 @@ def optimize_fx(
     check: bool = True,
     cost: CostModel = CostModel(),  # noqa: B008 (frozen dataclass, as in rewrite.optimize)
     provenance: bool = True,
+    skip: tuple[str, ...] = (),
+    only: tuple[str, ...] = (),
     **limits,
 ):
     """Optimize a torch.fx GraphModule (or a torch.export ExportedProgram) with `.rules`.
@@ -65,17 +68,22 @@ def optimize_fx(
     provenance: each fx node a rewrite produced (and each folded constant's node) gets
         `node.meta["rewrite"]`, the tree of rules that justify it (`rewrite.provenance`);
         False gives a bare module.
+    skip/only: rule names, globs or `ruleset:NAME`, as `rewrite optimize --skip/--only`
+        (`rewrite.selection.pick_rules`); the excluded rules are in `report.skipped`.
     limits: `max_iterations`, `max_nodes`, `timeout` (seconds) for saturation.
     Returns (module, Report): a new GraphModule (ExportedProgram for one), or `gm` itself when
-    nothing cheaper was found. Raises FxCheckError when the check fails.
+    nothing cheaper was found. Raises FxCheckError when the check fails, and
+    `rewrite.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
     """
     rules = shipped_rules() if rules is None else _rules(rules)
+    rules, excluded = pick_rules(rules, skip, only)
     before = fx_op_counts(gm)
     try:
         graph = import_fx(gm, example_inputs, freeze=freeze)
     except FxImportError as e:
         return gm, skipped_report(before, str(e))
     out, report = optimize(graph, rules, Limits(**limits), cost, fp, provenance=provenance)
+    report = replace(report, skipped={**excluded, **report.skipped})
     result, extra = gm, {}
     if graph.meta.in_order:
         extra["in_order"] = "; ".join(graph.meta.in_order)

@@ -11,6 +11,9 @@ Options (`torch.compile(..., options={...})`):
         otherwise. Frozen values are those at compile time: as with inductor's freezing,
         parameters changed afterwards are not seen by the compiled graph.
     check: compare outputs against the captured graph once (default off).
+    skip, only: rule names, globs or `ruleset:NAME` to leave out / to run alone, as
+        `rewrite optimize --skip/--only` (a pattern matching no rule is an error, which the
+        backend turns into a warning and the captured graph).
     max_iterations, max_nodes, timeout: saturation limits.
 The backend never fails a model: if the rewrite raises, the captured graph is used as it is
 (with a warning). Each compile's Report is appended to `REPORTS`.
