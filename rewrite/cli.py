@@ -3,6 +3,7 @@
     rewrite check FILE...            parse and type-check .rules files
     rewrite emit FILE...             print the generated egglog program
     rewrite optimize IN OUT [opts]   optimize an ONNX model with the rule library
+    rewrite lint [PATH...]           find duplicate, dead, growing and conflicting rules
 
 Every failure the user can cause (missing file, not an ONNX model, a rules error, a model
 that fails the output check) is one line on stderr and a non-zero exit, never a traceback, and
@@ -69,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     o.set_defaults(func=cmd_optimize)
     from verify.cli import add_parser as add_verify  # noqa: PLC0415
     add_verify(sub)
+    from verify.lint_cli import add_parser as add_lint  # noqa: PLC0415
+    add_lint(sub)
     return p
 
 

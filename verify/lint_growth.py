@@ -1,0 +1,108 @@
+"""Unbounded growth: does a rule (or a pair of rules) keep adding e-nodes on its own pattern?
+
+The left side of a rule is instantiated as a graph, each capture and wildcard a distinct
+input of unknown type, and the rule alone (or with one other rule) runs on it in the real
+engine (`rewrite.egraph.EGraph`, `rewrite.saturate.saturate`) for a few iterations. A rule
+set that is terminating modulo the e-graph saturates on such a small term within a few
+iterations; one whose result matches its own pattern with a larger term (x -> Relu(x) under a
+rule Relu(x) -> Relu(Relu(x))) or an `equal` pair that builds new terms forever is still
+growing at the bound.
+
+Guards are dropped for this check (the graph has no types or values to decide them, and a
+guard that stops a loop only on some inputs is not a bound), so the check over-approximates:
+a loop it reports may be cut by guards in practice, which the rule's gloss then explains. A
+rule whose result needs a builder (`Call`) cannot run without its guards' facts and is not
+checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet
+from rewrite.egraph import EGraph
+from rewrite.emit import emit
+from rewrite.graph import ABSENT, Node, TermGraph, Value
+from rewrite.ops import OPS, REQUIRED
+from rewrite.saturate import Limits, saturate
+from rewrite.types import UNKNOWN
+
+ITERATIONS = 8
+MAX_NODES = 5_000
+PLACEHOLDER = {"int": 1, "float": 1.0, "string": "", "ints": (1,), "floats": (1.0,)}
+
+
+@dataclass(frozen=True)
+class Growth:
+    """The bounded run: `stop` (the saturation stop reason), e-nodes per iteration."""
+
+    stop: str
+    enodes: tuple[int, ...]
+
+    @property
+    def grows(self) -> bool:
+        return self.stop != "saturated"
+
+
+def checkable(rule: Rule) -> bool:
+    """True if `rule` can run without host facts once its guards are dropped (no builder)."""
+    return not dataclasses.replace(rule, guards=()).needs_host
+
+
+def term_graph(lhs: OpNode) -> TermGraph:
+    """`lhs` as a graph: every capture and wildcard a distinct input of unknown type (a
+    capture used twice is one input), every attribute its literal, its op-table default, or a
+    placeholder value of its kind."""
+    values: list[Value] = []
+    nodes: list[Node] = []
+    inputs: dict[str, int] = {}
+
+    def value(name: str) -> int:
+        values.append(Value(name, UNKNOWN))
+        return len(values) - 1
+
+    def leaf(t) -> int:
+        if isinstance(t, Absent):
+            return ABSENT
+        key = t.name if isinstance(t, Capture) else f"_w{len(values)}"
+        if key not in inputs:
+            inputs[key] = value(key)
+        return inputs[key]
+
+    def node(t: OpNode) -> int:
+        ins = tuple(node(a) if isinstance(a, OpNode) else leaf(a) for a in t.args)
+        spec = OPS.get(t.op)
+        attrs = []
+        for name, v in t.attrs:
+            a = spec.attr_index[name]
+            if isinstance(v, Literal):
+                attrs.append((name, v.value))
+            elif a.default is REQUIRED or a.default is None:
+                attrs.append((name, PLACEHOLDER[a.kind]))
+            else:
+                attrs.append((name, a.default))
+        out = value(f"_n{len(values)}")
+        nodes.append(Node(t.op, ins, (out,), tuple(attrs)))
+        return out
+
+    root = node(lhs)
+    return TermGraph(tuple(values), tuple(nodes), tuple(inputs.values()), (root,))
+
+
+def run_growth(rules: list[Rule], lhs: OpNode, iterations: int = ITERATIONS) -> Growth:
+    """Saturate `rules` (guards dropped; each must be `checkable`) on the graph of `lhs` for
+    at most `iterations` iterations and `MAX_NODES` e-nodes. Raises
+    `rewrite.egraph.EGraphError` if egglog rejects the program."""
+    plain = tuple(dataclasses.replace(r, guards=()) for r in rules)
+    ops = set().union(*(r.lhs_ops | r.rhs_ops for r in plain)) | {n for n in _ops(lhs)}
+    eg = EGraph(term_graph(lhs), emit(RuleSet(plain, ())), ops)
+    limits = Limits(max_iterations=iterations, max_nodes=MAX_NODES, timeout=30.0)
+    report, _ = saturate(eg, [], limits)
+    return Growth(report.stop_reason, tuple(n for _, n in report.history))
+
+
+def _ops(t) -> set[str]:
+    if isinstance(t, OpNode):
+        return {t.op}.union(*(_ops(a) for a in t.args))
+    return set()
