@@ -24,6 +24,7 @@ reported but do not fail the lint.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import time
@@ -34,7 +35,6 @@ from dsl import load_rules, rule_files
 from dsl.ir import Guard, Literal, OpNode, Rule, RuleSet, Span
 from dsl.unify import NoOverlap, apart, binds_of, expand_binds, match, overlap, substitute, subterms
 from rewrite.ops import OPS
-from verify.instance import reversed_rule
 
 KINDS = ("duplicate", "shadowed", "never-fires", "grows", "critical-pair")
 MAX_OPSET = 26  # the newest opset onnxruntime 1.31 runs
@@ -158,8 +158,8 @@ def directions(rules: RuleSet) -> list[Rule]:
     out = []
     for r in rules.rules:
         out.append(r)
-        if r.kind == "equal":
-            out.append(reversed_rule(r))
+        if r.kind == "equal":  # named as `verify.instance.reversed_rule` and the engine do
+            out.append(dataclasses.replace(r, name=f"{r.name} (reverse)", lhs=r.rhs, rhs=r.lhs))
     return out
 
 

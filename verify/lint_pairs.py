@@ -35,6 +35,7 @@ class _OutOfTime(BaseException):
 
 
 def _alarm(signum, frame):
+    signal.setitimer(signal.ITIMER_REAL, 0.2)  # again, should a gc callback swallow this one
     raise _OutOfTime()
 
 
