@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import random
 import re
 import time
 from collections import Counter
@@ -116,16 +117,17 @@ class LintReport:
 def lint(
     paths,
     numeric: bool = True,
-    max_pairs: int = 100,
-    examples: int = 3,
+    max_pairs: int = 50,
+    examples: int = 2,
     subterm_pairs: bool = False,
     seed: int = 0,
 ) -> LintReport:
     """Lint the `.rules` files under `paths` (files or directories; the rules are checked
     together, so pairs across files are found).
 
-    numeric: check critical pairs on the verifier (at most `max_pairs`, `examples` witnesses
-    each); subterm_pairs: also overlaps below the root (more pairs, same budget).
+    numeric: check critical pairs on the verifier: at most `max_pairs` of them, sampled with
+    `seed`, `examples` witnesses each; subterm_pairs: also overlaps below the root (more
+    pairs, same budget).
     Returns a `LintReport`. Raises `dsl.RulesError` for rules that do not check,
     `LintInputError` for a malformed acknowledgement, `OSError` for a missing file.
     """
@@ -400,18 +402,20 @@ def critical_pairs(directed, counts: Counter, numeric, max_pairs, examples, subt
     for key in ("overlaps", "trivial", "checked", "agree", "differ", "unsat", "unsupported",
                 "timeout", "unchecked", "infeasible"):
         counts[key] = 0
-    out = []
+    todo = []
     for o in overlaps(directed, subterm):
         counts["overlaps"] += 1
         if o.results[0] == o.results[1]:
             counts["trivial"] += 1
-            continue
-        if contradiction(o.guards) or needs_computed_value(o):
+        elif contradiction(o.guards) or needs_computed_value(o):
             counts["infeasible"] += 1
-            continue
-        if not numeric or counts["checked"] >= max_pairs:
-            counts["unchecked"] += 1
-            continue
+        else:
+            todo.append(o)
+    random.Random(seed).shuffle(todo)  # the budget samples every file, the seed says which
+    budget = max_pairs if numeric else 0
+    counts["unchecked"] = max(0, len(todo) - budget)
+    out = []
+    for o in todo[:budget]:
         counts["checked"] += 1
         v = check_pair(o, examples, seed)
         counts[v.status] += 1

@@ -26,10 +26,11 @@ def add_parser(subparsers) -> None:
                    help="rule files or directories (default: the shipped library)")
     p.add_argument("--no-numeric", action="store_true",
                    help="do not check critical pairs on the verifier (static checks only)")
-    p.add_argument("--max-pairs", type=int, default=100, metavar="N",
-                   help="critical pairs checked numerically at most (default 100)")
-    p.add_argument("--examples", type=int, default=3, metavar="N",
-                   help="witnesses drawn per critical pair (default 3)")
+    p.add_argument("--max-pairs", type=int, default=50, metavar="N",
+                   help="critical pairs checked numerically at most, sampled with --seed "
+                   "(default 50)")
+    p.add_argument("--examples", type=int, default=2, metavar="N",
+                   help="witnesses drawn per critical pair (default 2)")
     p.add_argument("--subterm-pairs", action="store_true",
                    help="also overlaps below the root (many more pairs, same budget)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from hypothesis import reject
 
-from dsl.ir import Capture, OpNode, Rule
+from dsl.ir import Absent, Call, Capture, OpNode, Rule
 from dsl.unify import Overlap
 from verify.check import run_both
 from verify.draw import SAMPLERS
-from verify.instance import NotAMatch, instantiate, op_names
+from verify.instance import NotAMatch, instantiate, lowest_opset, op_names
 from verify.runner import _Checker
 
 FP_ORDER = ("exact", "reassoc", "approx")
@@ -82,6 +82,7 @@ def check_pair(o: Overlap, examples: int = 3, seed: int = 0) -> PairVerdict:
     if missing:
         return PairVerdict("unsupported", 0, f"no example generator for {', '.join(missing)}")
     checker = _Checker(first, (first,), seed)
+    checker.lo = max(lowest_opset(first), lowest_opset(second))  # both results must run
 
     def compare(inst, res) -> None:
         try:
@@ -124,14 +125,31 @@ VALUE_GUARDS = frozenset({"all-equal", "all-equal-into", "is-constant", "one-ele
 
 def needs_computed_value(o: Overlap) -> str:
     """Why the overlap's witness cannot be drawn ("" if it can): a value guard (not negated)
-    on an operator node of the witness, such as x * 1 -> x on ((a - b) / c) * w."""
+    on an operator node of the witness, such as x * 1 -> x on ((a - b) / c) * w, or a guard
+    or builder asked about an input the other rule requires to be absent (the engine hands
+    it an e-class with no facts; the verifier has no value to hand it)."""
     nodes = set(_captures(o.witness)[0]) - set(_leaves(o.witness))
+    for g in o.guards + tuple(_calls(o.results[0])) + tuple(_calls(o.results[1])):
+        if any(isinstance(a, Absent) for a in g.args):
+            return f"({g.fn} ...) is asked about an absent optional input"
     for g in o.guards:
         if g.fn in VALUE_GUARDS and not g.negate:
             for a in g.args:
                 if isinstance(a, Capture) and a.name in nodes:
                     return f"({g.fn} @{a.name}) asks for the value of an operator's output"
     return ""
+
+
+def _calls(t):
+    if isinstance(t, OpNode):
+        for _, v in t.attrs:
+            yield from _calls(v)
+        for a in t.args:
+            yield from _calls(a)
+    elif isinstance(t, Call):
+        yield t
+        for a in t.args:
+            yield from _calls(a)
 
 
 def _leaves(t):
