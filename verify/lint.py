@@ -110,7 +110,8 @@ class LintReport:
             f"{p['checked']} checked numerically ({p['agree']} agree, {p['differ']} differ, "
             f"{p['unsat']} without a witness satisfying both guards, {p['unsupported']} "
             f"unsupported, {p['timeout']} out of time), {p['infeasible']} infeasible (guards "
-            f"that contradict or need an operator's output value), {p['unchecked']} over the budget; {sum(self.seconds.values()):.1f} s"
+            f"that contradict, or ask for an operator output's value or an absent input), "
+            f"{p['unchecked']} over the budget; {sum(self.seconds.values()):.1f} s"
         )
 
 
