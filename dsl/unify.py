@@ -64,7 +64,9 @@ def apart(rule: Rule, tag: str) -> Apart:
     def left(t):
         if isinstance(t, OpNode):
             attrs = tuple((k, left_attr(v)) for k, v in t.attrs)
-            return OpNode(t.op, tuple(left(a) for a in t.args), attrs, name(t.bind) if t.bind else fresh("n"))
+            return OpNode(
+                t.op, tuple(left(a) for a in t.args), attrs, name(t.bind) if t.bind else fresh("n")
+            )
         if isinstance(t, Capture):
             return Capture(name(t.name))
         if isinstance(t, Wildcard):
@@ -84,7 +86,9 @@ def apart(rule: Rule, tag: str) -> Apart:
             return Call(t.fn, tuple(right(a) for a in t.args))
         return Capture(name(t.name)) if isinstance(t, Capture) else t
 
-    guards = tuple(dataclasses.replace(g, args=tuple(right(a) for a in g.args)) for g in rule.guards)
+    guards = tuple(
+        dataclasses.replace(g, args=tuple(right(a) for a in g.args)) for g in rule.guards
+    )
     return Apart(rule, left(rule.lhs), right(rule.rhs), guards)
 
 

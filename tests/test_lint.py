@@ -1,6 +1,7 @@
 """`rewrite lint`: each kind of finding on a tiny rules file, acknowledgements, exit codes, and
 the shipped library is clean."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,33 +26,42 @@ def kinds(report) -> list[tuple[str, str]]:
 
 
 def test_duplicate_up_to_renaming(tmp_path):
-    p = rules_file(tmp_path, """
+    p = rules_file(
+        tmp_path,
+        """
 ;; -(-x) -> x
 (simplify neg-neg (Neg (Neg @x)) @x)
 ;; the same, other names
 (simplify neg-neg-again (Neg (Neg @y)) @y)
-""")
+""",
+    )
     r = lint([p], numeric=False)
     assert kinds(r) == [("duplicate", "neg-neg-again")]
     assert r.open[0].line().startswith(f"{p}:5: duplicate: neg-neg-again: ")
 
 
 def test_shadowed_instance_with_same_guards_and_result(tmp_path):
-    p = rules_file(tmp_path, """
+    p = rules_file(
+        tmp_path,
+        """
 (simplify relu-relu (Relu (Relu @x)) (Relu @x))
 (simplify relu-relu-abs (Relu (Relu (Abs @y))) (Relu (Abs @y)))
 (simplify relu-relu-exp (Relu (Relu (Exp @y))) (Exp @y))
-""")
+""",
+    )
     r = lint([p], numeric=False)
     assert kinds(r) == [("shadowed", "relu-relu-abs")]  # the Exp one does something else
 
 
 def test_never_fires(tmp_path):
-    p = rules_file(tmp_path, """
+    p = rules_file(
+        tmp_path,
+        """
 (simplify pad-mirror (Pad @x @p _ _ :mode "mirror") @x)
 (simplify two-ranks (Relu @x) (if (rank @x 2) (rank @x 3)) @x)
 (simplify float-and-not (Abs @x) (if (is-float @x) (not (is-float @x))) @x)
-""")
+""",
+    )
     r = lint([p], numeric=False)
     assert kinds(r) == [("never-fires", n) for n in ("float-and-not", "pad-mirror", "two-ranks")]
     reasons = " ".join(f.reason for f in r.open)
@@ -65,11 +75,14 @@ def test_contradiction_of_guards():
 
 
 def test_grows_alone_and_in_pairs(tmp_path):
-    p = rules_file(tmp_path, """
+    p = rules_file(
+        tmp_path,
+        """
 (simplify relu-sin (Relu @x) (Relu (Sin @x)))
 (simplify abs-to-exp (Abs @x) (Exp (Cos @x)))
 (simplify exp-to-abs (Exp @x) (Abs (Sin @x)))
-""")
+""",
+    )
     r = lint([p], numeric=False)
     assert kinds(r) == [("grows", "exp-to-abs"), ("grows", "relu-sin")]
     pair = next(f for f in r.open if f.rule == "exp-to-abs")
@@ -77,12 +90,15 @@ def test_grows_alone_and_in_pairs(tmp_path):
 
 
 def test_critical_pair_that_disagrees(tmp_path):
-    p = rules_file(tmp_path, """
+    p = rules_file(
+        tmp_path,
+        """
 ;; relu(|x|) -> |x|
 (simplify relu-abs (Relu (Abs @x)) (Abs @x))
 ;; a wrong one on the same term
 (simplify relu-abs-wrong (Relu (Abs @y)) (Neg (Abs @y)))
-""")
+""",
+    )
     r = lint([p], examples=2)
     assert kinds(r) == [("critical-pair", "relu-abs-wrong")]
     assert "witness (Relu (Abs @" in r.open[0].reason and "differ" in r.open[0].reason
@@ -100,12 +116,15 @@ def test_overlap_unifies_and_names_the_witness():
 
 
 def test_acknowledged_findings_do_not_fail(tmp_path):
-    p = rules_file(tmp_path, """
+    p = rules_file(
+        tmp_path,
+        """
 (simplify neg-neg (Neg (Neg @x)) @x)
 ;; kept twice on purpose
 ;; lint: allow duplicate because the test says so
 (simplify neg-neg-again (Neg (Neg @y)) @y)
-""")
+""",
+    )
     r = lint([p], numeric=False)
     assert not r.open and r.findings[0].allowed == "the test says so"
     assert "(allowed: the test says so)" in r.findings[0].line()
@@ -141,7 +160,7 @@ def test_cli_exit_codes(tmp_path, capsys):
 
 def test_cli_bad_input_is_one_line(tmp_path):
     cmd = [sys.executable, "-m", "rewrite.cli", "lint", str(tmp_path / "missing.rules")]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "rewrite lint:" in r.stderr
 
 
@@ -150,3 +169,26 @@ def test_shipped_library_is_clean():
     r = lint([shipped_rules_dir()], max_pairs=10, examples=2)
     assert not r.open, "\n".join(f.line() for f in r.open)
     assert r.rules > 200 and r.pairs["overlaps"] > 500 and r.pairs["checked"] == 10
+
+
+def test_plugin_lint_item_per_file(tmp_path):
+    dup = tmp_path / "dup.rules"
+    dup.write_text("(simplify a (Neg (Neg @x)) @x)\n(simplify b (Neg (Neg @y)) @y)\n")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "verify.pytest_plugin",
+        "-p",
+        "no:cacheprovider",
+        "--rules",
+        str(dup),
+        "-q",
+        "-k",
+        "lint",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, check=False)
+    assert r.returncode == 1 and "1 failed" in r.stdout, r.stdout + r.stderr
+    assert "dup.rules:2: duplicate: b: same pattern, guards and result as a" in r.stdout

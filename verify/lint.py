@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import random
 import re
 import time
 from collections import Counter
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 
 from dsl import load_rules, rule_files
 from dsl.ir import Guard, Literal, OpNode, Rule, RuleSet, Span
-from dsl.unify import NoOverlap, apart, binds_of, expand_binds, match, overlap, substitute, subterms
+from dsl.unify import binds_of, expand_binds, match, substitute
 from rewrite.ops import OPS
 
 KINDS = ("duplicate", "shadowed", "never-fires", "grows", "critical-pair")
@@ -51,8 +50,19 @@ ATTR_VALUES: dict[str, frozenset] = {
     "approximate": frozenset({"none", "tanh"}),
     "to": frozenset(range(1, 24)) - {8},  # TensorProto data types, strings excluded
     **dict.fromkeys(
-        ("saturate", "allowzero", "keepdims", "noop_with_empty_axes", "transA", "transB",
-         "ceil_mode", "count_include_pad", "storage_order", "training_mode", "fmod"),
+        (
+            "saturate",
+            "allowzero",
+            "keepdims",
+            "noop_with_empty_axes",
+            "transA",
+            "transB",
+            "ceil_mode",
+            "count_include_pad",
+            "storage_order",
+            "training_mode",
+            "fmod",
+        ),
         _BOOL,
     ),
 }
@@ -146,11 +156,14 @@ def lint(
 
     found = list(never_fires(rules)) + list(duplicates(directed))
     stage("static")
-    from verify import lint_growth  # noqa: PLC0415 (the engine is only needed here)
+    from verify.lint_growth import growth_findings  # noqa: PLC0415 (engine needed from here)
+    from verify.lint_pairs import critical_pairs  # noqa: PLC0415
 
-    found += growth_findings(rules, lint_growth, report.growth)
+    found += growth_findings(rules, report.growth)
     stage("growth")
-    found += critical_pairs(directed, report.pairs, numeric, max_pairs, examples, subterm_pairs, seed)
+    found += critical_pairs(
+        directed, report.pairs, numeric, max_pairs, examples, subterm_pairs, seed
+    )
     stage("pairs")
     report.findings = [_acknowledge(f, acks, rules) for f in _unique(found)]
     return report
@@ -192,7 +205,7 @@ def acknowledgements(text: str, label: str) -> dict[int, dict[str, str]]:
             pending.update(dict.fromkeys(kinds, reason))
         elif s.startswith("(for"):
             continue
-        elif s.startswith("(simplify") or s.startswith("(equal"):
+        elif s.startswith(("(simplify", "(equal")):
             out[i] = pending
             pending = {}
         elif not s.startswith(";"):
@@ -229,13 +242,21 @@ def never_fires(rules: RuleSet):
         ops = r.lhs_ops | r.rhs_ops
         opsets = [o for o in range(13, MAX_OPSET + 1) if all(OPS.get(op, o) for op in ops)]
         if not opsets:
-            yield Finding("never-fires", r.name, r.span,
-                          f"no opset in 13-{MAX_OPSET} has all of {', '.join(sorted(ops))}")
+            yield Finding(
+                "never-fires",
+                r.name,
+                r.span,
+                f"no opset in 13-{MAX_OPSET} has all of {', '.join(sorted(ops))}",
+            )
         for op, name, value in _literal_attrs(r.lhs):
             allowed = ATTR_VALUES.get(name)
             if allowed is not None and value not in allowed:
-                yield Finding("never-fires", r.name, r.span,
-                              f"{op} :{name} {value!r} is not a value ONNX allows")
+                yield Finding(
+                    "never-fires",
+                    r.name,
+                    r.span,
+                    f"{op} :{name} {value!r} is not a value ONNX allows",
+                )
         clash = contradiction(r.guards)
         if clash:
             yield Finding("never-fires", r.name, r.span, f"the guards contradict: {clash}")
@@ -274,7 +295,9 @@ def contradiction(guards) -> str:
             continue
         if g.fn == h.fn and g.fn in ("rank", "has-dtype", "all-equal") and lit(g) != lit(h):
             return f"{guard_text(g)} and {guard_text(h)}"
-        if {"rank", "rank-at-least"} <= pair.keys() and lit(pair["rank"]) < lit(pair["rank-at-least"]):
+        if {"rank", "rank-at-least"} <= pair.keys() and lit(pair["rank"]) < lit(
+            pair["rank-at-least"]
+        ):
             return f"{guard_text(g)} and {guard_text(h)}"
         if {"is-float", "has-dtype"} <= pair.keys() and lit(pair["has-dtype"]) not in FLOATS:
             return f"{guard_text(g)} and {guard_text(h)}"
@@ -290,16 +313,25 @@ def duplicates(directed: list[Rule]):
     for a, b in itertools.permutations(directed, 2):
         if a.span == b.span or a.lhs.op != b.lhs.op or not subsumes(a, b):
             continue
-        name_a, name_b = _base(a), _base(b)
+        name_a, name_b = source_name(a), source_name(b)
         if subsumes(b, a):
             later = b if (b.span.file, b.span.line) > (a.span.file, a.span.line) else None
             if later is not None:
-                yield Finding("duplicate", name_b, b.span,
-                              f"same pattern, guards and result as {name_a} ({a.span})", other=name_a)
+                yield Finding(
+                    "duplicate",
+                    name_b,
+                    b.span,
+                    f"same pattern, guards and result as {name_a} ({a.span})",
+                    other=name_a,
+                )
         else:
-            yield Finding("shadowed", name_b, b.span,
-                          f"an instance of {name_a} ({a.span}) with its guards and result",
-                          other=name_a)
+            yield Finding(
+                "shadowed",
+                name_b,
+                b.span,
+                f"an instance of {name_a} ({a.span}) with its guards and result",
+                other=name_a,
+            )
 
 
 def subsumes(a: Rule, b: Rule) -> bool:
@@ -323,116 +355,6 @@ def _guard_key(g: Guard, f):
     return g.fn, g.negate, tuple(f(x) for x in g.args)
 
 
-def _base(r: Rule) -> str:
+def source_name(r: Rule) -> str:
+    """The name of the rule a directed rule comes from (an `equal` rule's reverse included)."""
     return r.name.removesuffix(" (reverse)")
-
-
-# ---- growth --------------------------------------------------------------------------------
-
-
-def growth_findings(rules: RuleSet, lg, counts: Counter):
-    """`grows` findings: each checkable rule alone on its pattern(s), guards dropped, then
-    each pair of rules without guards where each builds an op the other matches, on both
-    patterns. Pairs with a guarded rule are not run: with the guards dropped, a rule such as
-    x * 1 -> x merges every product with its operand and hides or fakes loops."""
-    plain = [r for r in rules.rules if lg.checkable(r)]
-    counts["unchecked"] = len(rules.rules) - len(plain)
-    out, alone = [], set()
-    for r in plain:
-        counts["rules"] += 1
-        g = _grows(lg, [r], r)
-        if g:
-            alone.add(r.name)
-            out.append(Finding("grows", r.name, r.span, f"on its own pattern: {g}"))
-    pure = [r for r in plain if not r.guards]  # a pair is run only as written: no guards
-    for a, b in itertools.combinations(pure, 2):
-        if a.span == b.span or a.name in alone or b.name in alone:
-            continue
-        if _builds(a) & _matches(b) and _builds(b) & _matches(a):
-            counts["pairs"] += 1
-            g = _grows(lg, [a, b], a) or _grows(lg, [a, b], b)
-            if g:
-                out.append(Finding("grows", b.name, b.span, f"together with {a.name} ({a.span}): {g}",
-                                   other=a.name))
-    return out
-
-
-def _grows(lg, rules: list[Rule], r: Rule) -> str:
-    for lhs in [r.lhs, r.rhs] if r.kind == "equal" else [r.lhs]:
-        g = lg.run_growth(rules, lhs)
-        if g.grows:
-            return f"e-nodes {' -> '.join(map(str, g.enodes))} after {len(g.enodes)} iterations ({g.stop})"
-    return ""
-
-
-def _matches(r: Rule) -> frozenset:
-    return r.lhs_ops | (r.rhs_ops if r.kind == "equal" else frozenset())
-
-
-def _builds(r: Rule) -> frozenset:
-    return r.rhs_ops | (r.lhs_ops if r.kind == "equal" else frozenset())
-
-
-# ---- critical pairs ------------------------------------------------------------------------
-
-
-def overlaps(directed: list[Rule], subterm: bool = False):
-    """Every critical pair (`dsl.unify.Overlap`) of the directed rules: root overlaps of rules
-    from different source forms, then (with `subterm`) overlaps below the root."""
-    parts = [(apart(r, "a"), apart(r, "b")) for r in directed]
-    for (i, (a, _)), (j, (_, b)) in itertools.product(enumerate(parts), repeat=2):
-        if j > i and directed[i].span != directed[j].span and a.lhs.op == b.lhs.op:
-            try:
-                yield overlap(a, b)
-            except NoOverlap:
-                pass
-    if subterm:
-        for (a, _), (_, b) in itertools.product(parts, repeat=2):
-            for path, node in subterms(a.lhs):
-                if node.op == b.lhs.op:
-                    try:
-                        yield overlap(a, b, path)
-                    except NoOverlap:
-                        pass
-
-
-def critical_pairs(directed, counts: Counter, numeric, max_pairs, examples, subterm, seed):
-    """`critical-pair` findings (see module doc); fills `counts` (see `LintReport.pairs`)."""
-    from verify.lint_pairs import check_pair, needs_computed_value  # noqa: PLC0415
-
-    for key in ("overlaps", "trivial", "checked", "agree", "differ", "unsat", "unsupported",
-                "timeout", "unchecked", "infeasible"):
-        counts[key] = 0
-    todo = []
-    for o in overlaps(directed, subterm):
-        counts["overlaps"] += 1
-        if o.results[0] == o.results[1]:
-            counts["trivial"] += 1
-        elif contradiction(o.guards) or needs_computed_value(o):
-            counts["infeasible"] += 1
-        else:
-            todo.append(o)
-    random.Random(seed).shuffle(todo)  # the budget samples every file, the seed says which
-    budget = max_pairs if numeric else 0
-    counts["unchecked"] = max(0, len(todo) - budget)
-    out = []
-    for o in todo[:budget]:
-        counts["checked"] += 1
-        v = check_pair(o, examples, seed)
-        counts[v.status] += 1
-        if v.status == "differ":
-            a, b = _base(o.first), _base(o.second)
-            where = f" below the root at {list(o.position)}" if o.position else ""
-            out.append(Finding("critical-pair", b, o.second.span,
-                               f"{a} ({o.first.span}) and {b} match one term{where} and their "
-                               f"results differ: {v.detail}; witness {witness_text(o.witness)}",
-                               other=a))
-    return out
-
-
-def witness_text(t) -> str:
-    """A term in the rules' own syntax (binds left out)."""
-    if isinstance(t, OpNode):
-        args = [witness_text(a) for a in t.args if type(a).__name__ != "Absent"]
-        return f"({' '.join([t.op, *args])})"
-    return f"@{t.name}" if hasattr(t, "name") else "_"

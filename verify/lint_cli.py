@@ -22,17 +22,36 @@ def add_parser(subparsers) -> None:
         "Acknowledge a finding with ';; lint: allow KIND because REASON' above the rule. "
         "Exit 1 if a finding is not acknowledged, 2 for bad input.",
     )
-    p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="rule files or directories (default: the shipped library)")
-    p.add_argument("--no-numeric", action="store_true",
-                   help="do not check critical pairs on the verifier (static checks only)")
-    p.add_argument("--max-pairs", type=int, default=50, metavar="N",
-                   help="critical pairs checked numerically at most, sampled with --seed "
-                   "(default 50)")
-    p.add_argument("--examples", type=int, default=2, metavar="N",
-                   help="witnesses drawn per critical pair (default 2)")
-    p.add_argument("--subterm-pairs", action="store_true",
-                   help="also overlaps below the root (many more pairs, same budget)")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="rule files or directories (default: the shipped library)",
+    )
+    p.add_argument(
+        "--no-numeric",
+        action="store_true",
+        help="do not check critical pairs on the verifier (static checks only)",
+    )
+    p.add_argument(
+        "--max-pairs",
+        type=int,
+        default=50,
+        metavar="N",
+        help="critical pairs checked numerically at most, sampled with --seed (default 50)",
+    )
+    p.add_argument(
+        "--examples",
+        type=int,
+        default=2,
+        metavar="N",
+        help="witnesses drawn per critical pair (default 2)",
+    )
+    p.add_argument(
+        "--subterm-pairs",
+        action="store_true",
+        help="also overlaps below the root (many more pairs, same budget)",
+    )
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     p.set_defaults(func=cmd_lint)
 
@@ -44,8 +63,14 @@ def cmd_lint(args) -> int:
 
     paths = args.paths or [shipped_rules_dir()]
     try:
-        report = lint(paths, numeric=not args.no_numeric, max_pairs=args.max_pairs,
-                      examples=args.examples, subterm_pairs=args.subterm_pairs, seed=args.seed)
+        report = lint(
+            paths,
+            numeric=not args.no_numeric,
+            max_pairs=args.max_pairs,
+            examples=args.examples,
+            subterm_pairs=args.subterm_pairs,
+            seed=args.seed,
+        )
     except RulesError as e:
         print(f"rewrite lint: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

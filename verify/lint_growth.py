@@ -18,6 +18,8 @@ checked.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections import Counter
 from dataclasses import dataclass
 
 from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet
@@ -27,6 +29,7 @@ from rewrite.graph import ABSENT, Node, TermGraph, Value
 from rewrite.ops import OPS, REQUIRED
 from rewrite.saturate import Limits, saturate
 from rewrite.types import UNKNOWN
+from verify.lint import Finding
 
 ITERATIONS = 8
 MAX_NODES = 5_000
@@ -100,6 +103,60 @@ def run_growth(rules: list[Rule], lhs: OpNode, iterations: int = ITERATIONS) -> 
     limits = Limits(max_iterations=iterations, max_nodes=MAX_NODES, timeout=30.0)
     report, _ = saturate(eg, [], limits)
     return Growth(report.stop_reason, tuple(n for _, n in report.history))
+
+
+# ---- findings --------------------------------------------------------------------------------
+
+
+def growth_findings(rules: RuleSet, counts: Counter) -> list[Finding]:
+    """`grows` findings: each checkable rule alone on its pattern(s), guards dropped, then
+    each pair of rules without guards where each builds an op the other matches, on both
+    patterns. Pairs with a guarded rule are not run: with the guards dropped, a rule such as
+    x * 1 -> x merges every product with its operand and hides or fakes loops."""
+    plain = [r for r in rules.rules if checkable(r)]
+    counts["unchecked"] = len(rules.rules) - len(plain)
+    out, alone = [], set()
+    for r in plain:
+        counts["rules"] += 1
+        g = _grows([r], r)
+        if g:
+            alone.add(r.name)
+            out.append(Finding("grows", r.name, r.span, f"on its own pattern: {g}"))
+    pure = [r for r in plain if not r.guards]  # a pair is run only as written: no guards
+    for a, b in itertools.combinations(pure, 2):
+        if a.span == b.span or a.name in alone or b.name in alone:
+            continue
+        if _builds(a) & _matches(b) and _builds(b) & _matches(a):
+            counts["pairs"] += 1
+            g = _grows([a, b], a) or _grows([a, b], b)
+            if g:
+                out.append(
+                    Finding(
+                        "grows",
+                        b.name,
+                        b.span,
+                        f"together with {a.name} ({a.span}): {g}",
+                        other=a.name,
+                    )
+                )
+    return out
+
+
+def _grows(rules: list[Rule], r: Rule) -> str:
+    for lhs in [r.lhs, r.rhs] if r.kind == "equal" else [r.lhs]:
+        g = run_growth(rules, lhs)
+        if g.grows:
+            counts = " -> ".join(map(str, g.enodes))
+            return f"e-nodes {counts} after {len(g.enodes)} iterations ({g.stop})"
+    return ""
+
+
+def _matches(r: Rule) -> frozenset:
+    return r.lhs_ops | (r.rhs_ops if r.kind == "equal" else frozenset())
+
+
+def _builds(r: Rule) -> frozenset:
+    return r.rhs_ops | (r.lhs_ops if r.kind == "equal" else frozenset())
 
 
 def _ops(t) -> set[str]:

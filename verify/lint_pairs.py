@@ -13,17 +13,21 @@ one of the two rules.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import random
 import signal
 import threading
+from collections import Counter
 from dataclasses import dataclass
 
 from hypothesis import reject
 
 from dsl.ir import Absent, Call, Capture, OpNode, Rule
-from dsl.unify import Overlap
+from dsl.unify import NoOverlap, Overlap, apart, overlap, subterms
 from verify.check import run_both
 from verify.draw import SAMPLERS
 from verify.instance import NotAMatch, instantiate, lowest_opset, op_names
+from verify.lint import Finding, contradiction, source_name
 from verify.runner import _Checker
 
 FP_ORDER = ("exact", "reassoc", "approx")
@@ -117,10 +121,99 @@ def check_pair(o: Overlap, examples: int = 3, seed: int = 0) -> PairVerdict:
     return PairVerdict("agree", res.examples)
 
 
+# ---- critical pairs ------------------------------------------------------------------------
+
+
+def overlaps(directed: list[Rule], subterm: bool = False):
+    """Every critical pair (`dsl.unify.Overlap`) of the directed rules: root overlaps of rules
+    from different source forms, then (with `subterm`) overlaps below the root."""
+    parts = [(apart(r, "a"), apart(r, "b")) for r in directed]
+    for (i, (a, _)), (j, (_, b)) in itertools.product(enumerate(parts), repeat=2):
+        if j > i and directed[i].span != directed[j].span and a.lhs.op == b.lhs.op:
+            try:
+                yield overlap(a, b)
+            except NoOverlap:
+                pass
+    if subterm:
+        for (a, _), (_, b) in itertools.product(parts, repeat=2):
+            for path, node in subterms(a.lhs):
+                if node.op == b.lhs.op:
+                    try:
+                        yield overlap(a, b, path)
+                    except NoOverlap:
+                        pass
+
+
+def critical_pairs(directed, counts: Counter, numeric, max_pairs, examples, subterm, seed):
+    """`critical-pair` findings (see module doc); fills `counts` (see `LintReport.pairs`)."""
+    for key in (
+        "overlaps",
+        "trivial",
+        "checked",
+        "agree",
+        "differ",
+        "unsat",
+        "unsupported",
+        "timeout",
+        "unchecked",
+        "infeasible",
+    ):
+        counts[key] = 0
+    todo = []
+    for o in overlaps(directed, subterm):
+        counts["overlaps"] += 1
+        if o.results[0] == o.results[1]:
+            counts["trivial"] += 1
+        elif contradiction(o.guards) or needs_computed_value(o):
+            counts["infeasible"] += 1
+        else:
+            todo.append(o)
+    random.Random(seed).shuffle(todo)  # the budget samples every file, the seed says which
+    budget = max_pairs if numeric else 0
+    counts["unchecked"] = max(0, len(todo) - budget)
+    out = []
+    for o in todo[:budget]:
+        counts["checked"] += 1
+        v = check_pair(o, examples, seed)
+        counts[v.status] += 1
+        if v.status == "differ":
+            a, b = source_name(o.first), source_name(o.second)
+            where = f" below the root at {list(o.position)}" if o.position else ""
+            out.append(
+                Finding(
+                    "critical-pair",
+                    b,
+                    o.second.span,
+                    f"{a} ({o.first.span}) and {b} match one term{where} and their "
+                    f"results differ: {v.detail}; witness {witness_text(o.witness)}",
+                    other=a,
+                )
+            )
+    return out
+
+
+def witness_text(t) -> str:
+    """A term in the rules' own syntax (binds left out)."""
+    if isinstance(t, OpNode):
+        args = [witness_text(a) for a in t.args if type(a).__name__ != "Absent"]
+        return f"({' '.join([t.op, *args])})"
+    return f"@{t.name}" if hasattr(t, "name") else "_"
+
+
 # guards that hold only on a value known at compile time: the verifier knows the values of
 # drawn constants, never of an operator's output
-VALUE_GUARDS = frozenset({"all-equal", "all-equal-into", "is-constant", "one-element",
-                          "same-values", "normal-product", "finite-sum", "no-zero-dims"})
+VALUE_GUARDS = frozenset(
+    {
+        "all-equal",
+        "all-equal-into",
+        "is-constant",
+        "one-element",
+        "same-values",
+        "normal-product",
+        "finite-sum",
+        "no-zero-dims",
+    }
+)
 
 
 def needs_computed_value(o: Overlap) -> str:
