@@ -11,8 +11,8 @@ Kinds of finding (`KINDS`):
 - `never-fires`: no opset has every op of the rule (`rewrite.ops`, opsets 13 to `MAX_OPSET`),
   an attribute value on the left is outside the ONNX spec (`ATTR_VALUES`), or two guards
   contradict each other (`(g x)` with `(not (g x))`, `(rank x 2)` with `(rank x 3)`, ...).
-- `grows`: the rule alone, or with another rule that builds its ops, still adds e-nodes after
-  a bounded saturation of its own pattern (`verify.lint_growth`).
+- `grows`: the rule alone (guards dropped), or with another guard-free rule that builds its
+  ops, still adds e-nodes after a bounded saturation of its own pattern (`verify.lint_growth`).
 - `critical-pair`: two rules match one term (Knuth-Bendix critical pairs, `dsl.unify`) and
   their results differ in value on a drawn witness (`verify.lint_pairs`).
 
