@@ -5,6 +5,7 @@
     rewrite optimize IN OUT [opts]   optimize an ONNX model with the rule library
     rewrite explain OUT NODE         print the rules that produced a node of an optimized model
     rewrite bisect IN [opts]         find the rule and node that break a model's outputs
+    rewrite lint [PATH...]           find duplicate, dead, growing and conflicting rules
 
 Every failure the user can cause (missing file, not an ONNX model, a rules error, a model
 that fails the output check) is one line on stderr and a non-zero exit, never a traceback, and
@@ -87,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bisect)
     from verify.cli import add_parser as add_verify  # noqa: PLC0415
     add_verify(sub)
+    from verify.lint_cli import add_parser as add_lint  # noqa: PLC0415
+    add_lint(sub)
     return p
 
 

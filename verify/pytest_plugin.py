@@ -50,6 +50,15 @@ def pytest_addoption(parser) -> None:
         help=".rules files or directories whose rules are collected as test items",
     )
     parser.addini("rules_examples", default="", help="examples per rule and direction")
+    group.addoption(
+        "--rules-lint-pairs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="critical pairs per file checked numerically by the lint item (default: ini "
+        f"rules_lint_pairs, else {LINT_PAIRS})",
+    )
+    parser.addini("rules_lint_pairs", default="", help="critical pairs per file the lint checks")
 
 
 def pytest_configure(config) -> None:
@@ -79,8 +88,12 @@ def _wanted(path: Path, config) -> bool:
     return any(path == r or path.is_relative_to(r) for r in roots)
 
 
+LINT_PAIRS = 5  # critical pairs per file checked numerically by its lint item (2 witnesses each)
+
+
 class RulesFile(pytest.File):
-    """One `.rules` file: one item per rule (after `for` and `:c` expansion)."""
+    """One `.rules` file: one item per rule (after `for` and `:c` expansion), then its `lint`
+    item (`rewrite lint` on the file alone)."""
 
     def collect(self):
         from dsl import load_rules  # noqa: PLC0415
@@ -90,6 +103,7 @@ class RulesFile(pytest.File):
         rules = load_rules([path])  # named as the user would type it, for the repro command
         for rule in rules.rules:
             yield RuleItem.from_parent(self, name=rule.name, rule=rule, rules=rules)
+        yield LintItem.from_parent(self, name="lint", target=path)
 
 
 class RuleNotVerified(Exception):
@@ -135,3 +149,37 @@ class RuleItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, self.rule.span.line - 1, f"rule {self.rule.name}"
+
+
+class LintItem(pytest.Item):
+    """`rewrite lint` of one `.rules` file alone (pairs across files are the CLI's job): all
+    static checks and the growth check, and at most `--rules-lint-pairs` critical pairs
+    (ini `rules_lint_pairs`, default `LINT_PAIRS`) checked numerically with 2 witnesses each,
+    so that the item stays within seconds. Fails on a finding that is not acknowledged."""
+
+    def __init__(self, *, target, **kw):
+        super().__init__(**kw)
+        self.target = target
+        self.add_marker("rule")
+
+    def runtest(self) -> None:
+        from verify.lint import lint  # noqa: PLC0415
+
+        config = self.config
+        pairs = config.getoption("rules_lint_pairs")
+        if pairs is None:
+            pairs = int(config.getini("rules_lint_pairs") or LINT_PAIRS)
+        report = lint([self.target], max_pairs=pairs, examples=2,
+                      seed=config.getoption("rules_seed"))
+        self.user_properties += [("findings", len(report.open)), ("pairs", dict(report.pairs))]
+        if report.open:
+            lines = "\n".join(f.line() for f in report.open)
+            raise RuleNotVerified(f"lint: {self.target}\n{lines}\n{report.summary()}")
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, RuleNotVerified):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, 0, f"lint {self.target}"
