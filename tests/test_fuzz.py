@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from dsl import load_rules, shipped_rules_dir
+from frontends.onnx.check import tolerance_types
 from verify.fuzz import Stats, check_graph
 from verify.graphs import onnx_graphs
 
@@ -69,6 +70,47 @@ def test_cyclic_enode_is_not_a_term():
     result = check_graph(model, RULES)
     assert result.changed and "squeeze-unsqueeze" in result.fired
     assert set(result.compared) == {"onnxruntime", "onnx.reference"}
+
+
+def test_widened_float32_value_has_float32_tolerance():
+    """Found by fuzzing: a decomposed LayerNormalization, fused (a reassoc rule) in float32,
+    then cast to double. The fused kernel is off by 1.8e-7 relative, a float32 rounding, and
+    the check compared the double output at double's tolerance (1e-9): a correct rewrite was
+    refused. An output's tolerance now comes from the least precise float type it is computed
+    from (`frontends.onnx.check.tolerance_types`)."""
+    model = _model("""
+    g (float[3,2,4] x) => (double[3,2,4] y, float[3,2,4] f)
+        <int64[1] ax = {-1}, float two = {2}, float eps = {1e-05}, float[4] w = {2, 2, 2, 2}> {
+        m = ReduceMean (x, ax)
+        d = Sub (x, m)
+        p = Pow (d, two)
+        v = ReduceMean (p, ax)
+        ve = Add (v, eps)
+        s = Sqrt (ve)
+        n = Div (d, s)
+        f = Mul (n, w)
+        y = Cast <to = 11> (f)
+    }""")
+    assert tolerance_types(model) == {"y": onnx.TensorProto.FLOAT, "f": onnx.TensorProto.FLOAT}
+    result = check_graph(model, RULES)
+    assert result.changed and any(r.startswith("layernorm") for r in result.fired)
+    assert set(result.compared) == {"onnxruntime", "onnx.reference"}
+
+
+def test_tolerance_types_take_the_least_precise_source():
+    """Double all the way keeps double's tolerance; a float16 weight or a Cast through float16
+    on the way gives float16's; integer outputs keep their own type (compared exactly)."""
+    model = _model("""
+    g (double[2] x, float16[2] h) => (double[2] a, double[2] b, double[2] c, int64[2] i) {
+        a = Add (x, x)
+        hd = Cast <to = 11> (h)
+        b = Add (x, hd)
+        xh = Cast <to = 10> (x)
+        c = Cast <to = 11> (xh)
+        i = Cast <to = 7> (x)
+    }""")
+    T = onnx.TensorProto
+    assert tolerance_types(model) == {"a": T.DOUBLE, "b": T.FLOAT16, "c": T.FLOAT16, "i": T.INT64}
 
 
 def test_reduce_graph_keeps_what_fails():

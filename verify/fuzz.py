@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 
-from frontends.onnx.check import CheckError, output_diff, random_inputs, run
+from frontends.onnx.check import CheckError, output_diff, random_inputs, run, tolerance_types
 from rewrite.optimize import FP_CLASSES
 
 EXECUTORS = ("onnxruntime", "onnx.reference")
@@ -113,8 +113,9 @@ def _compare(name: str, execute, model, result, feeds, fp: str) -> bool:
         raise OptimizerError(
             "mismatch", f"{name} runs the original but not the result: {_line(e)}"
         ) from None
+    tol = tolerance_types(model)
     for out, a, b in zip(model.graph.output, got, want):
-        d = output_diff(out.name, out.type.tensor_type.elem_type, a, b, fp)
+        d = output_diff(out.name, out.type.tensor_type.elem_type, a, b, fp, tol[out.name])
         if not d.ok:
             raise OptimizerError(
                 "mismatch",

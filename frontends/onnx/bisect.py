@@ -29,7 +29,14 @@ import onnx
 
 from dsl.ir import Rule, RuleSet
 from frontends.onnx import external
-from frontends.onnx.check import CheckError, output_diff, random_inputs, run, session
+from frontends.onnx.check import (
+    CheckError,
+    output_diff,
+    random_inputs,
+    run,
+    session,
+    tolerance_types,
+)
 from rewrite.ddmin import ddmin
 from rewrite.saturate import Limits
 from rewrite.sites import sited
@@ -107,6 +114,8 @@ class _Trials:
         except CheckError as e:
             raise BisectError(f"the original model: {e}") from None
         self.elem = [o.type.tensor_type.elem_type for o in model.graph.output]
+        tol = tolerance_types(model)
+        self.tol = [tol[o.name] for o in model.graph.output]
         self.names = [o.name for o in model.graph.output]
         self.runs = 0
         self.failed_feed = 0
@@ -156,8 +165,8 @@ class _Trials:
             sess = session(result)
             for k, feeds in enumerate(self.feeds):
                 got = run(sess, feeds)
-                for name, elem, a, b in zip(self.names, self.elem, got, self.want[k]):
-                    d = output_diff(name, elem, a, b, report.fp)
+                for name, elem, t, a, b in zip(self.names, self.elem, self.tol, got, self.want[k]):
+                    d = output_diff(name, elem, a, b, report.fp, t)
                     if not d.ok:
                         self.failed_feed = k
                         return (

@@ -124,7 +124,9 @@ def compare(
     optimized_source: bytes | str | None = None,
 ) -> list[OutputDiff]:
     """Run both models on `runs` sets of random inputs and compare every output, with the
-    tolerances of numeric class `fp` (the loosest class among the rules that fired).
+    tolerances of numeric class `fp` (the loosest class among the rules that fired), each
+    output at the tolerance of the least precise float type it is computed from
+    (`tolerance_types`).
 
     Each model gets one onnxruntime session, loaded from `*_source` when given (the file path
     or the serialized bytes, so that a large model is not serialized again) or else from the
@@ -133,6 +135,7 @@ def compare(
     """
     worst: dict[str, OutputDiff] = {}
     elem = {o.name: o.type.tensor_type.elem_type for o in original.graph.output}
+    tol = tolerance_types(original)
     feeds = [random_inputs(original, seed + r) for r in range(runs)]
     # one session at a time: each holds a copy of the weights
     sess = session(original_source or original)
@@ -143,14 +146,15 @@ def compare(
     del sess
     for outs_a, outs_b in zip(want, got):
         for name, a, b in zip(elem, outs_a, outs_b):
-            d = _diff(name, elem[name], np.asarray(b), np.asarray(a), TOLERANCES[fp])
+            d = _diff(name, elem[name], np.asarray(b), np.asarray(a), TOLERANCES[fp], tol[name])
             if name not in worst or (worst[name].ok and not d.ok) or d.max_abs > worst[name].max_abs:
                 worst[name] = d
     return list(worst.values())
 
 
-def _diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray, tolerances) -> OutputDiff:
-    rtol, atol = tolerances.get(elem_type, EXACT)
+def _diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray, tolerances,
+          tol_type: int | None = None) -> OutputDiff:
+    rtol, atol = tolerances.get(elem_type if tol_type is None else tol_type, EXACT)
     dtype = TensorProto.DataType.Name(elem_type).lower()
     if got.shape != want.shape or got.dtype != want.dtype:
         return OutputDiff(name, dtype, float("inf"), float("inf"), rtol, atol, False)
@@ -172,7 +176,57 @@ def _diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray, toleranc
     return OutputDiff(name, dtype, float(np.nanmax(abs_err)), float(np.nanmax(rel_err)), rtol, atol, ok)
 
 
-def output_diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray, fp: str = "exact") -> OutputDiff:
+def output_diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray, fp: str = "exact",
+                tol_type: int | None = None) -> OutputDiff:
     """Compare output `name` (ONNX element type `elem_type`) of the optimized model (`got`)
-    with the original's (`want`) at the tolerance of numeric class `fp`, as `compare` does."""
-    return _diff(name, elem_type, np.asarray(got), np.asarray(want), TOLERANCES[fp])
+    with the original's (`want`) at the tolerance of numeric class `fp`, as `compare` does;
+    `tol_type` is the element type whose tolerance applies (`tolerance_types`), by default
+    `elem_type`."""
+    return _diff(name, elem_type, np.asarray(got), np.asarray(want), TOLERANCES[fp], tol_type)
+
+
+# least precise first: a value computed in one of these and then widened carries its error
+_PRECISION = (TensorProto.BFLOAT16, TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
+
+
+def tolerance_types(model: onnx.ModelProto) -> dict[str, int]:
+    """For each float output of `model`'s main graph, the ONNX element type whose tolerance
+    applies: the least precise float type among the values it is computed from, its own
+    included. A float32 value cast to double carries float32 rounding (the fuzzer's case: a
+    LayerNormalization fused in float32, then `Cast(to=DOUBLE)`: 1.8e-7 relative, far above
+    double's tolerance, for a correct rewrite). The types are read where ONNX states them:
+    graph inputs, initializers, value_info, Constant values and the `to`/`dtype` attributes
+    of the nodes the output depends on (every float op computes in one of its inputs' types or
+    in such an attribute's). Outputs of other types map to their own type."""
+    g = model.graph
+    known: dict[str, int] = {}
+    for v in [*g.input, *g.value_info, *g.output]:
+        if v.type.HasField("tensor_type"):
+            known[v.name] = v.type.tensor_type.elem_type
+    for t in g.initializer:
+        known[t.name] = t.data_type
+    producer = {o: n for n in g.node for o in n.output}
+    out: dict[str, int] = {}
+    for o in g.output:
+        own = o.type.tensor_type.elem_type
+        if own not in _PRECISION:
+            out[o.name] = own
+            continue
+        seen, stack, types = set(), [o.name], {own}
+        while stack:
+            v = stack.pop()
+            if v in seen or not v:
+                continue
+            seen.add(v)
+            types.add(known.get(v, 0))
+            n = producer.get(v)
+            if n is None:
+                continue
+            for a in n.attribute:
+                if a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT:
+                    types.add(a.i)
+                elif a.type == onnx.AttributeProto.TENSOR:
+                    types.add(a.t.data_type)
+            stack.extend(n.input)
+        out[o.name] = min((t for t in types if t in _PRECISION), key=_PRECISION.index)
+    return out
