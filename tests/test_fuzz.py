@@ -97,6 +97,22 @@ def test_widened_float32_value_has_float32_tolerance():
     assert set(result.compared) == {"onnxruntime", "onnx.reference"}
 
 
+def test_unbounded_float_clip_stays():
+    """Found by fuzzing: Clip without bounds maps float infinities to the largest finite
+    values (its defaults are numeric_limits lowest() and max(), ONNX Clip-13; onnxruntime does
+    this), so `clip-unbounded` removed a Clip that changed +-inf (Clip(x / 0)). It now fires
+    on integer inputs only."""
+    model = _model("""
+    g (float[4] x, int64[4] i) => (float[4] y, int64[4] j) <float zero = {0}> {
+        d = Div (x, zero)
+        y = Clip (d)
+        j = Clip (i)
+    }""")
+    result = check_graph(model, RULES)
+    assert result.fired.get("clip-unbounded") == 1  # the int64 one only
+    assert set(result.compared) == {"onnxruntime", "onnx.reference"}
+
+
 def test_tolerance_types_take_the_least_precise_source():
     """Double all the way keeps double's tolerance; a float16 weight or a Cast through float16
     on the way gives float16's; integer outputs keep their own type (compared exactly)."""
