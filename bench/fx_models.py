@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from models import randomize_biases_and_norms  # bench/models.py: the same trained-like values
 
 SEED = 0
 NAMES = ("bert", "distilbert", "gpt2", "llama", "vit", "t5", "whisper")
@@ -94,27 +95,13 @@ def build(name: str, size: str = "test") -> Case:
     torch.manual_seed(SEED)
     cfg = config(name, size)
     model = getattr(transformers, f"{_CLASSES[name]}Model")(cfg).eval()
-    _trained_like(model)
+    randomize_biases_and_norms(model)
     seq, seq2 = _SEQ[size]
     gen = torch.Generator().manual_seed(SEED)
     wrapped = _Wrapper(model, _input_names(name), _output_names(name)).eval()
     inputs = _inputs(name, cfg, 2, seq, gen)
     second = _inputs(name, cfg, 3, seq2, gen)
     return Case(name, wrapped, inputs, _dynamic(name, size), second)
-
-
-def _trained_like(model) -> None:
-    """Biases ~ N(0, 0.02^2) and norm scales ~ 1 + N(0, 0.1^2); matrices keep transformers'
-    initialization (normal, std 0.02 or fan-in scaled)."""
-    gen = torch.Generator().manual_seed(SEED + 1)
-    with torch.no_grad():
-        for m in model.modules():
-            is_norm = "norm" in type(m).__name__.lower()
-            for pname, p in m.named_parameters(recurse=False):
-                if is_norm and pname == "weight":
-                    p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
-                elif pname == "bias":
-                    p.copy_(0.02 * torch.randn(p.shape, generator=gen))
 
 
 def _input_names(name: str) -> tuple[str, ...]:

@@ -156,11 +156,11 @@ def _build(spec: Spec, attn: str | None):
     return model
 
 
-def _trained_like(model, spec: Spec) -> None:
-    """Nonzero biases, norm scales ~ 1 + N(0, 0.1^2), BatchNorm stats calibrated on random
-    batches (train mode with momentum=None, i.e. a cumulative average, then eval)."""
+def randomize_biases_and_norms(model) -> None:
+    """Biases ~ N(0, 0.02^2) and norm scales ~ 1 + N(0, 0.1^2), seeded (SEED + 1); weight
+    matrices keep transformers' initialization. Random init leaves biases at 0 and scales at
+    1, which hides rewrites that drop them."""
     import torch
-    from torch import nn
     gen = torch.Generator().manual_seed(SEED + 1)
     with torch.no_grad():
         for m in model.modules():
@@ -170,6 +170,15 @@ def _trained_like(model, spec: Spec) -> None:
                     p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
                 elif pname == "bias":
                     p.copy_(0.02 * torch.randn(p.shape, generator=gen))
+
+
+def _trained_like(model, spec: Spec) -> None:
+    """Nonzero biases, norm scales ~ 1 + N(0, 0.1^2), BatchNorm stats calibrated on random
+    batches (train mode with momentum=None, i.e. a cumulative average, then eval)."""
+    import torch
+    from torch import nn
+    randomize_biases_and_norms(model)
+    with torch.no_grad():
         bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
         if bns:
             model.eval()

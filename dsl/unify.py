@@ -130,19 +130,6 @@ def strip(t):
     return t
 
 
-def expand_binds(t, nodes: dict):
-    """`t` (a result or guard argument) with every capture of a bind replaced by the bind-free
-    node it names (`nodes`: bind -> node), so results compare by structure."""
-    if isinstance(t, Capture) and t.name in nodes:
-        return nodes[t.name]
-    if isinstance(t, OpNode):
-        attrs = tuple((k, expand_binds(v, nodes)) for k, v in t.attrs)
-        return OpNode(t.op, tuple(expand_binds(a, nodes) for a in t.args), attrs)
-    if isinstance(t, Call):
-        return Call(t.fn, tuple(expand_binds(a, nodes) for a in t.args))
-    return t
-
-
 def binds_of(t, out: dict | None = None) -> dict:
     """bind -> bind-free node, for every bound node of a left side."""
     out = {} if out is None else out

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from dsl import load_rules, rule_files
 from dsl.ir import Guard, Literal, OpNode, Rule, RuleSet, Span
-from dsl.unify import binds_of, expand_binds, match, substitute
+from dsl.unify import binds_of, match, substitute
 from rewrite.ops import OPS
 
 KINDS = ("duplicate", "shadowed", "never-fires", "grows", "critical-pair")
@@ -343,12 +343,12 @@ def subsumes(a: Rule, b: Rule) -> bool:
     na, nb = binds_of(a.lhs), binds_of(b.lhs)
 
     def on_b(t):
-        return substitute(expand_binds(t, na), subst)
+        return substitute(substitute(t, na), subst)
 
-    b_guards = {_guard_key(g, lambda t: expand_binds(t, nb)) for g in b.guards}
+    b_guards = {_guard_key(g, lambda t: substitute(t, nb)) for g in b.guards}
     if any(_guard_key(g, on_b) not in b_guards for g in a.guards):
         return False
-    return on_b(a.rhs) == expand_binds(b.rhs, nb)
+    return on_b(a.rhs) == substitute(b.rhs, nb)
 
 
 def _guard_key(g: Guard, f):
