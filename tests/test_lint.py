@@ -89,20 +89,70 @@ def test_grows_alone_and_in_pairs(tmp_path):
     assert "together with abs-to-exp" in pair.reason and "iteration-limit" in pair.reason
 
 
-def test_critical_pair_that_disagrees(tmp_path):
-    p = rules_file(
-        tmp_path,
-        """
+WRONG_PAIR = """
 ;; relu(|x|) -> |x|
 (simplify relu-abs (Relu (Abs @x)) (Abs @x))
 ;; a wrong one on the same term
 (simplify relu-abs-wrong (Relu (Abs @y)) (Neg (Abs @y)))
-""",
-    )
+"""
+
+
+@pytest.fixture(params=["default", "ci"])
+def hypothesis_profile(request):
+    """Run under Hypothesis's default profile and its derandomized `ci` one (which CI loads):
+    the first examples of the `ci` profile are all-zero draws, on which relu(|x|) and -|x|
+    agree."""
+    from hypothesis import settings
+
+    before = settings.get_current_profile_name()
+    settings.load_profile(request.param)
+    yield request.param
+    settings.load_profile(before)
+
+
+def test_critical_pair_that_disagrees(tmp_path, hypothesis_profile):
+    p = rules_file(tmp_path, WRONG_PAIR)
     r = lint([p], examples=2)
     assert kinds(r) == [("critical-pair", "relu-abs-wrong")]
     assert "witness (Relu (Abs @" in r.open[0].reason and "differ" in r.open[0].reason
     assert r.pairs["overlaps"] == 1 and r.pairs["differ"] == 1
+
+
+def _overlap(rules, a: str, b: str):
+    from verify.lint import directions
+    from verify.lint_pairs import overlaps
+
+    return next(o for o in overlaps(directions(rules)) if {o.first.name, o.second.name} == {a, b})
+
+
+def test_pair_out_of_time_is_a_verdict_not_a_finding(tmp_path):
+    """The time bound is checked between examples: a pair without time left is `timeout`."""
+    from verify.lint_pairs import check_pair
+
+    o = _overlap(load_rules(rules_file(tmp_path, WRONG_PAIR)), "relu-abs", "relu-abs-wrong")
+    assert check_pair(o, examples=2, seconds=0.0).status == "timeout"
+    assert check_pair(o, examples=2, seconds=None).status == "differ"
+
+
+def test_pair_compared_at_the_looser_rules_tolerance(hypothesis_profile):
+    """x*rsqrt(mean(x^2)+eps)*w with w = -1: RMSNormalization (a reassoc rule) against Neg of
+    the rest (an exact one) differ in the last float16 bit; the pair is compared at the
+    reassoc tolerance, which comes from the witness's output type."""
+    from verify.lint_pairs import check_pair
+
+    o = _overlap(load_rules(shipped_rules_dir()), "mul-minus-one", "rmsnorm-rsqrt")
+    v = check_pair(o, examples=4, seconds=None)
+    assert v.status == "agree" and v.examples >= 1, v.detail
+
+
+def test_all_zero_outputs():
+    import numpy as np
+
+    from verify.lint_pairs import all_zero
+
+    assert all_zero([[np.zeros(3), np.array(-0.0)], [np.zeros((0, 2))]])
+    assert not all_zero([[np.zeros(3)], [np.array([0.0, 1e-30])]])
+    assert not all_zero([[np.array([np.nan])]])
 
 
 def test_overlap_unifies_and_names_the_witness():

@@ -93,7 +93,7 @@ class Finding:
 class LintReport:
     """The lint of some rule files: findings (acknowledged ones included), counts and
     wall-clock seconds per stage. `pairs`: critical-pair counts (`overlaps` found, `trivial`
-    with syntactically equal results, `checked` numerically, `agree`, `differ`, `unsat`,
+    with syntactically equal results, `checked` numerically, `agree`, `differ`, `unsat`, `degenerate`,
     `unsupported`, `unchecked` over the budget)."""
 
     files: int
@@ -118,7 +118,8 @@ class LintReport:
             + (f" ({allowed} acknowledged)" if allowed else "")
             + f"; critical pairs: {p['overlaps']} overlaps, {p['trivial']} trivially joinable, "
             f"{p['checked']} checked numerically ({p['agree']} agree, {p['differ']} differ, "
-            f"{p['unsat']} without a witness satisfying both guards, {p['unsupported']} "
+            f"{p['unsat']} without a witness satisfying both guards, {p['degenerate']} with "
+            f"all-zero witnesses only, {p['unsupported']} "
             f"unsupported, {p['timeout']} out of time), {p['infeasible']} infeasible (guards "
             f"that contradict, or ask for an operator output's value or an absent input), "
             f"{p['unchecked']} over the budget; {sum(self.seconds.values()):.1f} s"
