@@ -19,8 +19,10 @@ own report).
 
 Also in table 1: first-call seconds (capture + compile + run) of `torch.compile(model)`
 (inductor) and of `torch.compile(model, backend="rewrite")` (rewrite, then inductor) under
-`torch.no_grad()`, each in a fresh process with inductor's caches disabled, run twice each in
-the order inductor, rewrite, inductor, rewrite (mean of the two).
+`torch.no_grad()`. Cold: each in a fresh process with inductor's caches disabled, alternating
+inductor, rewrite, inductor, rewrite, ... (`--first-calls` of each, median; C++ compilation
+makes single runs vary by 10-20%). Warm: a fresh process whose inductor cache directory was
+filled by one earlier run of the same backend, as when a user runs a script again.
 
 Table 2, steady-state latency under `torch.no_grad()`, per model and thread count (1 and all
 cores; inductor fixes its thread count when it compiles, so each count compiles anew): the two
@@ -39,6 +41,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -262,8 +265,14 @@ def measure_latency(name: str, threads: str, budget: str = "30", size: str = "fu
     return res
 
 
-def _child(args: list[str]) -> dict:
-    env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
+def _child(args: list[str], cache_dir: str | None = None) -> dict:
+    """Run `--one ARGS` in a fresh process: inductor's caches disabled, or kept in `cache_dir`."""
+    env = dict(os.environ)
+    if cache_dir is None:
+        env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+    else:
+        env.pop("TORCHINDUCTOR_FORCE_DISABLE_CACHES", None)
+        env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     res = subprocess.run([sys.executable, __file__, "--one", *args], capture_output=True,
                          text=True, env=env)
     if res.returncode:
@@ -279,9 +288,11 @@ def _fmt(x, spec=".2f") -> str:
     return "" if x is None else format(x, spec)
 
 
-def _mean(runs: list[dict], key: str):
-    vals = [r[key] for r in runs if key in r]
-    return sum(vals) / len(vals) if vals else None
+def _median(runs: list[dict], key: str):
+    import statistics
+
+    xs = [r[key] for r in runs if key in r]
+    return statistics.median(xs) if xs else None
 
 
 def show(results: dict) -> None:
@@ -290,10 +301,12 @@ def show(results: dict) -> None:
 
     console = Console(width=170)
     t = Table(title="fx nodes before -> after (exact + reassoc); seconds of optimize_fx or of "
-                    "the rewrite inside torch.compile; first call of torch.compile (cold, "
-                    "all threads, mean of 2 fresh processes each)")
+                    "the rewrite inside torch.compile; first call of torch.compile, all threads: "
+                    "cold (median of fresh processes without caches) and warm (inductor's "
+                    "caches filled by an earlier run)")
     for c in ("model", "export", "s", "export dynamic", "s", "torch.compile graph", "s",
-              "inductor s", "rewrite s", "ratio"):
+              "cold inductor s", "cold rewrite s", "ratio", "warm inductor s", "warm rewrite s",
+              "ratio"):
         t.add_column(c, justify="left" if c == "model" else "right")
     for name, r in results.items():
         n = r.get("nodes", {})
@@ -306,12 +319,14 @@ def show(results: dict) -> None:
         rw = first.get("rewrite", [])
         dyn = next((x["dynamo_nodes"] for x in rw if "dynamo_nodes" in x), None)
         row += [", ".join(f"{a} -> {b}" for a, b in dyn) if dyn else "",
-                _fmt(_mean(rw, "rewrite_s"))]
-        a, b = _mean(first.get("inductor", []), "seconds"), _mean(rw, "seconds")
-        errors = [x["error"] for x in first.get("inductor", []) + rw if "error" in x]
-        bad = any(not x.get("ok", True) for x in first.get("inductor", []) + rw)
-        row += [_fmt(a, ".1f"), _fmt(b, ".1f") + (" (output mismatch)" if bad else ""),
-                _fmt(b / a if a and b else None) or (errors[0][:40] if errors else "")]
+                _fmt(_median(rw, "rewrite_s"))]
+        for kind in ("", "warm_"):
+            ind, rws = first.get(f"{kind}inductor", []), first.get(f"{kind}rewrite", [])
+            a, b = _median(ind, "seconds"), _median(rws, "seconds")
+            errors = [x["error"] for x in ind + rws if "error" in x]
+            bad = any(not x.get("ok", True) for x in ind + rws)
+            row += [_fmt(a, ".1f"), _fmt(b, ".1f") + (" (output mismatch)" if bad else ""),
+                    _fmt(b / a if a and b else None) or (errors[0][:40] if errors else "")]
         t.add_row(*row)
     console.print(t)
     c = Table(title="steady state under no_grad: median ms per call; ratio = rewrite / baseline, "
@@ -338,8 +353,9 @@ def show(results: dict) -> None:
 def markdown(results: dict) -> str:
     """The two tables as Markdown (as in the README)."""
     lines = ["| model | torch.export | s | export, dynamic batch/seq | s | torch.compile graph | "
-             "rewrite s | first call inductor s | rewrite + inductor s | ratio |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "rewrite s | cold: inductor s | rewrite + inductor s | ratio | warm: inductor s | "
+             "rewrite + inductor s | ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         n, first = r.get("nodes", {}), r.get("first_call", {})
         cells = [name]
@@ -347,12 +363,14 @@ def markdown(results: dict) -> str:
             k = n.get(kind, {})
             cells += [f"{k['before']} -> {k['after']}" if "before" in k else "",
                       _fmt(k.get("seconds"), ".1f")]
-        rw, ind = first.get("rewrite", []), first.get("inductor", [])
+        rw = first.get("rewrite", [])
         dyn = next((x["dynamo_nodes"] for x in rw if "dynamo_nodes" in x), None)
-        a, b = _mean(ind, "seconds"), _mean(rw, "seconds")
         cells += [", ".join(f"{x} -> {y}" for x, y in dyn) if dyn else "",
-                  _fmt(_mean(rw, "rewrite_s"), ".1f"), _fmt(a, ".1f"), _fmt(b, ".1f"),
-                  _fmt(b / a if a and b else None)]
+                  _fmt(_median(rw, "rewrite_s"), ".1f")]
+        for kind in ("", "warm_"):
+            a = _median(first.get(f"{kind}inductor", []), "seconds")
+            b = _median(first.get(f"{kind}rewrite", []), "seconds")
+            cells += [_fmt(a, ".1f"), _fmt(b, ".1f"), _fmt(b / a if a and b else None)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| model | threads | inductor ms | rewrite + inductor ms | ratio [q1, q3] | "
               "eager ms | rewrite + eager ms | ratio [q1, q3] |", "|---|---|---|---|---|---|---|---|"]
@@ -375,6 +393,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=list(fx_models.NAMES))
     ap.add_argument("--threads", nargs="+", default=["1", "all"])
     ap.add_argument("--budget", default="30", help="seconds of paired calls per comparison")
+    ap.add_argument("--first-calls", type=int, default=3, metavar="N",
+                    help="cold first calls of each backend, alternating (default 3; median)")
     ap.add_argument("--no-latency", action="store_true", help="node counts only")
     ap.add_argument("--size", default="full", help="full, or test (a quick smoke run)")
     ap.add_argument("--show", action="store_true", help="print stored results")
@@ -396,13 +416,20 @@ def main() -> None:
             path.write_text(json.dumps(results, indent=1))
             if args.no_latency:
                 continue
-            # cold first calls, each in a fresh process, alternating: A B A B
-            r["first_call"] = {"inductor": [], "rewrite": []}
-            for _ in range(2):
+            # cold first calls, each in a fresh process, alternating: A B A B ...
+            first = r["first_call"] = {k: [] for k in ("inductor", "rewrite", "warm_inductor",
+                                                       "warm_rewrite")}
+            for _ in range(args.first_calls):
                 for backend in ("inductor", "rewrite"):
-                    r["first_call"][backend].append(_child(["first_call", name, backend,
-                                                            args.size]))
+                    first[backend].append(_child(["first_call", name, backend, args.size]))
                     path.write_text(json.dumps(results, indent=1))
+            # warm: a second process on the cache directory the first one filled
+            for backend in ("inductor", "rewrite"):
+                with tempfile.TemporaryDirectory() as cache:
+                    _child(["first_call", name, backend, args.size], cache)
+                    first[f"warm_{backend}"].append(
+                        _child(["first_call", name, backend, args.size], cache))
+                path.write_text(json.dumps(results, indent=1))
             r["latency"] = {}
             for threads in args.threads:
                 r["latency"][threads] = _child(["latency", name, threads, args.budget,

@@ -130,6 +130,60 @@ def test_compile_resnet_with_inductor():
     assert backend.REPORTS[-1].fired.get("fold-batchnorm-into-conv") == 6
 
 
+def test_compile_vit_with_inductor_caches(monkeypatch, tmp_path):
+    """With inductor's caches on, the rewritten graph is cacheable: AOTAutograd's cache does not
+    bypass it (the rewrite's nodes get dynamo's fake `example_value`s; without them a method
+    call such as `.view` on a rewritten linear makes the cache refuse the graph), and a second
+    compile hits the cache."""
+    import fx_models
+    from torch._dynamo.utils import counters
+
+    from frontends.fx import backend
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", raising=False)
+    case = fx_models.build("vit", "test")
+    model, inputs = case.model, case.inputs
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=True, force_disable_caches=False), \
+            torch._functorch.config.patch(enable_autograd_cache=True):
+        want = model(*inputs)
+        seen = []
+        for _ in range(2):
+            torch._dynamo.reset()
+            counters.clear()
+            got = torch.compile(model, backend="rewrite")(*inputs)
+            seen.append(dict(counters["aot_autograd"]))
+    rtol, atol = _tolerance("reassoc")
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+    assert all(float(w.std()) > 1e-2 for w in want)
+    assert [c.get("autograd_cache_bypass", 0) for c in seen] == [0, 0], seen
+    assert seen[0].get("autograd_cache_miss") == 1 and seen[1].get("autograd_cache_hit") == 1, seen
+    assert backend.REPORTS[-1].changed
+
+
+def test_constants_as_inputs():
+    """get_attr tensors become trailing placeholders; the module computes the same."""
+    from frontends.fx.backend import constants_as_inputs
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("w", torch.randn(4, 4))
+            self.register_buffer("b", torch.randn(4))
+
+        def forward(self, x, y):
+            return torch.nn.functional.linear(x, self.w, self.b) + y
+
+    gm = torch.fx.symbolic_trace(M())
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    out, tensors = constants_as_inputs(gm)
+    assert not [n for n in out.graph.nodes if n.op == "get_attr"]
+    assert [n.op for n in out.graph.nodes][:4] == ["placeholder"] * 4
+    assert [t is getattr(gm, n) for t, n in zip(tensors, ("w", "b"))] == [True, True]
+    torch.testing.assert_close(out(x, y, *tensors), gm(x, y), rtol=0, atol=0)
+    assert constants_as_inputs(out)[1] == []
+
+
 def test_compile_bert_with_eager():
     from fx_bench import bert
 

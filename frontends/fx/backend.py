@@ -15,12 +15,14 @@ Options (`torch.compile(..., options={...})`):
         `rewrite optimize --skip/--only` (a pattern matching no rule is an error, which the
         backend turns into a warning and the captured graph).
     max_iterations, max_nodes, timeout: saturation limits.
-The backend never fails a model: if the rewrite raises, the captured graph is used as it is
-(with a warning). Each compile's Report is appended to `REPORTS`.
+The rewritten graph stays cacheable by inductor's FX graph and AOTAutograd caches (see
+`constants_as_inputs`, `fill_example_values`). The backend never fails a model: if the
+rewrite raises, the captured graph is used as it is (with a warning). Each compile's Report is appended to `REPORTS`.
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import torch
@@ -53,7 +55,85 @@ def rewrite_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | No
         return optimized.forward
     from torch._inductor.compile_fx import compile_fx  # noqa: PLC0415
 
-    return compile_fx(optimized, example_inputs)
+    optimized, constants = constants_as_inputs(optimized)
+    fill_example_values(optimized)
+    if not constants:
+        return compile_fx(optimized, example_inputs)
+    compiled = compile_fx(optimized, [*example_inputs, *constants])
+
+    def run(*args):  # compile_fx's result takes the inputs unboxed, as dynamo calls it
+        return compiled(*args, *constants)
+
+    return run
+
+
+def constants_as_inputs(gm: torch.fx.GraphModule):
+    """`gm` with each tensor it reads by `get_attr` (the constants the rewrite folded, e.g.
+    BatchNorm folded into convolution weights) turned into a trailing placeholder, and those
+    tensors in placeholder order; `(gm, [])` when it reads none.
+
+    Inductor hashes the values of get_attr tensors into its FX graph cache key (`t.tolist()`
+    of each, a cost that grows with the bytes folded, e.g. ResNet's BatchNorm-folded
+    convolution weights); as graph inputs, folded weights are handled as the parameters of an
+    unrewritten graph are, by shape and dtype."""
+    attrs = [n for n in gm.graph.nodes
+             if n.op == "get_attr" and isinstance(_attr(gm, n.target), torch.Tensor)]
+    if not attrs:
+        return gm, []
+    graph = copy.deepcopy(gm.graph)
+    last = [n for n in graph.nodes if n.op == "placeholder"][-1:]
+    tensors = []
+    for node in [n for n in graph.nodes if n.op == "get_attr" and n.name in {a.name for a in attrs}]:
+        tensors.append(_attr(gm, node.target))
+        anchor = last[0].next if last else next(iter(graph.nodes))
+        with graph.inserting_before(anchor):
+            p = graph.placeholder(f"{node.name}_input")
+        p.meta = dict(node.meta)
+        p.meta.setdefault("example_value", tensors[-1])
+        node.replace_all_uses_with(p)
+        graph.erase_node(node)
+        last = [p]
+    out = torch.fx.GraphModule(gm, graph, gm.__class__.__name__)
+    out.meta = dict(getattr(gm, "meta", {}))
+    return out, tensors
+
+
+def fill_example_values(gm: torch.fx.GraphModule) -> bool:
+    """Give every node of `gm` the `meta["example_value"]` (a fake tensor) that dynamo gives
+    the nodes it captures; whether it could. The nodes the rewrite wrote have none, and
+    AOTAutograd's cache refuses a graph with a method call on a node without one ("Unsupported
+    call_method target"), which costs 3 s of every warm-cache first call of ViT-base. Values
+    are propagated under dynamo's fake mode (its shape environment, so symbolic sizes stay the
+    same symbols) from the placeholders' own example values."""
+    from torch._subclasses.fake_tensor import FakeTensor  # noqa: PLC0415
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp  # noqa: PLC0415
+
+    nodes = [n for n in gm.graph.nodes if n.op != "output"]
+    if all("example_value" in n.meta for n in nodes):
+        return True
+    values = [p.meta.get("example_value") for p in nodes if p.op == "placeholder"]
+    modes = {id(v.fake_mode): v.fake_mode for v in values if isinstance(v, FakeTensor)}
+    if len(modes) != 1:  # (detect_fake_mode would prefer the tracing context's mode)
+        return False
+    mode = next(iter(modes.values()))
+    args = [mode.from_tensor(v, static_shapes=True)
+            if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor) else v
+            for v in values]
+    try:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*args)
+    except Exception:  # the cache is an optimization; a graph it refuses still compiles
+        return False
+    for n in gm.graph.nodes:
+        if n.op != "output" and "example_value" not in n.meta and "val" in n.meta:
+            n.meta["example_value"] = n.meta["val"]
+    return True
+
+
+def _attr(gm: torch.nn.Module, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def register() -> None:

@@ -215,9 +215,10 @@ class _Importer:
         return self._constant(name, array, Source("attr", path, transposed))
 
     def transposed_constant(self, vid: int) -> int:
-        """The transpose of 2-D constant `vid`, referring back to the same source."""
+        """The transpose of 2-D constant `vid`, referring back to the same source: a view, not
+        a copy (copying every linear weight of ViT-base took 0.4 s)."""
         src = self.sources[self.values[vid].name]
-        array = np.ascontiguousarray(self.constants[vid].T)
+        array = self.constants[vid].T
         name = f"{self.values[vid].name}_t"
         return self._constant(name, array, Source(src.kind, src.ref, not src.transposed))
 
