@@ -7,9 +7,9 @@
     python bench/fx_bench.py --markdown             # ... as the README's tables
 
 Models: `bench/fx_models.py` at full size (transformers' default configs: BERT-base,
-DistilBERT-base, GPT-2 small, ViT-base, t5-small, whisper-tiny; the Llama-style decoder at
-`bench/models.py`'s size), batch 2, sequence 128, default (sdpa) attention, random
-trained-like weights. Every measurement runs in its own process; results go to
+DistilBERT-base, GPT-2 small, ViT-base, t5-small, whisper-tiny, ResNet-50; the Llama-style
+decoder at `bench/models.py`'s size), batch 2, sequence 128 (images 224x224), default (sdpa)
+attention, random trained-like weights (BatchNorm statistics calibrated on random batches). Every measurement runs in its own process; results go to
 `bench/.fx_bench.json`. Rules: exact + reassoc, as the backend uses them.
 
 Table 1, fx nodes (call nodes) before and after `optimize_fx` and its seconds (import +
@@ -390,7 +390,7 @@ def main() -> None:
     import fx_models
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=list(fx_models.NAMES))
+    ap.add_argument("--models", nargs="+", default=[*fx_models.NAMES, *fx_models.CNN_NAMES])
     ap.add_argument("--threads", nargs="+", default=["1", "all"])
     ap.add_argument("--budget", default="30", help="seconds of paired calls per comparison")
     ap.add_argument("--first-calls", type=int, default=3, metavar="N",

@@ -36,6 +36,9 @@ from models import randomize_biases_and_norms  # bench/models.py: the same train
 
 SEED = 0
 NAMES = ("bert", "distilbert", "gpt2", "llama", "vit", "t5", "whisper")
+# benchmarked beside NAMES: a CNN, where BatchNorm folding removes work that inductor keeps
+# unless its freezing is on (transformers' ResNetConfig() is ResNet-50)
+CNN_NAMES = ("resnet50",)
 LLAMA = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
              num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
              max_position_embeddings=2048)  # as bench/models.py
@@ -52,6 +55,7 @@ _TEST = {
                 intermediate_size=256, image_size=32, patch_size=8),
     "t5": dict(vocab_size=512, d_model=128, d_kv=32, d_ff=256, num_layers=2,
                num_decoder_layers=2, num_heads=4),
+    "resnet50": dict(embedding_size=16, hidden_sizes=[32, 64], depths=[1, 1]),
     "whisper": dict(vocab_size=512, d_model=128, encoder_layers=2, decoder_layers=2,
                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=256,
                     decoder_ffn_dim=256, num_mel_bins=16, max_source_positions=32,
@@ -60,7 +64,7 @@ _TEST = {
 }
 _FULL = {"llama": LLAMA}
 _CLASSES = {"bert": "Bert", "distilbert": "DistilBert", "gpt2": "GPT2", "llama": "Llama",
-            "vit": "ViT", "t5": "T5", "whisper": "Whisper"}
+            "vit": "ViT", "t5": "T5", "whisper": "Whisper", "resnet50": "ResNet"}
 _SEQ = {"test": (16, 11), "full": (128, 64)}  # (main, second) sequence lengths
 
 
@@ -98,14 +102,30 @@ def build(name: str, size: str = "test") -> Case:
     randomize_biases_and_norms(model)
     seq, seq2 = _SEQ[size]
     gen = torch.Generator().manual_seed(SEED)
+    if name in CNN_NAMES:
+        _calibrate_batchnorm(model, cfg, gen)
     wrapped = _Wrapper(model, _input_names(name), _output_names(name)).eval()
     inputs = _inputs(name, cfg, 2, seq, gen)
     second = _inputs(name, cfg, 3, seq2, gen)
     return Case(name, wrapped, inputs, _dynamic(name, size), second)
 
 
+def _calibrate_batchnorm(model, cfg, gen) -> None:
+    """BatchNorm running statistics from 2 random batches (train mode, cumulative average),
+    so that they are not the (0, 1) of initialization, which keeps deep CNN outputs near 0."""
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    with torch.no_grad():
+        for m in bns:
+            m.reset_running_stats()
+            m.momentum = None
+            m.train()
+        for _ in range(2):
+            model(torch.randn(4, cfg.num_channels, 64, 64, generator=gen))
+    model.eval()
+
+
 def _input_names(name: str) -> tuple[str, ...]:
-    return {"vit": ("pixel_values",), "t5": ("input_ids", "attention_mask", "decoder_input_ids"),
+    return {"vit": ("pixel_values",), "resnet50": ("pixel_values",), "t5": ("input_ids", "attention_mask", "decoder_input_ids"),
             "whisper": ("input_features", "decoder_input_ids")}.get(
                 name, ("input_ids", "attention_mask"))
 
@@ -113,7 +133,7 @@ def _input_names(name: str) -> tuple[str, ...]:
 def _output_names(name: str) -> tuple[str, ...]:
     if name in ("t5", "whisper"):
         return ("last_hidden_state", "encoder_last_hidden_state")
-    if name in ("bert", "vit"):
+    if name in ("bert", "vit", "resnet50"):
         return ("last_hidden_state", "pooler_output")
     return ("last_hidden_state",)
 
@@ -122,6 +142,8 @@ def _inputs(name: str, cfg, batch: int, seq: int, gen) -> tuple:
     if name == "vit":
         side = cfg.image_size
         return (torch.randn(batch, 3, side, side, generator=gen),)
+    if name in CNN_NAMES:
+        return (torch.randn(batch, cfg.num_channels, 224, 224, generator=gen),)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=gen)
     if name == "whisper":
         frames = 2 * cfg.max_source_positions  # the encoder checks this length
@@ -139,7 +161,7 @@ def _dynamic(name: str, size: str) -> tuple:
     # the longest sequence every model takes: its position table (whisper-tiny's decoder: 448)
     batch, seq = Dim("batch", min=2, max=64), Dim("seq", min=2, max=64 if size == "test" else 448)
     text = {0: batch, 1: seq}
-    per_input = {"vit": ({0: batch},), "whisper": ({0: batch}, text),
+    per_input = {"vit": ({0: batch},), "resnet50": ({0: batch},), "whisper": ({0: batch}, text),
                  "t5": (text, text, text)}.get(name, (text, text))
     return (per_input,)  # the wrapper takes *inputs: one entry holding them all
 

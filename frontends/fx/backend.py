@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from contextlib import nullcontext
 
 import torch
 
@@ -103,8 +104,9 @@ def fill_example_values(gm: torch.fx.GraphModule) -> bool:
     the nodes it captures; whether it could. The nodes the rewrite wrote have none, and
     AOTAutograd's cache refuses a graph with a method call on a node without one ("Unsupported
     call_method target"), which costs 3 s of every warm-cache first call of ViT-base. Values
-    are propagated under dynamo's fake mode (its shape environment, so symbolic sizes stay the
-    same symbols) from the placeholders' own example values."""
+    are propagated under the fake mode of the placeholders' own example values, with guards
+    suppressed; a graph with symbolic sizes (dynamic shapes) is left as it is, so that nothing
+    here can add a guard on dynamo's symbols (it then compiles without AOTAutograd's cache)."""
     from torch._subclasses.fake_tensor import FakeTensor  # noqa: PLC0415
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp  # noqa: PLC0415
 
@@ -112,21 +114,28 @@ def fill_example_values(gm: torch.fx.GraphModule) -> bool:
     if all("example_value" in n.meta for n in nodes):
         return True
     values = [p.meta.get("example_value") for p in nodes if p.op == "placeholder"]
+    if any(not isinstance(v, torch.Tensor) or _symbolic(v) for v in values):
+        return False  # symbolic sizes: propagating would issue guards on dynamo's symbols
     modes = {id(v.fake_mode): v.fake_mode for v in values if isinstance(v, FakeTensor)}
     if len(modes) != 1:  # (detect_fake_mode would prefer the tracing context's mode)
         return False
     mode = next(iter(modes.values()))
-    args = [mode.from_tensor(v, static_shapes=True)
-            if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor) else v
+    args = [v if isinstance(v, FakeTensor) else mode.from_tensor(v, static_shapes=True)
             for v in values]
+    quiet = mode.shape_env.suppress_guards() if mode.shape_env is not None else nullcontext()
     try:
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*args)
+        with quiet:
+            FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*args)
     except Exception:  # the cache is an optimization; a graph it refuses still compiles
         return False
     for n in gm.graph.nodes:
         if n.op != "output" and "example_value" not in n.meta and "val" in n.meta:
             n.meta["example_value"] = n.meta["val"]
     return True
+
+
+def _symbolic(t: torch.Tensor) -> bool:
+    return any(isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride()))
 
 
 def _attr(gm: torch.nn.Module, target: str):
