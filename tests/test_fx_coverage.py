@@ -2,10 +2,12 @@
 produce them (`bench/fx_models.py`: BERT, DistilBERT, GPT-2, a Llama-style decoder, ViT, T5,
 Whisper; mid-size configs with the full structure, transformers' default sdpa attention).
 
-`OPAQUE` is the exact list of call nodes each graph keeps opaque, each target with the reason
-below. Any other op must be lowered: an op that regresses to opaque fails the test, and so does
-a new op a transformers or torch release brings (decide: map it, or list it here with a
-reason). torch.export's `_assert_tensor_metadata` checks of `to` inputs are decided at export
+`OPAQUE` lists the call targets each graph may keep opaque, each with the reason below, and the
+counts seen with transformers 5.x. Any other op must be lowered: an op that regresses to opaque
+fails the test, and so does a new op a transformers or torch release brings (decide: map it, or
+list it here with a reason). The counts of a listed target are not asserted: they follow how a
+transformers release writes its modules (Llama's RoPE writes 4 `cat`s with one release and 5
+with the next), which the product does not control; attention stays whole, one node per layer. torch.export's `_assert_tensor_metadata` checks of `to` inputs are decided at export
 time and dropped by the importer (they count as seen). Run with `-s` to print the coverage
 table. Each exported model is also optimized, its output checked against the input program's
 (`optimize_fx`'s check) at the example inputs; Llama's and T5's RMSNorms become one op.
@@ -106,8 +108,10 @@ def test_only_the_listed_ops_stay_opaque(case):
     cov = op_coverage(graph, example, freeze=dialect == "dynamo")
     print("\n" + _table(name, dialect, cov))
     opaque = {op: o for op, (_, o) in cov.items() if o}
-    want = {**OPAQUE[case], SDPA[dialect]: ATTENTION[name]}
-    assert opaque == want, _table(name, dialect, cov)
+    allowed = {**OPAQUE[case], SDPA[dialect]: ATTENTION[name]}
+    unexpected = sorted(set(opaque) - set(allowed))
+    assert not unexpected, f"opaque and not listed: {unexpected}\n{_table(name, dialect, cov)}"
+    assert opaque.get(SDPA[dialect]) == ATTENTION[name], _table(name, dialect, cov)
     for op in opaque:
         assert any(word in op for word in WHY), f"{op} has no reason in WHY"
 

@@ -29,7 +29,7 @@ def test_python_example(code, monkeypatch):
 @pytest.mark.parametrize("command", SH_COMMANDS)
 def test_cli_example(command, tmp_path):
     args = shlex.split(command)[1:]
-    args = [str(tmp_path / a) if a.endswith((".opt.onnx", ".json")) else a for a in args]
+    args = [str(tmp_path / Path(a).name) if a.endswith((".opt.onnx", ".json")) else a for a in args]
     r = subprocess.run([sys.executable, "-m", "rewrite.cli", *args], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
