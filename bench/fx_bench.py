@@ -75,9 +75,15 @@ def bert():
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(SEED)
-    cfg = BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=128, max_position_embeddings=64,
-                     attn_implementation="eager")
+    cfg = BertConfig(
+        vocab_size=100,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
     ids, mask = _text_inputs(cfg.vocab_size)
     types = torch.zeros_like(ids)
     types[:, 8:] = 1
@@ -91,12 +97,21 @@ def gpt2():
     from transformers import GPT2Config, GPT2Model
 
     torch.manual_seed(SEED)
-    cfg = GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4, n_positions=64,
-                     bos_token_id=0, eos_token_id=0, use_cache=False,
-                     attn_implementation="eager")
+    cfg = GPT2Config(
+        vocab_size=100,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        use_cache=False,
+        attn_implementation="eager",
+    )
     model = _randomize(GPT2Model(cfg))
-    wrapped = _Wrapper(model, ["input_ids", "attention_mask"], ["last_hidden_state"],
-                       use_cache=False).eval()
+    wrapped = _Wrapper(
+        model, ["input_ids", "attention_mask"], ["last_hidden_state"], use_cache=False
+    ).eval()
     return wrapped, _text_inputs(cfg.vocab_size)
 
 
@@ -158,9 +173,9 @@ def graph_of(name: str, dialect: str):
 
 def measure_nodes(name: str, size: str = "full") -> dict:
     """optimize_fx on the full-size model exported with static and with dynamic shapes."""
+    import fx_models
     import torch
 
-    import fx_models
     from frontends.fx import optimize_fx, shipped_rules
 
     shipped_rules()
@@ -171,9 +186,12 @@ def measure_nodes(name: str, size: str = "full") -> dict:
             ep = torch.export.export(case.model, case.inputs, dynamic_shapes=dyn)
         start = time.perf_counter()
         _, report = optimize_fx(ep, case.inputs, fp=FP, check=False)
-        out[kind] = {"before": report.nodes_before, "after": report.nodes_after,
-                     "seconds": time.perf_counter() - start,
-                     "skipped": report.extra.get("skipped")}
+        out[kind] = {
+            "before": report.nodes_before,
+            "after": report.nodes_after,
+            "seconds": time.perf_counter() - start,
+            "skipped": report.extra.get("skipped"),
+        }
     return out
 
 
@@ -181,8 +199,10 @@ def _close(a, b) -> bool:
     import torch
 
     a, b = torch.utils._pytree.tree_leaves(a), torch.utils._pytree.tree_leaves(b)
-    return all(x.shape == y.shape and float((x - y).abs().max())
-               <= 1e-4 + 1e-3 * float(y.abs().max()) for x, y in zip(a, b, strict=True))
+    return all(
+        x.shape == y.shape and float((x - y).abs().max()) <= 1e-4 + 1e-3 * float(y.abs().max())
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 def _compiled(model, inputs, backend: str, options=None):
@@ -217,17 +237,23 @@ def _paired(a, b, inputs, budget: float) -> dict:
             times.append(time.perf_counter() - t)
     ratios = sorted(y / x for x, y in zip(ta, tb))
     q = statistics.quantiles(ratios, n=4)
-    return {"a_ms": 1e3 * statistics.median(ta), "b_ms": 1e3 * statistics.median(tb),
-            "ratio": statistics.median(ratios), "q1": q[0], "q3": q[2], "pairs": len(ta)}
+    return {
+        "a_ms": 1e3 * statistics.median(ta),
+        "b_ms": 1e3 * statistics.median(tb),
+        "ratio": statistics.median(ratios),
+        "q1": q[0],
+        "q3": q[2],
+        "pairs": len(ta),
+    }
 
 
 def measure_first_call(name: str, backend: str, size: str = "full") -> dict:
     """Seconds of the first call of torch.compile(model, backend) under no_grad, all threads,
     in this (fresh) process; the rewrite's own seconds and fx nodes from its report."""
+    import fx_models
     import torch
 
     import frontends.fx  # noqa: F401  (registers the "rewrite" backend)
-    import fx_models
 
     case = fx_models.build(name, size)
     with torch.no_grad():
@@ -243,10 +269,10 @@ def measure_first_call(name: str, backend: str, size: str = "full") -> dict:
 def measure_latency(name: str, threads: str, budget: str = "30", size: str = "full") -> dict:
     """Paired latency at `threads` ("1" or "all") under no_grad: inductor against rewrite +
     inductor, and eager PyTorch against rewrite + eager; outputs checked against eager."""
+    import fx_models
     import torch
 
     import frontends.fx  # noqa: F401  (registers the "rewrite" backend)
-    import fx_models
 
     torch.set_num_threads(1 if threads == "1" else os.cpu_count())
     case = fx_models.build(name, size)
@@ -255,9 +281,11 @@ def measure_latency(name: str, threads: str, budget: str = "30", size: str = "fu
     with torch.no_grad():
         want = model(*inputs)
         fns = {}
-        for key, backend, options in [("inductor", "inductor", None),
-                                      ("rewrite", "rewrite", None),
-                                      ("rewrite_eager", "rewrite", {"backend": "eager"})]:
+        for key, backend, options in [
+            ("inductor", "inductor", None),
+            ("rewrite", "rewrite", None),
+            ("rewrite_eager", "rewrite", {"backend": "eager"}),
+        ]:
             fns[key], out, _, _ = _compiled(model, inputs, backend, options)
             res[f"{key}_ok"] = _close(out, want)
         res["latency"] = _paired(fns["inductor"], fns["rewrite"], inputs, float(budget))
@@ -273,8 +301,9 @@ def _child(args: list[str], cache_dir: str | None = None) -> dict:
     else:
         env.pop("TORCHINDUCTOR_FORCE_DISABLE_CACHES", None)
         env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
-    res = subprocess.run([sys.executable, __file__, "--one", *args], capture_output=True,
-                         text=True, env=env)
+    res = subprocess.run(
+        [sys.executable, __file__, "--one", *args], capture_output=True, text=True, env=env
+    )
     if res.returncode:
         lines = res.stderr.strip().splitlines() or ["no output"]
         return {"error": lines[-1]}
@@ -300,39 +329,71 @@ def show(results: dict) -> None:
     from rich.table import Table
 
     console = Console(width=170)
-    t = Table(title="fx nodes before -> after (exact + reassoc); seconds of optimize_fx or of "
-                    "the rewrite inside torch.compile; first call of torch.compile, all threads: "
-                    "cold (median of fresh processes without caches) and warm (inductor's "
-                    "caches filled by an earlier run)")
-    for c in ("model", "export", "s", "export dynamic", "s", "torch.compile graph", "s",
-              "cold inductor s", "cold rewrite s", "ratio", "warm inductor s", "warm rewrite s",
-              "ratio"):
+    t = Table(
+        title="fx nodes before -> after (exact + reassoc); seconds of optimize_fx or of "
+        "the rewrite inside torch.compile; first call of torch.compile, all threads: "
+        "cold (median of fresh processes without caches) and warm (inductor's "
+        "caches filled by an earlier run)"
+    )
+    for c in (
+        "model",
+        "export",
+        "s",
+        "export dynamic",
+        "s",
+        "torch.compile graph",
+        "s",
+        "cold inductor s",
+        "cold rewrite s",
+        "ratio",
+        "warm inductor s",
+        "warm rewrite s",
+        "ratio",
+    ):
         t.add_column(c, justify="left" if c == "model" else "right")
     for name, r in results.items():
         n = r.get("nodes", {})
         row = [name]
         for kind in ("export", "export-dynamic"):
             k = n.get(kind, {})
-            row += [f"{k['before']} -> {k['after']}" if "before" in k else n.get("error", "")[:40],
-                    _fmt(k.get("seconds"))]
+            row += [
+                f"{k['before']} -> {k['after']}" if "before" in k else n.get("error", "")[:40],
+                _fmt(k.get("seconds")),
+            ]
         first = r.get("first_call", {})
         rw = first.get("rewrite", [])
         dyn = next((x["dynamo_nodes"] for x in rw if "dynamo_nodes" in x), None)
-        row += [", ".join(f"{a} -> {b}" for a, b in dyn) if dyn else "",
-                _fmt(_median(rw, "rewrite_s"))]
+        row += [
+            ", ".join(f"{a} -> {b}" for a, b in dyn) if dyn else "",
+            _fmt(_median(rw, "rewrite_s")),
+        ]
         for kind in ("", "warm_"):
             ind, rws = first.get(f"{kind}inductor", []), first.get(f"{kind}rewrite", [])
             a, b = _median(ind, "seconds"), _median(rws, "seconds")
             errors = [x["error"] for x in ind + rws if "error" in x]
             bad = any(not x.get("ok", True) for x in ind + rws)
-            row += [_fmt(a, ".1f"), _fmt(b, ".1f") + (" (output mismatch)" if bad else ""),
-                    _fmt(b / a if a and b else None) or (errors[0][:40] if errors else "")]
+            row += [
+                _fmt(a, ".1f"),
+                _fmt(b, ".1f") + (" (output mismatch)" if bad else ""),
+                _fmt(b / a if a and b else None) or (errors[0][:40] if errors else ""),
+            ]
         t.add_row(*row)
     console.print(t)
-    c = Table(title="steady state under no_grad: median ms per call; ratio = rewrite / baseline, "
-                    "median and quartiles of alternating pairs")
-    for col in ("model", "threads", "inductor", "rewrite+inductor", "ratio [q1, q3]", "eager",
-                "rewrite+eager", "ratio [q1, q3]", "pairs"):
+    c = Table(
+        title="steady state under no_grad: median ms per call; ratio = rewrite / baseline, "
+        "median and quartiles of alternating pairs"
+    )
+    for col in (
+        "model",
+        "threads",
+        "inductor",
+        "rewrite+inductor",
+        "ratio [q1, q3]",
+        "eager",
+        "rewrite+eager",
+        "ratio [q1, q3]",
+        "pairs",
+    ):
         c.add_column(col, justify="left" if col == "model" else "right")
     for name, r in results.items():
         for threads, m in r.get("latency", {}).items():
@@ -341,39 +402,54 @@ def show(results: dict) -> None:
                 continue
             lat, el = m["latency"], m["eager_latency"]
             ok = m["inductor_ok"] and m["rewrite_ok"] and m["rewrite_eager_ok"]
-            c.add_row(name, str(m["threads"]), _fmt(lat["a_ms"], ".1f"),
-                      _fmt(lat["b_ms"], ".1f") + ("" if ok else " (output mismatch)"),
-                      f"{lat['ratio']:.3f} [{lat['q1']:.3f}, {lat['q3']:.3f}]",
-                      _fmt(el["a_ms"], ".1f"), _fmt(el["b_ms"], ".1f"),
-                      f"{el['ratio']:.3f} [{el['q1']:.3f}, {el['q3']:.3f}]",
-                      f"{lat['pairs']}, {el['pairs']}")
+            c.add_row(
+                name,
+                str(m["threads"]),
+                _fmt(lat["a_ms"], ".1f"),
+                _fmt(lat["b_ms"], ".1f") + ("" if ok else " (output mismatch)"),
+                f"{lat['ratio']:.3f} [{lat['q1']:.3f}, {lat['q3']:.3f}]",
+                _fmt(el["a_ms"], ".1f"),
+                _fmt(el["b_ms"], ".1f"),
+                f"{el['ratio']:.3f} [{el['q1']:.3f}, {el['q3']:.3f}]",
+                f"{lat['pairs']}, {el['pairs']}",
+            )
     console.print(c)
 
 
 def markdown(results: dict) -> str:
     """The two tables as Markdown (as in the README)."""
-    lines = ["| model | torch.export | s | export, dynamic batch/seq | s | torch.compile graph | "
-             "rewrite s | cold: inductor s | rewrite + inductor s | ratio | warm: inductor s | "
-             "rewrite + inductor s | ratio |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | torch.export | s | export, dynamic batch/seq | s | torch.compile graph | "
+        "rewrite s | cold: inductor s | rewrite + inductor s | ratio | warm: inductor s | "
+        "rewrite + inductor s | ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         n, first = r.get("nodes", {}), r.get("first_call", {})
         cells = [name]
         for kind in ("export", "export-dynamic"):
             k = n.get(kind, {})
-            cells += [f"{k['before']} -> {k['after']}" if "before" in k else "",
-                      _fmt(k.get("seconds"), ".1f")]
+            cells += [
+                f"{k['before']} -> {k['after']}" if "before" in k else "",
+                _fmt(k.get("seconds"), ".1f"),
+            ]
         rw = first.get("rewrite", [])
         dyn = next((x["dynamo_nodes"] for x in rw if "dynamo_nodes" in x), None)
-        cells += [", ".join(f"{x} -> {y}" for x, y in dyn) if dyn else "",
-                  _fmt(_median(rw, "rewrite_s"), ".1f")]
+        cells += [
+            ", ".join(f"{x} -> {y}" for x, y in dyn) if dyn else "",
+            _fmt(_median(rw, "rewrite_s"), ".1f"),
+        ]
         for kind in ("", "warm_"):
             a = _median(first.get(f"{kind}inductor", []), "seconds")
             b = _median(first.get(f"{kind}rewrite", []), "seconds")
             cells += [_fmt(a, ".1f"), _fmt(b, ".1f"), _fmt(b / a if a and b else None)]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "| model | threads | inductor ms | rewrite + inductor ms | ratio [q1, q3] | "
-              "eager ms | rewrite + eager ms | ratio [q1, q3] |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| model | threads | inductor ms | rewrite + inductor ms | ratio [q1, q3] | "
+        "eager ms | rewrite + eager ms | ratio [q1, q3] |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         for m in r.get("latency", {}).values():
             if "error" in m:
@@ -382,7 +458,8 @@ def markdown(results: dict) -> str:
             lines.append(
                 f"| {name} | {m['threads']} | {lat['a_ms']:.0f} | {lat['b_ms']:.0f} | "
                 f"{lat['ratio']:.2f} [{lat['q1']:.2f}, {lat['q3']:.2f}] | {el['a_ms']:.0f} | "
-                f"{el['b_ms']:.0f} | {el['ratio']:.2f} [{el['q1']:.2f}, {el['q3']:.2f}] |")
+                f"{el['b_ms']:.0f} | {el['ratio']:.2f} [{el['q1']:.2f}, {el['q3']:.2f}] |"
+            )
     return "\n".join(lines)
 
 
@@ -393,8 +470,13 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=[*fx_models.NAMES, *fx_models.CNN_NAMES])
     ap.add_argument("--threads", nargs="+", default=["1", "all"])
     ap.add_argument("--budget", default="30", help="seconds of paired calls per comparison")
-    ap.add_argument("--first-calls", type=int, default=3, metavar="N",
-                    help="cold first calls of each backend, alternating (default 3; median)")
+    ap.add_argument(
+        "--first-calls",
+        type=int,
+        default=3,
+        metavar="N",
+        help="cold first calls of each backend, alternating (default 3; median)",
+    )
     ap.add_argument("--no-latency", action="store_true", help="node counts only")
     ap.add_argument("--size", default="full", help="full, or test (a quick smoke run)")
     ap.add_argument("--show", action="store_true", help="print stored results")
@@ -403,8 +485,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.one:
         kind, *rest = args.one
-        fn = {"nodes": measure_nodes, "first_call": measure_first_call,
-              "latency": measure_latency}[kind]
+        fn = {"nodes": measure_nodes, "first_call": measure_first_call, "latency": measure_latency}[
+            kind
+        ]
         print(json.dumps(fn(*rest)))
         return
     path = RESULTS if args.size == "full" else RESULTS.with_suffix(f".{args.size}.json")
@@ -417,8 +500,9 @@ def main() -> None:
             if args.no_latency:
                 continue
             # cold first calls, each in a fresh process, alternating: A B A B ...
-            first = r["first_call"] = {k: [] for k in ("inductor", "rewrite", "warm_inductor",
-                                                       "warm_rewrite")}
+            first = r["first_call"] = {
+                k: [] for k in ("inductor", "rewrite", "warm_inductor", "warm_rewrite")
+            }
             for _ in range(args.first_calls):
                 for backend in ("inductor", "rewrite"):
                     first[backend].append(_child(["first_call", name, backend, args.size]))
@@ -428,12 +512,12 @@ def main() -> None:
                 with tempfile.TemporaryDirectory() as cache:
                     _child(["first_call", name, backend, args.size], cache)
                     first[f"warm_{backend}"].append(
-                        _child(["first_call", name, backend, args.size], cache))
+                        _child(["first_call", name, backend, args.size], cache)
+                    )
                 path.write_text(json.dumps(results, indent=1))
             r["latency"] = {}
             for threads in args.threads:
-                r["latency"][threads] = _child(["latency", name, threads, args.budget,
-                                                args.size])
+                r["latency"][threads] = _child(["latency", name, threads, args.budget, args.size])
                 path.write_text(json.dumps(results, indent=1))
     chosen = {k: v for k, v in results.items() if args.show or args.markdown or k in args.models}
     if args.markdown:

@@ -39,32 +39,94 @@ NAMES = ("bert", "distilbert", "gpt2", "llama", "vit", "t5", "whisper")
 # benchmarked beside NAMES: a CNN, where BatchNorm folding removes work that inductor keeps
 # unless its freezing is on (transformers' ResNetConfig() is ResNet-50)
 CNN_NAMES = ("resnet50",)
-LLAMA = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-             num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
-             max_position_embeddings=2048)  # as bench/models.py
+LLAMA = dict(
+    hidden_size=1024,
+    intermediate_size=2816,
+    num_hidden_layers=8,
+    num_attention_heads=16,
+    num_key_value_heads=4,
+    vocab_size=32000,
+    max_position_embeddings=2048,
+)  # as bench/models.py
 _TEST = {
-    "bert": dict(vocab_size=512, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 intermediate_size=256, max_position_embeddings=128),
-    "distilbert": dict(vocab_size=512, dim=128, n_layers=2, n_heads=4, hidden_dim=256,
-                       max_position_embeddings=128),
-    "gpt2": dict(vocab_size=512, n_embd=128, n_layer=2, n_head=4, n_positions=128,
-                 bos_token_id=0, eos_token_id=0),
-    "llama": dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                  num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=128),
-    "vit": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                intermediate_size=256, image_size=32, patch_size=8),
-    "t5": dict(vocab_size=512, d_model=128, d_kv=32, d_ff=256, num_layers=2,
-               num_decoder_layers=2, num_heads=4),
+    "bert": dict(
+        vocab_size=512,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=256,
+        max_position_embeddings=128,
+    ),
+    "distilbert": dict(
+        vocab_size=512, dim=128, n_layers=2, n_heads=4, hidden_dim=256, max_position_embeddings=128
+    ),
+    "gpt2": dict(
+        vocab_size=512,
+        n_embd=128,
+        n_layer=2,
+        n_head=4,
+        n_positions=128,
+        bos_token_id=0,
+        eos_token_id=0,
+    ),
+    "llama": dict(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    ),
+    "vit": dict(
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=256,
+        image_size=32,
+        patch_size=8,
+    ),
+    "t5": dict(
+        vocab_size=512,
+        d_model=128,
+        d_kv=32,
+        d_ff=256,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+    ),
     "resnet50": dict(embedding_size=16, hidden_sizes=[32, 64], depths=[1, 1]),
-    "whisper": dict(vocab_size=512, d_model=128, encoder_layers=2, decoder_layers=2,
-                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=256,
-                    decoder_ffn_dim=256, num_mel_bins=16, max_source_positions=32,
-                    max_target_positions=64, pad_token_id=0, bos_token_id=0, eos_token_id=0,
-                    decoder_start_token_id=1, begin_suppress_tokens=None, suppress_tokens=None),
+    "whisper": dict(
+        vocab_size=512,
+        d_model=128,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=256,
+        decoder_ffn_dim=256,
+        num_mel_bins=16,
+        max_source_positions=32,
+        max_target_positions=64,
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=0,
+        decoder_start_token_id=1,
+        begin_suppress_tokens=None,
+        suppress_tokens=None,
+    ),
 }
 _FULL = {"llama": LLAMA}
-_CLASSES = {"bert": "Bert", "distilbert": "DistilBert", "gpt2": "GPT2", "llama": "Llama",
-            "vit": "ViT", "t5": "T5", "whisper": "Whisper", "resnet50": "ResNet"}
+_CLASSES = {
+    "bert": "Bert",
+    "distilbert": "DistilBert",
+    "gpt2": "GPT2",
+    "llama": "Llama",
+    "vit": "ViT",
+    "t5": "T5",
+    "whisper": "Whisper",
+    "resnet50": "ResNet",
+}
 _SEQ = {"test": (16, 11), "full": (128, 64)}  # (main, second) sequence lengths
 
 
@@ -125,9 +187,12 @@ def _calibrate_batchnorm(model, cfg, gen) -> None:
 
 
 def _input_names(name: str) -> tuple[str, ...]:
-    return {"vit": ("pixel_values",), "resnet50": ("pixel_values",), "t5": ("input_ids", "attention_mask", "decoder_input_ids"),
-            "whisper": ("input_features", "decoder_input_ids")}.get(
-                name, ("input_ids", "attention_mask"))
+    return {
+        "vit": ("pixel_values",),
+        "resnet50": ("pixel_values",),
+        "t5": ("input_ids", "attention_mask", "decoder_input_ids"),
+        "whisper": ("input_features", "decoder_input_ids"),
+    }.get(name, ("input_ids", "attention_mask"))
 
 
 def _output_names(name: str) -> tuple[str, ...]:
@@ -149,7 +214,7 @@ def _inputs(name: str, cfg, batch: int, seq: int, gen) -> tuple:
         frames = 2 * cfg.max_source_positions  # the encoder checks this length
         return (torch.randn(batch, cfg.num_mel_bins, frames, generator=gen), ids)
     mask = torch.ones(batch, seq, dtype=torch.int64)
-    mask[1, seq - seq // 4:] = 0
+    mask[1, seq - seq // 4 :] = 0
     if name == "t5":
         return (ids, mask, torch.randint(0, cfg.vocab_size, (batch, seq), generator=gen))
     return (ids, mask)
@@ -161,8 +226,12 @@ def _dynamic(name: str, size: str) -> tuple:
     # the longest sequence every model takes: its position table (whisper-tiny's decoder: 448)
     batch, seq = Dim("batch", min=2, max=64), Dim("seq", min=2, max=64 if size == "test" else 448)
     text = {0: batch, 1: seq}
-    per_input = {"vit": ({0: batch},), "resnet50": ({0: batch},), "whisper": ({0: batch}, text),
-                 "t5": (text, text, text)}.get(name, (text, text))
+    per_input = {
+        "vit": ({0: batch},),
+        "resnet50": ({0: batch},),
+        "whisper": ({0: batch}, text),
+        "t5": (text, text, text),
+    }.get(name, (text, text))
     return (per_input,)  # the wrapper takes *inputs: one entry holding them all
 
 

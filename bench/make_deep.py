@@ -75,8 +75,7 @@ class _Builder:
             self.const(name, (1 + self.rng.standard_normal(HIDDEN) * 0.02).astype(np.float32))
         return name
 
-    def op(self, scope: str, op_type: str, *inputs: str, out: str | None = None,
-           **attrs) -> str:
+    def op(self, scope: str, op_type: str, *inputs: str, out: str | None = None, **attrs) -> str:
         """Add node ``scope/OpType[_k]`` and return its (single) output name."""
         key = f"{scope}/{op_type}"
         k = self.counts.get(key, 0)
@@ -89,13 +88,26 @@ class _Builder:
 
 def _shared_constants(b: _Builder) -> dict:
     """Scalars, shape tensors, causal mask and rotary tables used by every block."""
-    c = {k: b.const(k, np.array(v, np.float32)) for k, v in
-         [("two", 2.0), ("eps", 1e-6), ("one", 1.0), ("scale", HEAD_DIM ** -0.5),
-          ("dropout_ratio", 0.1)]}
-    for k, v in [("axes_last", [-1]), ("shape_bshd", [BATCH, SEQ, HEADS, HEAD_DIM]),
-                 ("shape_bsh", [BATCH, SEQ, HIDDEN]), ("shape_2d", [BATCH * SEQ, HIDDEN]),
-                 ("half_start", [0]), ("half_mid", [HEAD_DIM // 2]), ("half_end", [INT64_MAX]),
-                 ("step_1", [1])]:
+    c = {
+        k: b.const(k, np.array(v, np.float32))
+        for k, v in [
+            ("two", 2.0),
+            ("eps", 1e-6),
+            ("one", 1.0),
+            ("scale", HEAD_DIM**-0.5),
+            ("dropout_ratio", 0.1),
+        ]
+    }
+    for k, v in [
+        ("axes_last", [-1]),
+        ("shape_bshd", [BATCH, SEQ, HEADS, HEAD_DIM]),
+        ("shape_bsh", [BATCH, SEQ, HIDDEN]),
+        ("shape_2d", [BATCH * SEQ, HIDDEN]),
+        ("half_start", [0]),
+        ("half_mid", [HEAD_DIM // 2]),
+        ("half_end", [INT64_MAX]),
+        ("step_1", [1]),
+    ]:
         c[k] = b.const(k, np.array(v, np.int64))
     mask = np.triu(np.full((SEQ, SEQ), np.finfo(np.float32).min, np.float32), 1)
     c["mask"] = b.const("causal_mask", mask.reshape(1, 1, SEQ, SEQ))
@@ -107,8 +119,7 @@ def _shared_constants(b: _Builder) -> dict:
     return c
 
 
-def _rms_norm(b: _Builder, c: dict, scope: str, x: str, weight: str,
-              out: str | None = None) -> str:
+def _rms_norm(b: _Builder, c: dict, scope: str, x: str, weight: str, out: str | None = None) -> str:
     """RMSNorm decomposed into primitives (7 nodes)."""
     sq = b.op(scope, "Pow", x, c["two"])
     mean = b.op(scope, "ReduceMean", sq, c["axes_last"], keepdims=1)
@@ -129,8 +140,7 @@ def _block(b: _Builder, c: dict, i: int, x: str) -> str:
     s, w = f"/layers.{i}", f"layers.{i % WEIGHT_SETS}"
     perm = dict(perm=[0, 2, 1, 3])
     # Pre-attention RMSNorm; its weight is an Identity of a shared initializer.
-    norm_w = b.op(f"{s}/input_layernorm", "Identity",
-                  b.norm_weight("input_layernorm.weight"))
+    norm_w = b.op(f"{s}/input_layernorm", "Identity", b.norm_weight("input_layernorm.weight"))
     h = _rms_norm(b, c, f"{s}/input_layernorm", x, norm_w)
     a = f"{s}/self_attn"
 
@@ -144,8 +154,9 @@ def _block(b: _Builder, c: dict, i: int, x: str) -> str:
     v = b.op(a, "Transpose", heads("v_proj"), **perm)
     scores = b.op(a, "Add", b.op(a, "Mul", b.op(a, "MatMul", q, k_t), c["scale"]), c["mask"])
     probs = b.op(a, "Dropout", b.op(a, "Softmax", scores, axis=-1), c["dropout_ratio"])
-    ctx = b.op(a, "Reshape", b.op(a, "Transpose", b.op(a, "MatMul", probs, v), **perm),
-               c["shape_bsh"])
+    ctx = b.op(
+        a, "Reshape", b.op(a, "Transpose", b.op(a, "MatMul", probs, v), **perm), c["shape_bsh"]
+    )
     o = f"{a}/o_proj"
     flat = b.op(o, "Reshape", ctx, c["shape_2d"])
     proj = b.op(o, "MatMul", flat, b.weight(f"{w}.o_proj.weight", HIDDEN, HIDDEN))
@@ -153,15 +164,19 @@ def _block(b: _Builder, c: dict, i: int, x: str) -> str:
     proj = b.op(o, "Reshape", proj, c["shape_bsh"])
     x = b.op(s, "Add", x, b.op(s, "Mul", proj, c["one"]))  # residual_multiplier = 1.0
     # SwiGLU MLP.
-    norm_w = b.op(f"{s}/post_attention_layernorm", "Identity",
-                  b.norm_weight("post_attention_layernorm.weight"))
+    norm_w = b.op(
+        f"{s}/post_attention_layernorm",
+        "Identity",
+        b.norm_weight("post_attention_layernorm.weight"),
+    )
     h = _rms_norm(b, c, f"{s}/post_attention_layernorm", x, norm_w)
     m = f"{s}/mlp"
     gate = b.op(m, "MatMul", h, b.weight(f"{w}.mlp.gate_proj.weight", HIDDEN, FFN))
     silu = b.op(m, "Mul", gate, b.op(m, "Sigmoid", gate))
     up = b.op(m, "MatMul", h, b.weight(f"{w}.mlp.up_proj.weight", HIDDEN, FFN))
-    down = b.op(m, "MatMul", b.op(m, "Mul", silu, up),
-                b.weight(f"{w}.mlp.down_proj.weight", FFN, HIDDEN))
+    down = b.op(
+        m, "MatMul", b.op(m, "Mul", silu, up), b.weight(f"{w}.mlp.down_proj.weight", FFN, HIDDEN)
+    )
     return b.op(s, "Add", x, down)
 
 
@@ -174,20 +189,31 @@ def deep_model(n_nodes: int, seed: int = 0) -> onnx.ModelProto:
     n_blocks = max(1, round((n_nodes - NODES_OUTSIDE_BLOCKS) / NODES_PER_BLOCK))
     b = _Builder(np.random.default_rng(seed))
     c = _shared_constants(b)
-    x = b.op("/embed_tokens", "Gather", b.weight("embed_tokens.weight", VOCAB, HIDDEN),
-             "input_ids", axis=0)
+    x = b.op(
+        "/embed_tokens",
+        "Gather",
+        b.weight("embed_tokens.weight", VOCAB, HIDDEN),
+        "input_ids",
+        axis=0,
+    )
     for i in range(n_blocks):
         x = _block(b, c, i, x)
     _rms_norm(b, c, "/norm", x, b.norm_weight("norm.weight"), out="last_hidden_state")
     assert len(b.nodes) == NODES_OUTSIDE_BLOCKS + n_blocks * NODES_PER_BLOCK
     graph = helper.make_graph(
-        b.nodes, f"deep_llama_{n_blocks}_layers",
+        b.nodes,
+        f"deep_llama_{n_blocks}_layers",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [BATCH, SEQ])],
-        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
-                                       [BATCH, SEQ, HIDDEN])],
-        initializer=list(b.inits.values()))
-    model = helper.make_model(graph, producer_name="bench/make_deep.py",
-                              opset_imports=[helper.make_opsetid("", OPSET)])
+        [
+            helper.make_tensor_value_info(
+                "last_hidden_state", TensorProto.FLOAT, [BATCH, SEQ, HIDDEN]
+            )
+        ],
+        initializer=list(b.inits.values()),
+    )
+    model = helper.make_model(
+        graph, producer_name="bench/make_deep.py", opset_imports=[helper.make_opsetid("", OPSET)]
+    )
     model.ir_version = IR_VERSION
     return model
 
@@ -198,6 +224,7 @@ def check(model: onnx.ModelProto) -> float:
     Returns the seconds spent; raises if either step fails.
     """
     import onnxruntime as ort
+
     start = time.perf_counter()
     onnx.checker.check_model(model, full_check=True)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -212,15 +239,18 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("n_nodes", type=int)
     parser.add_argument("out")
-    parser.add_argument("--no-check", action="store_true",
-                        help="skip onnx.checker and the onnxruntime smoke run")
+    parser.add_argument(
+        "--no-check", action="store_true", help="skip onnx.checker and the onnxruntime smoke run"
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
     model = deep_model(args.n_nodes)
     built = time.perf_counter() - start
     onnx.save_model(model, args.out, save_as_external_data=False)
-    msg = (f"{len(model.graph.node)} nodes, {len(model.graph.initializer)} initializers, "
-           f"{os.path.getsize(args.out) / 2**20:.2f} MiB, built in {built:.2f} s")
+    msg = (
+        f"{len(model.graph.node)} nodes, {len(model.graph.initializer)} initializers, "
+        f"{os.path.getsize(args.out) / 2**20:.2f} MiB, built in {built:.2f} s"
+    )
     if not args.no_check:
         msg += f", checked + ran in {check(model):.2f} s"
     print(f"{msg} -> {args.out}")

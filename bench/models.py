@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -61,31 +60,48 @@ class Spec:
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return {"text": ("input_ids", "attention_mask"),
-                "seq2seq": ("input_ids", "decoder_input_ids"),
-                "image": ("pixel_values",)}[self.kind]
+        return {
+            "text": ("input_ids", "attention_mask"),
+            "seq2seq": ("input_ids", "decoder_input_ids"),
+            "image": ("pixel_values",),
+        }[self.kind]
 
 
-LLAMA = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-             num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
-             max_position_embeddings=2048)
+LLAMA = dict(
+    hidden_size=1024,
+    intermediate_size=2816,
+    num_hidden_layers=8,
+    num_attention_heads=16,
+    num_key_value_heads=4,
+    vocab_size=32000,
+    max_position_embeddings=2048,
+)
 
-SPECS = {s.name: s for s in [
-    Spec("bert", "text", "BertModel", ("last_hidden_state", "pooler_output")),
-    Spec("gpt2", "text", "GPT2Model", ("last_hidden_state",), {"use_cache": False}),
-    Spec("vit", "image", "ViTModel", ("last_hidden_state", "pooler_output")),
-    Spec("resnet50", "image", "ResNetModel", ("last_hidden_state", "pooler_output")),
-    Spec("swin-t", "image", "SwinModel", ("last_hidden_state", "pooler_output")),
-    Spec("mobilenetv2", "image", "MobileNetV2Model", ("last_hidden_state", "pooler_output")),
-    Spec("t5-small", "seq2seq", "T5Model", ("last_hidden_state", "encoder_last_hidden_state"),
-         {"use_cache": False}),
-    Spec("llama", "text", "LlamaModel", ("last_hidden_state",), dict(LLAMA, use_cache=False)),
-]}
+SPECS = {
+    s.name: s
+    for s in [
+        Spec("bert", "text", "BertModel", ("last_hidden_state", "pooler_output")),
+        Spec("gpt2", "text", "GPT2Model", ("last_hidden_state",), {"use_cache": False}),
+        Spec("vit", "image", "ViTModel", ("last_hidden_state", "pooler_output")),
+        Spec("resnet50", "image", "ResNetModel", ("last_hidden_state", "pooler_output")),
+        Spec("swin-t", "image", "SwinModel", ("last_hidden_state", "pooler_output")),
+        Spec("mobilenetv2", "image", "MobileNetV2Model", ("last_hidden_state", "pooler_output")),
+        Spec(
+            "t5-small",
+            "seq2seq",
+            "T5Model",
+            ("last_hidden_state", "encoder_last_hidden_state"),
+            {"use_cache": False},
+        ),
+        Spec("llama", "text", "LlamaModel", ("last_hidden_state",), dict(LLAMA, use_cache=False)),
+    ]
+}
 CNNS = {"ResNetModel", "MobileNetV2Model"}  # no attention to choose
 DEEP = {f"deep-{n // 1000}k": n for n in (1000, 10000, 50000)}
 
 
 # ---------------------------------------------------------------- inputs (numpy, no torch)
+
 
 def vocab_size(name: str) -> int:
     """Vocabulary size of a text model (the ids fed to it are below this)."""
@@ -100,6 +116,7 @@ def _config_defaults(name: str) -> dict:
     if meta.exists():
         return json.loads(meta.read_text())
     import transformers
+
     spec = SPECS[name]
     cfg = getattr(transformers, spec.build.replace("Model", "Config"))(**spec.config)
     d = {"vocab_size": getattr(cfg, "vocab_size", 0)}
@@ -123,7 +140,7 @@ def make_inputs(name: str, batch: int = 1, seq: int = SEQ, seed: int = SEED) -> 
         return {"input_ids": ids, "decoder_input_ids": dec}
     mask = np.ones((batch, seq), np.int64)
     if batch > 1:
-        mask[1, seq - seq // 4:] = 0
+        mask[1, seq - seq // 4 :] = 0
     return {"input_ids": ids, "attention_mask": mask}
 
 
@@ -143,9 +160,11 @@ def all_models() -> list[str]:
 
 # ---------------------------------------------------------------- building (torch)
 
+
 def _build(spec: Spec, attn: str | None):
     import torch
     import transformers
+
     torch.manual_seed(SEED)
     cfg_cls = getattr(transformers, spec.build.replace("Model", "Config"))
     cfg = cfg_cls(**spec.config)
@@ -161,6 +180,7 @@ def randomize_biases_and_norms(model) -> None:
     matrices keep transformers' initialization. Random init leaves biases at 0 and scales at
     1, which hides rewrites that drop them."""
     import torch
+
     gen = torch.Generator().manual_seed(SEED + 1)
     with torch.no_grad():
         for m in model.modules():
@@ -177,6 +197,7 @@ def _trained_like(model, spec: Spec) -> None:
     batches (train mode with momentum=None, i.e. a cumulative average, then eval)."""
     import torch
     from torch import nn
+
     randomize_biases_and_norms(model)
     with torch.no_grad():
         bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
@@ -199,12 +220,14 @@ def _wrapper(model, spec: Spec):
     """A module with the spec's inputs as named positional arguments and its outputs as a
     tuple (both exporters then see plain tensors)."""
     import torch
+
     outputs = spec.outputs
 
     def pick(out):
         return tuple(getattr(out, o) for o in outputs)
 
     if spec.kind == "image":
+
         class W(torch.nn.Module):
             def __init__(self):
                 super().__init__()
@@ -213,6 +236,7 @@ def _wrapper(model, spec: Spec):
             def forward(self, pixel_values):
                 return pick(self.m(pixel_values=pixel_values))
     elif spec.kind == "seq2seq":
+
         class W(torch.nn.Module):
             def __init__(self):
                 super().__init__()
@@ -221,6 +245,7 @@ def _wrapper(model, spec: Spec):
             def forward(self, input_ids, decoder_input_ids):
                 return pick(self.m(input_ids=input_ids, decoder_input_ids=decoder_input_ids))
     else:
+
         class W(torch.nn.Module):
             def __init__(self):
                 super().__init__()
@@ -228,6 +253,7 @@ def _wrapper(model, spec: Spec):
 
             def forward(self, input_ids, attention_mask):
                 return pick(self.m(input_ids=input_ids, attention_mask=attention_mask))
+
     return W().eval()
 
 
@@ -236,8 +262,10 @@ def _axes(spec: Spec) -> tuple[dict, dict]:
     if spec.kind == "image":
         return ({"pixel_values": {0: "batch"}}, {o: {0: "batch"} for o in spec.outputs})
     ins = {n: {0: "batch", 1: "sequence"} for n in spec.inputs}
-    outs = {o: {0: "batch"} if o == "pooler_output" else {0: "batch", 1: "sequence"}
-            for o in spec.outputs}
+    outs = {
+        o: {0: "batch"} if o == "pooler_output" else {0: "batch", 1: "sequence"}
+        for o in spec.outputs
+    }
     if spec.kind == "seq2seq":
         ins["decoder_input_ids"] = {0: "batch", 1: "decoder_sequence"}
         outs["last_hidden_state"] = {0: "batch", 1: "decoder_sequence"}
@@ -254,6 +282,7 @@ def _export(spec: Spec, wrapped, exporter: str, shapes_kind: str):
 
     import onnx
     import torch
+
     feeds = make_inputs(spec.name, batch=2 if dynamic else 1)
     args = tuple(torch.from_numpy(feeds[n]) for n in spec.inputs)
     in_axes, out_axes = _axes(spec)
@@ -261,24 +290,40 @@ def _export(spec: Spec, wrapped, exporter: str, shapes_kind: str):
         warnings.simplefilter("ignore")
         if exporter == "torchscript":
             buf = io.BytesIO()
-            torch.onnx.export(wrapped, args, buf, dynamo=False, opset_version=TORCHSCRIPT_OPSET,
-                              input_names=list(spec.inputs), output_names=list(spec.outputs),
-                              dynamic_axes={**in_axes, **out_axes} if dynamic else None)
+            torch.onnx.export(
+                wrapped,
+                args,
+                buf,
+                dynamo=False,
+                opset_version=TORCHSCRIPT_OPSET,
+                input_names=list(spec.inputs),
+                output_names=list(spec.outputs),
+                dynamic_axes={**in_axes, **out_axes} if dynamic else None,
+            )
             return onnx.load_model_from_string(buf.getvalue())
         shapes, dims = None, {}
         if shapes_kind == "named":
-            shapes = {n: {a: dims.setdefault(d, torch.export.Dim(d)) for a, d in ax.items()}
-                      for n, ax in in_axes.items()}
+            shapes = {
+                n: {a: dims.setdefault(d, torch.export.Dim(d)) for a, d in ax.items()}
+                for n, ax in in_axes.items()
+            }
         elif shapes_kind == "dynamic":
             shapes = {n: {a: torch.export.Dim.DYNAMIC for a in ax} for n, ax in in_axes.items()}
-        prog = torch.onnx.export(wrapped, args, dynamo=True, external_data=False,
-                                 input_names=list(spec.inputs), output_names=list(spec.outputs),
-                                 dynamic_shapes=shapes)
+        prog = torch.onnx.export(
+            wrapped,
+            args,
+            dynamo=True,
+            external_data=False,
+            input_names=list(spec.inputs),
+            output_names=list(spec.outputs),
+            dynamic_shapes=shapes,
+        )
         return prog.model_proto
 
 
 def _torch_out(wrapped, spec: Spec, feeds: dict) -> list[np.ndarray]:
     import torch
+
     with torch.no_grad():
         out = wrapped(*(torch.from_numpy(feeds[n]) for n in spec.inputs))
     return [o.numpy() for o in out]
@@ -288,6 +333,7 @@ def _validate(proto, spec: Spec, wrapped, dynamic: bool) -> dict:
     """Run the ONNX model under onnxruntime against torch; raise if they disagree. Returns the
     max abs difference per shape and the output scale (max |y|)."""
     import onnxruntime as ort
+
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     shapes = [(1, SEQ)] + ([second_shape(spec.name)] if dynamic else [])
     res = {}
@@ -299,13 +345,14 @@ def _validate(proto, spec: Spec, wrapped, dynamic: bool) -> dict:
             scale = float(np.abs(w).max())
             diff = float(np.abs(g - w).max())
             if g.shape != w.shape or not diff <= 1e-3 * max(1.0, scale):
-                raise RuntimeError(f"{o} at batch {batch} seq {seq}: shape {g.shape} vs "
-                                   f"{w.shape}, max |diff| {diff:.3g} (scale {scale:.3g})")
+                raise RuntimeError(
+                    f"{o} at batch {batch} seq {seq}: shape {g.shape} vs "
+                    f"{w.shape}, max |diff| {diff:.3g} (scale {scale:.3g})"
+                )
             if not float(np.std(w)) > 1e-3 * max(1.0, scale) and w.size > 1:
                 raise RuntimeError(f"{o} is degenerate (std {np.std(w):.3g})")
             where = f"batch {batch}" if spec.kind == "image" else f"{batch}x{seq}"
-            res[f"{o}@{where}"] = {"max_abs_diff": diff, "scale": scale,
-                                         "std": float(np.std(w))}
+            res[f"{o}@{where}"] = {"max_abs_diff": diff, "scale": scale, "std": float(np.std(w))}
     return res
 
 
@@ -332,6 +379,7 @@ def generate_one(name: str, exporter: str) -> dict:
     """Build, export, validate and save one (model, exporter); returns the metadata written
     next to it. Tries sdpa then eager attention, and (dynamo) dynamic then static shapes."""
     import onnx
+
     spec = SPECS[name]
     errors = []
     for attn in (None, "eager"):
@@ -349,24 +397,30 @@ def generate_one(name: str, exporter: str) -> dict:
                 check = _validate(proto, spec, wrapped, dynamic)
             except Exception as e:  # record and try the next variant
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-                errors.append(f"attn={attn or 'default'} shapes={kind}: "
-                              f"{type(e).__name__}: {first}")
+                errors.append(
+                    f"attn={attn or 'default'} shapes={kind}: {type(e).__name__}: {first}"
+                )
                 print(errors[-1], file=sys.stderr)
                 continue
             out = path_of(name, exporter)
             onnx.save_model(proto, str(out), save_as_external_data=False)
             used = getattr(model.config, "_attn_implementation", None)
-            meta = {"model": name, "exporter": exporter,
-                    "attention": "-" if spec.build in CNNS else (used or attn or "default"),
-                    "dynamic": dynamic, "shapes": kind, "export_seconds": round(secs, 2),
-                    "ir_version": proto.ir_version,
-                    "opset": max(o.version for o in proto.opset_import
-                                 if o.domain in ("", "ai.onnx")),
-                    "nodes": len(proto.graph.node),
-                    "compute_nodes": sum(n.op_type != "Constant" for n in proto.graph.node),
-                    "mb": round(out.stat().st_size / 2**20, 1),
-                    "params": sum(p.numel() for p in model.parameters()),
-                    "validation": check, "notes": notes + errors}
+            meta = {
+                "model": name,
+                "exporter": exporter,
+                "attention": "-" if spec.build in CNNS else (used or attn or "default"),
+                "dynamic": dynamic,
+                "shapes": kind,
+                "export_seconds": round(secs, 2),
+                "ir_version": proto.ir_version,
+                "opset": max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+                "nodes": len(proto.graph.node),
+                "compute_nodes": sum(n.op_type != "Constant" for n in proto.graph.node),
+                "mb": round(out.stat().st_size / 2**20, 1),
+                "params": sum(p.numel() for p in model.parameters()),
+                "validation": check,
+                "notes": notes + errors,
+            }
             out.with_suffix(".json").write_text(json.dumps(meta, indent=1))
             return meta
     raise RuntimeError(" | ".join(errors))
@@ -374,20 +428,29 @@ def generate_one(name: str, exporter: str) -> dict:
 
 def generate_deep(name: str) -> dict:
     import onnx
+
     sys.path.insert(0, str(BENCH))
     from make_deep import deep_model
+
     model = deep_model(DEEP[name])
     out = path_of(name)
     onnx.save_model(model, str(out), save_as_external_data=False)
-    meta = {"model": name, "exporter": "make_deep", "dynamic": False, "nodes": len(model.graph.node),
-            "compute_nodes": sum(n.op_type != "Constant" for n in model.graph.node),
-            "mb": round(out.stat().st_size / 2**20, 1), "ir_version": model.ir_version,
-            "opset": model.opset_import[0].version}
+    meta = {
+        "model": name,
+        "exporter": "make_deep",
+        "dynamic": False,
+        "nodes": len(model.graph.node),
+        "compute_nodes": sum(n.op_type != "Constant" for n in model.graph.node),
+        "mb": round(out.stat().st_size / 2**20, 1),
+        "ir_version": model.ir_version,
+        "opset": model.opset_import[0].version,
+    }
     out.with_suffix(".json").write_text(json.dumps(meta, indent=1))
     return meta
 
 
 # ---------------------------------------------------------------- driver
+
 
 def failure_of(name: str, exporter: str) -> str | None:
     """The recorded one-line failure of an export, if any."""
@@ -400,14 +463,15 @@ def meta_of(name: str, exporter: str | None = None) -> dict | None:
     return json.loads(p.read_text()) if p.exists() else None
 
 
-def ensure(names: list[str], exporters: list[str], force: bool = False,
-           timeout: float = 3600) -> list[tuple[str, str | None, Path | None, str | None]]:
+def ensure(
+    names: list[str], exporters: list[str], force: bool = False, timeout: float = 3600
+) -> list[tuple[str, str | None, Path | None, str | None]]:
     """Generate missing models, each in a subprocess. Returns (name, exporter, path or None,
     failure line or None) for every requested pair; deep stacks have exporter None."""
     CACHE.mkdir(exist_ok=True)
     res = []
     for name in names:
-        for exporter in ([None] if name in DEEP else exporters):
+        for exporter in [None] if name in DEEP else exporters:
             path = path_of(name, exporter)
             failed = CACHE / f"{name}.{exporter}.failed"
             if force:
@@ -420,23 +484,42 @@ def ensure(names: list[str], exporters: list[str], force: bool = False,
                 start = time.perf_counter()
                 try:
                     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-                    err = None if p.returncode == 0 else (
-                        (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1][:400])
+                    err = (
+                        None
+                        if p.returncode == 0
+                        else ((p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1][:400])
+                    )
                 except subprocess.TimeoutExpired:
                     err = f"timeout after {timeout:.0f} s"
-                print(f"  {time.perf_counter() - start:.0f} s" + (f", FAILED: {err}" if err else ""),
-                      file=sys.stderr, flush=True)
+                print(
+                    f"  {time.perf_counter() - start:.0f} s" + (f", FAILED: {err}" if err else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if err and exporter is not None:
                     failed.write_text(err + "\n")
-            res.append((name, exporter, path if path.exists() else None,
-                        None if path.exists() else (failure_of(name, exporter) or "missing")))
+            res.append(
+                (
+                    name,
+                    exporter,
+                    path if path.exists() else None,
+                    None if path.exists() else (failure_of(name, exporter) or "missing"),
+                )
+            )
     return res
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=all_models(), metavar="NAME",
-                    help=f"models to generate (default: all): {' '.join(all_models())}")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--models",
+        nargs="+",
+        default=all_models(),
+        metavar="NAME",
+        help=f"models to generate (default: all): {' '.join(all_models())}",
+    )
     ap.add_argument("--exporters", nargs="+", default=list(EXPORTERS), choices=EXPORTERS)
     ap.add_argument("--force", action="store_true", help="regenerate even if cached")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per export (default 3600)")
@@ -448,8 +531,10 @@ def main(argv=None) -> None:
             meta = generate_deep(name) if name in DEEP else generate_one(name, exporter)
         except Exception as e:
             traceback.print_exc()
-            print(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400],
-                  file=sys.stderr)
+            print(
+                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400],
+                file=sys.stderr,
+            )
             sys.exit(1)
         print(json.dumps(meta))
         return
@@ -458,21 +543,43 @@ def main(argv=None) -> None:
         ap.error(f"unknown models {sorted(unknown)}; known: {all_models()}")
     from rich.console import Console
     from rich.table import Table
+
     rows = ensure(args.models, args.exporters, args.force, args.timeout)
     t = Table(title=f"benchmark models in {CACHE}")
-    for c in ("model", "exporter", "MB", "compute nodes", "opset", "IR", "shapes", "attention",
-              "export s", "notes / failure"):
-        t.add_column(c, justify="right" if c in ("MB", "compute nodes", "opset", "IR", "export s")
-                     else "left", overflow="fold")
+    for c in (
+        "model",
+        "exporter",
+        "MB",
+        "compute nodes",
+        "opset",
+        "IR",
+        "shapes",
+        "attention",
+        "export s",
+        "notes / failure",
+    ):
+        t.add_column(
+            c,
+            justify="right" if c in ("MB", "compute nodes", "opset", "IR", "export s") else "left",
+            overflow="fold",
+        )
     for name, exporter, path, err in rows:
         m = meta_of(name, exporter) if path else None
         if m is None:
             t.add_row(name, exporter or "-", *[""] * 7, f"[red]{err}")
             continue
-        t.add_row(name, exporter or "make_deep", f"{m['mb']:.0f}", str(m["compute_nodes"]),
-                  str(m["opset"]), str(m["ir_version"]), {"named": "dynamic", "dynamic": "dynamic (unnamed)"}.get(m.get("shapes"), "static"),
-                  m.get("attention", "-"), str(m.get("export_seconds", "-")),
-                  "; ".join(m.get("notes", []))[:200])
+        t.add_row(
+            name,
+            exporter or "make_deep",
+            f"{m['mb']:.0f}",
+            str(m["compute_nodes"]),
+            str(m["opset"]),
+            str(m["ir_version"]),
+            {"named": "dynamic", "dynamic": "dynamic (unnamed)"}.get(m.get("shapes"), "static"),
+            m.get("attention", "-"),
+            str(m.get("export_seconds", "-")),
+            "; ".join(m.get("notes", []))[:200],
+        )
     Console(width=200).print(t)
 
 

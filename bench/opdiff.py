@@ -46,11 +46,21 @@ def diff_rows(r: dict, ours: str) -> tuple[str | None, list[str], list[tuple]]:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", metavar="NAME",
-                    help="model names (bert) or labels (bert.torchscript); default: all")
-    ap.add_argument("--ours", default="rewrite", choices=["rewrite", "rewrite-reassoc"],
-                    help="which rewrite output to compare (default: rewrite, exact rules)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--models",
+        nargs="+",
+        metavar="NAME",
+        help="model names (bert) or labels (bert.torchscript); default: all",
+    )
+    ap.add_argument(
+        "--ours",
+        default="rewrite",
+        choices=["rewrite", "rewrite-reassoc"],
+        help="which rewrite output to compare (default: rewrite, exact rules)",
+    )
     ap.add_argument("--top", type=int, default=0, help="rows per model (default: all)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="peers.py's JSON")
     args = ap.parse_args(argv)
@@ -58,6 +68,7 @@ def main(argv=None) -> None:
         ap.error(f"{args.results} not found: run python bench/peers.py first")
     from rich.console import Console
     from rich.table import Table
+
     console = Console(width=200)
     results = json.loads(args.results.read_text())["models"]
     for label, r in results.items():
@@ -74,18 +85,22 @@ def main(argv=None) -> None:
         ours_n = compute_nodes(r["tools"][args.ours]["ops"])
         best_n = compute_nodes(r["tools"][best]["ops"])
         if not rows:
-            console.print(f"{label}: {args.ours} {ours_n} compute nodes, best peer {best} {best_n}: "
-                          f"same op counts as every peer")
+            console.print(
+                f"{label}: {args.ours} {ours_n} compute nodes, best peer {best} {best_n}: "
+                f"same op counts as every peer"
+            )
             continue
-        t = Table(title=f"{label}: {args.ours} {ours_n} compute nodes, best peer {best} {best_n} "
-                        f"(before {r['compute_before']}); {len(rows)} op types differ",
-                  title_justify="left")
+        t = Table(
+            title=f"{label}: {args.ours} {ours_n} compute nodes, best peer {best} {best_n} "
+            f"(before {r['compute_before']}); {len(rows)} op types differ",
+            title_justify="left",
+        )
         t.add_column("op")
         t.add_column("ours - best", justify="right")
         t.add_column(args.ours, justify="right")
         for p in peers:
             t.add_column(p + (" (best)" if p == best else ""), justify="right")
-        for op, d, mine, theirs in rows[:args.top or None]:
+        for op, d, mine, theirs in rows[: args.top or None]:
             t.add_row(op, f"{d:+d}", str(mine), *map(str, theirs))
         console.print(t)
 

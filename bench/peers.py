@@ -89,26 +89,33 @@ def compute_nodes(counts: dict) -> int:
 
 # ------------------------------------------------------------------ one tool, in a worker
 
+
 def _run_peer(tool: str, src: str, dst: str) -> None:
     """Load, optimize with a peer, save (single file; external data above 2 GB)."""
     import onnx
+
     model = onnx.load(src)
     if tool == "onnxsim":
         import onnxsim
+
         out, ok = onnxsim.simplify(model)
         if not ok:
             raise RuntimeError("onnxsim: simplified model failed its check")
     elif tool == "onnxslim":
         import onnxslim
+
         out = onnxslim.slim(model)
     elif tool == "onnxoptimizer":
         import onnxoptimizer
+
         out = onnxoptimizer.optimize(model)
     elif tool == "onnxscript":
         import onnxscript.optimizer
+
         out = onnxscript.optimizer.optimize(model)
     elif tool == "ort-basic":
         import onnxruntime as ort
+
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         opts.optimized_model_filepath = dst
@@ -123,8 +130,11 @@ def _run_peer(tool: str, src: str, dst: str) -> None:
 
 def _rewrite_cli() -> list[str]:
     exe = Path(sys.executable).with_name("rewrite")
-    return [str(exe)] if exe.exists() else [sys.executable, "-c",
-                                            "import sys; from rewrite.cli import main; sys.exit(main())"]
+    return (
+        [str(exe)]
+        if exe.exists()
+        else [sys.executable, "-c", "import sys; from rewrite.cli import main; sys.exit(main())"]
+    )
 
 
 def worker(tool: str, src: str, dst: str) -> dict:
@@ -146,17 +156,22 @@ def worker(tool: str, src: str, dst: str) -> dict:
         res["peak_mb"] = usage.ru_maxrss / 1024
         res["cmd"] = " ".join(cmd)
         if p.returncode != 0:
-            lines = [ln for ln in Path(dst).with_suffix(".log").read_text().splitlines() if ln.strip()]
+            lines = [
+                ln for ln in Path(dst).with_suffix(".log").read_text().splitlines() if ln.strip()
+            ]
             raise SystemExit(f"exit {p.returncode}: " + (lines[-1].strip()[:300] if lines else ""))
         if Path(report).exists():
             r = json.loads(Path(report).read_text())
-            res["report"] = {k: r.get(k) for k in ("stop_reason", "iterations", "enodes", "seconds",
-                                                  "changed", "fp")}
+            res["report"] = {
+                k: r.get(k)
+                for k in ("stop_reason", "iterations", "enodes", "seconds", "changed", "fp")
+            }
     else:
         _run_peer(tool, src, dst)
         res["seconds"] = time.perf_counter() - start
         res["peak_mb"] = _peak_rss_mb()
     import onnx
+
     res["ops"] = op_counts(onnx.load(dst, load_external_data=False).graph)
     return res
 
@@ -167,15 +182,19 @@ def run_tool(tool: str, src: Path, dst: Path, timeout: float) -> dict:
     dst.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--worker", tool, str(src), str(dst)]
     start = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
-        return {"ok": False, "reason": f"timeout after {timeout:.0f} s",
-                "seconds": time.perf_counter() - start}
+        return {
+            "ok": False,
+            "reason": f"timeout after {timeout:.0f} s",
+            "seconds": time.perf_counter() - start,
+        }
     wall = time.perf_counter() - start
     if p.returncode != 0:
         lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -191,15 +210,19 @@ def run_tool(tool: str, src: Path, dst: Path, timeout: float) -> dict:
 
 # ------------------------------------------------------------------ latency and second shape
 
+
 def _allclose(ref, got) -> tuple[float, bool]:
     import numpy as np
+
     if ref.shape != got.shape:
         return float("inf"), False
     if ref.dtype.kind not in "fc":
         return float(np.abs(ref.astype(np.float64) - got).max(initial=0)), bool((ref == got).all())
     scale = max(1.0, float(np.abs(ref).max(initial=0)))
     diff = np.abs(ref.astype(np.float64) - got)
-    ok = bool((diff <= 1e-4 * scale + 1e-4 * np.abs(ref)).all()) and bool(np.isfinite(got).all() == np.isfinite(ref).all())
+    ok = bool((diff <= 1e-4 * scale + 1e-4 * np.abs(ref)).all()) and bool(
+        np.isfinite(got).all() == np.isfinite(ref).all()
+    )
     return float(diff.max(initial=0)), ok
 
 
@@ -209,11 +232,15 @@ def latency_worker(name: str, orig: str, opt: str, runs: int, dynamic: bool) -> 
     import statistics
 
     import onnxruntime as ort
+
     sys.path.insert(0, str(BENCH))
     import models
+
     feeds = models.make_inputs(name)
-    levels = {"disable_all": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-              "enable_all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+    levels = {
+        "disable_all": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "enable_all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
     sessions = {}
     for lname, level in levels.items():
         for which, path in (("orig", orig), ("opt", opt)):
@@ -221,7 +248,9 @@ def latency_worker(name: str, orig: str, opt: str, runs: int, dynamic: bool) -> 
             so.intra_op_num_threads = 1
             so.inter_op_num_threads = 1
             so.graph_optimization_level = level
-            sessions[(which, lname)] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+            sessions[(which, lname)] = ort.InferenceSession(
+                path, so, providers=["CPUExecutionProvider"]
+            )
     for s in sessions.values():
         s.run(None, feeds)
     times: dict = {k: [] for k in sessions}
@@ -241,21 +270,35 @@ def latency_worker(name: str, orig: str, opt: str, runs: int, dynamic: bool) -> 
         a = sessions[("orig", "disable_all")].run(None, feeds2)
         b = sessions[("opt", "disable_all")].run(None, feeds2)
         diffs = [_allclose(x, y) for x, y in zip(a, b)]
-        res["second_shape"] = {"shape": f"batch {batch}" + ("" if name in models.SPECS and
-                                                            models.SPECS[name].kind == "image"
-                                                            else f", seq {seq}"),
-                               "max_abs_diff": max(d for d, _ in diffs) if diffs else 0.0,
-                               "allclose": all(ok for _, ok in diffs) and len(a) == len(b)}
+        res["second_shape"] = {
+            "shape": f"batch {batch}"
+            + (
+                ""
+                if name in models.SPECS and models.SPECS[name].kind == "image"
+                else f", seq {seq}"
+            ),
+            "max_abs_diff": max(d for d, _ in diffs) if diffs else 0.0,
+            "allclose": all(ok for _, ok in diffs) and len(a) == len(b),
+        }
     else:
         res["second_shape"] = None
     return res
 
 
 def run_latency(name: str, orig: Path, opt: Path, runs: int, dynamic: bool, timeout: float) -> dict:
-    cmd = [sys.executable, __file__, "--latency-worker", name, str(orig), str(opt), str(runs),
-           "1" if dynamic else "0"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    cmd = [
+        sys.executable,
+        __file__,
+        "--latency-worker",
+        name,
+        str(orig),
+        str(opt),
+        str(runs),
+        "1" if dynamic else "0",
+    ]
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -269,6 +312,7 @@ def run_latency(name: str, orig: Path, opt: Path, runs: int, dynamic: bool, time
 
 
 # ------------------------------------------------------------------ driver and tables
+
 
 def _fmt(x, spec=".2f"):
     return "-" if x is None else format(x, spec)
@@ -289,16 +333,25 @@ def _mark(ok: bool | None) -> str:
 def model_table(label: str, r: dict):
     """Rich table of one model: a row per tool, then the ratios."""
     from rich.table import Table
-    t = Table(title=f"{label}: {r['compute_before']} compute nodes before, {r['mb']:.0f} MB "
-                    f"({'dynamic' if r['dynamic'] else 'static'} shapes)", title_justify="left")
+
+    t = Table(
+        title=f"{label}: {r['compute_before']} compute nodes before, {r['mb']:.0f} MB "
+        f"({'dynamic' if r['dynamic'] else 'static'} shapes)",
+        title_justify="left",
+    )
     for c in ("tool", "compute nodes", "seconds", "peak MB", "peak / file", "status"):
         t.add_column(c, justify="left" if c in ("tool", "status") else "right", overflow="fold")
     for tool, x in r["tools"].items():
         if x.get("ok"):
             stop = (x.get("report") or {}).get("stop_reason")
-            t.add_row(tool, str(x["compute_nodes"]), _fmt(x["seconds"]), _fmt(x["peak_mb"], ".0f"),
-                      _fmt(x["peak_mb"] / r["mb"] if r["mb"] else None, ".1f") + "x",
-                      "ok" + (f" ({stop})" if stop else ""))
+            t.add_row(
+                tool,
+                str(x["compute_nodes"]),
+                _fmt(x["seconds"]),
+                _fmt(x["peak_mb"], ".0f"),
+                _fmt(x["peak_mb"] / r["mb"] if r["mb"] else None, ".1f") + "x",
+                "ok" + (f" ({stop})" if stop else ""),
+            )
         else:
             t.add_row(tool, "-", _fmt(x.get("seconds")), "-", "-", f"[red]FAILED: {x['reason']}")
     return t
@@ -327,15 +380,20 @@ def model_ratios(r: dict) -> list[str]:
     if lat:
         if lat.get("ok"):
             m = lat["median_ms"]
-            lines.append(f"onnxruntime latency of {lat['tool']} / original (1 thread, median of "
-                         f"{lat['runs']}): ORT_DISABLE_ALL {lat['ratio']['disable_all']:.3f} "
-                         f"({m['disable_all']['opt']:.1f} / {m['disable_all']['orig']:.1f} ms), "
-                         f"ORT_ENABLE_ALL {lat['ratio']['enable_all']:.3f} "
-                         f"({m['enable_all']['opt']:.1f} / {m['enable_all']['orig']:.1f} ms)")
+            lines.append(
+                f"onnxruntime latency of {lat['tool']} / original (1 thread, median of "
+                f"{lat['runs']}): ORT_DISABLE_ALL {lat['ratio']['disable_all']:.3f} "
+                f"({m['disable_all']['opt']:.1f} / {m['disable_all']['orig']:.1f} ms), "
+                f"ORT_ENABLE_ALL {lat['ratio']['enable_all']:.3f} "
+                f"({m['enable_all']['opt']:.1f} / {m['enable_all']['orig']:.1f} ms)"
+            )
             s = lat.get("second_shape")
-            lines.append("second shape: static model, not checked" if s is None else
-                         f"second shape ({s['shape']}): max |diff| {s['max_abs_diff']:.3g}, "
-                         f"allclose {s['allclose']}{_mark(s['allclose'])}")
+            lines.append(
+                "second shape: static model, not checked"
+                if s is None
+                else f"second shape ({s['shape']}): max |diff| {s['max_abs_diff']:.3g}, "
+                f"allclose {s['allclose']}{_mark(s['allclose'])}"
+            )
         else:
             lines.append(f"latency / second shape: FAILED: {lat['reason']}")
     return lines
@@ -344,9 +402,13 @@ def model_ratios(r: dict) -> list[str]:
 def summary_tables(results: dict, tools: list[str]):
     """Across models: compute nodes, seconds and peak MB per tool, and the targets."""
     from rich.table import Table
+
     out = []
-    for what, key, spec in (("compute nodes after", "compute_nodes", "d"),
-                            ("end-to-end seconds", "seconds", ".1f"), ("peak MB", "peak_mb", ".0f")):
+    for what, key, spec in (
+        ("compute nodes after", "compute_nodes", "d"),
+        ("end-to-end seconds", "seconds", ".1f"),
+        ("peak MB", "peak_mb", ".0f"),
+    ):
         t = Table(title=f"{what} per tool (FAIL = crash, T/O = timeout)", title_justify="left")
         t.add_column("model")
         if key == "compute_nodes":
@@ -368,16 +430,29 @@ def summary_tables(results: dict, tools: list[str]):
                 elif x.get("ok"):
                     row.append(format(x[key], spec))
                 elif key == "seconds" and x.get("seconds") is not None:
-                    row.append(("T/O " if "timeout" in x["reason"] else "FAIL ")
-                               + format(x["seconds"], ".0f"))
+                    row.append(
+                        ("T/O " if "timeout" in x["reason"] else "FAIL ")
+                        + format(x["seconds"], ".0f")
+                    )
                 else:
                     row.append("[red]T/O" if "timeout" in x["reason"] else "[red]FAIL")
             t.add_row(*row)
         out.append(t)
-    t = Table(title="targets: nodes <= best peer, seconds <= onnxsim, peak <= 3x file, "
-                    "same outputs at a second shape, 50k stack < 30 s", title_justify="left")
-    for c in ("model", "best peer", "rewrite / best", "reassoc / best", "rewrite s / onnxsim s",
-              "peak / file", "latency ratio (disable / enable)", "2nd shape"):
+    t = Table(
+        title="targets: nodes <= best peer, seconds <= onnxsim, peak <= 3x file, "
+        "same outputs at a second shape, 50k stack < 30 s",
+        title_justify="left",
+    )
+    for c in (
+        "model",
+        "best peer",
+        "rewrite / best",
+        "reassoc / best",
+        "rewrite s / onnxsim s",
+        "peak / file",
+        "latency ratio (disable / enable)",
+        "2nd shape",
+    ):
         t.add_column(c, justify="left" if c in ("model", "best peer") else "right")
     for label, r in results.items():
         best, best_n = _best_peer(r["tools"])
@@ -417,9 +492,19 @@ def summary_tables(results: dict, tools: list[str]):
 
 def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
+
     v = {}
-    for pkg in ("onnx", "onnxruntime", "onnxsim", "onnxslim", "onnxoptimizer", "onnxscript",
-                "torch", "transformers", "egglog"):
+    for pkg in (
+        "onnx",
+        "onnxruntime",
+        "onnxsim",
+        "onnxslim",
+        "onnxoptimizer",
+        "onnxscript",
+        "torch",
+        "transformers",
+        "egglog",
+    ):
         try:
             v[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -429,30 +514,63 @@ def _versions() -> dict:
 
 def _git_state() -> str:
     """HEAD commit, plus "+dirty" when rewrite's sources differ from it (measured as is)."""
+
     def git(*a):
-        return subprocess.run(["git", *a], cwd=BENCH.parent, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", *a], cwd=BENCH.parent, capture_output=True, text=True
+        ).stdout.strip()
+
     head = git("rev-parse", "--short", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "rewrite", "dsl", "frontends",
-                "patterns")
+    dirty = git(
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        "rewrite",
+        "dsl",
+        "frontends",
+        "patterns",
+    )
     return head + ("+dirty" if dirty else "")
 
 
 def main(argv=None) -> None:
     sys.path.insert(0, str(BENCH))
     import models as M
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=M.all_models(), metavar="NAME",
-                    help=f"default: all of {' '.join(M.all_models())}")
-    ap.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS, metavar="TOOL",
-                    help="; ".join(f"{k}: {v}" for k, v in TOOL_HELP.items()))
+
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--models",
+        nargs="+",
+        default=M.all_models(),
+        metavar="NAME",
+        help=f"default: all of {' '.join(M.all_models())}",
+    )
+    ap.add_argument(
+        "--tools",
+        nargs="+",
+        default=list(TOOLS),
+        choices=TOOLS,
+        metavar="TOOL",
+        help="; ".join(f"{k}: {v}" for k, v in TOOL_HELP.items()),
+    )
     ap.add_argument("--exporters", nargs="+", default=list(M.EXPORTERS), choices=M.EXPORTERS)
-    ap.add_argument("--timeout", type=float, default=600,
-                    help="seconds before a tool's job is killed (default 600)")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=600,
+        help="seconds before a tool's job is killed (default 600)",
+    )
     ap.add_argument("--runs", type=int, default=15, help="latency runs per session (default 15)")
     ap.add_argument("--no-latency", action="store_true", help="skip latency and the second shape")
     ap.add_argument("--keep-outputs", action="store_true", help="keep the peers' output models")
-    ap.add_argument("--show", action="store_true",
-                    help="only print the tables of the models in bench/out/peers.json")
+    ap.add_argument(
+        "--show",
+        action="store_true",
+        help="only print the tables of the models in bench/out/peers.json",
+    )
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--latency-worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -469,11 +587,17 @@ def main(argv=None) -> None:
 
     import onnx
     from rich.console import Console
+
     console = Console(width=200)
     results = json.loads(RESULTS.read_text()).get("models", {}) if RESULTS.exists() else {}
     if args.show:
-        shown = {k: r for k, r in results.items() if r.get("model") in args.models and "tools" in r
-                 and r.get("exporter") in (*args.exporters, "make_deep")}
+        shown = {
+            k: r
+            for k, r in results.items()
+            if r.get("model") in args.models
+            and "tools" in r
+            and r.get("exporter") in (*args.exporters, "make_deep")
+        }
         for label, r in shown.items():
             console.print(model_table(label, r))
             for line in model_ratios(r):
@@ -482,10 +606,14 @@ def main(argv=None) -> None:
         for t in summary_tables(shown, tools):
             console.print(t)
         return
-    run_meta = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "timeout": args.timeout,
-                "runs": args.runs, "versions": _versions(),
-                "command": " ".join(["python", "bench/peers.py", *sys.argv[1:]]),
-                "git": _git_state()}
+    run_meta = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "timeout": args.timeout,
+        "runs": args.runs,
+        "versions": _versions(),
+        "command": " ".join(["python", "bench/peers.py", *sys.argv[1:]]),
+        "git": _git_state(),
+    }
     order = []
     for name, exporter, path, err in M.ensure(args.models, args.exporters):
         label = name if exporter is None else f"{name}.{exporter}"
@@ -495,9 +623,16 @@ def main(argv=None) -> None:
             continue
         meta = M.meta_of(name, exporter) or {}
         before = op_counts(onnx.load(str(path), load_external_data=False).graph)
-        r = {"model": name, "exporter": exporter or "make_deep", "file": str(path.relative_to(BENCH.parent)),
-             "mb": path.stat().st_size / 2**20, "dynamic": bool(meta.get("dynamic")),
-             "ops_before": before, "compute_before": compute_nodes(before), "tools": {}}
+        r = {
+            "model": name,
+            "exporter": exporter or "make_deep",
+            "file": str(path.relative_to(BENCH.parent)),
+            "mb": path.stat().st_size / 2**20,
+            "dynamic": bool(meta.get("dynamic")),
+            "ops_before": before,
+            "compute_before": compute_nodes(before),
+            "tools": {},
+        }
         prev = results.get(label, {}).get("tools", {})
         r["tools"] = {t: v for t, v in prev.items() if t not in args.tools}  # keep other tools
         work = WORK / label
@@ -507,17 +642,27 @@ def main(argv=None) -> None:
             console.print(f"{label}: {tool} ...", end=" ")
             x = run_tool(tool, path, dst, args.timeout)
             r["tools"][tool] = x
-            console.print(f"{x['compute_nodes']} nodes, {x['seconds']:.1f} s, {x['peak_mb']:.0f} MB"
-                          if x["ok"] else f"[red]FAILED ({x['seconds']:.0f} s): {x['reason']}")
+            console.print(
+                f"{x['compute_nodes']} nodes, {x['seconds']:.1f} s, {x['peak_mb']:.0f} MB"
+                if x["ok"]
+                else f"[red]FAILED ({x['seconds']:.0f} s): {x['reason']}"
+            )
             if tool not in REWRITE_TOOLS and not args.keep_outputs:
                 dst.unlink(missing_ok=True)
         r["tools"] = {t: r["tools"][t] for t in TOOLS if t in r["tools"]}
-        opt_tool = next((t for t in REWRITE_TOOLS if r["tools"].get(t, {}).get("ok")
-                         and (work / f"{t}.onnx").exists()), None)
+        opt_tool = next(
+            (
+                t
+                for t in REWRITE_TOOLS
+                if r["tools"].get(t, {}).get("ok") and (work / f"{t}.onnx").exists()
+            ),
+            None,
+        )
         if opt_tool and not args.no_latency:
             console.print(f"{label}: latency and second shape of {opt_tool} ...")
-            lat = run_latency(name, path, work / f"{opt_tool}.onnx", args.runs, r["dynamic"],
-                              args.timeout)
+            lat = run_latency(
+                name, path, work / f"{opt_tool}.onnx", args.runs, r["dynamic"], args.timeout
+            )
             r["latency"] = {"tool": opt_tool, **lat}
         elif not args.no_latency:
             r["latency"] = None
@@ -534,8 +679,11 @@ def main(argv=None) -> None:
     tools = [t for t in TOOLS if any(t in r["tools"] for r in shown.values())]
     for t in summary_tables(shown, tools):
         console.print(t)
-    failed = {k: v["generation_failed"] for k, v in results.items()
-              if "generation_failed" in v and v["model"] in args.models}
+    failed = {
+        k: v["generation_failed"]
+        for k, v in results.items()
+        if "generation_failed" in v and v["model"] in args.models
+    }
     for k, why in failed.items():
         console.print(f"not generated: {k}: {why}")
     console.print(f"results: {RESULTS.relative_to(BENCH.parent)}")

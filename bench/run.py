@@ -81,7 +81,9 @@ def _models(tmp: Path, sizes: list[int], real: bool) -> list[tuple[str, Path]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 10000, 50000])
     ap.add_argument("--no-real", action="store_true", help="skip the transformers models")
     ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -95,20 +97,47 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, path in _models(Path(tmp), args.sizes, not args.no_real):
-            res = subprocess.run([sys.executable, __file__, "--one", str(path)], capture_output=True, text=True, env=os.environ)
+            res = subprocess.run(
+                [sys.executable, __file__, "--one", str(path)],
+                capture_output=True,
+                text=True,
+                env=os.environ,
+            )
             if res.returncode:
                 print(f"{name}: failed\n{res.stderr[-2000:]}", file=sys.stderr)
                 continue
             rows.append((name, json.loads(res.stdout.strip().splitlines()[-1])))
     t = Table(title="rewrite optimize: shipped rules (exact + reassoc), this machine")
-    cols = ["model", "nodes before", "after", "import s", "saturate s", "extract s", "fold s", "total s", "us/node", "stop", "peak MB"]
+    cols = [
+        "model",
+        "nodes before",
+        "after",
+        "import s",
+        "saturate s",
+        "extract s",
+        "fold s",
+        "total s",
+        "us/node",
+        "stop",
+        "peak MB",
+    ]
     for c in cols:
         t.add_column(c, justify="left" if c in ("model", "stop") else "right")
     for name, r in rows:
         s = r["seconds"]
-        t.add_row(name, str(r["nodes_before"]), str(r["nodes_after"]), f"{s['import']:.2f}", f"{s['saturate']:.2f}",
-                  f"{s['extract']:.2f}", f"{s['fold']:.2f}", f"{r['total']:.2f}",
-                  f"{1e6 * r['total'] / r['nodes_before']:.0f}", r["stop"], f"{r['peak_mb']:.0f}")
+        t.add_row(
+            name,
+            str(r["nodes_before"]),
+            str(r["nodes_after"]),
+            f"{s['import']:.2f}",
+            f"{s['saturate']:.2f}",
+            f"{s['extract']:.2f}",
+            f"{s['fold']:.2f}",
+            f"{r['total']:.2f}",
+            f"{1e6 * r['total'] / r['nodes_before']:.0f}",
+            r["stop"],
+            f"{r['peak_mb']:.0f}",
+        )
     Console(width=150).print(t)
     deep = [(n, r) for n, r in rows if n.startswith("deep-")]
     if len(deep) >= 2:

@@ -10,8 +10,8 @@ The shipped rule library lives in the `patterns` package (`shipped_rules_dir()`)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from dsl.check import check
 from dsl.errors import (

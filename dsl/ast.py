@@ -10,7 +10,6 @@ what the parse -> format -> parse round trip tests.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from dsl.ir import Span
 
@@ -68,11 +67,11 @@ class BuilderCall:
     """`(compose-perm @p @q)` at an attribute position of a result: a registered builder."""
 
     fn: str
-    args: tuple["AttrValue", ...]
+    args: tuple[AttrValue, ...]
     span: Span = _span()
 
 
-AttrValue = Union[CaptureRef, Wild, Number, String, ListLit, BuilderCall]
+AttrValue = CaptureRef | Wild | Number | String | ListLit | BuilderCall
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ class App:
     """
 
     head: str
-    args: tuple["Term", ...]
+    args: tuple[Term, ...]
     attrs: tuple[Attr, ...] = ()
     commutative: bool = False
     bind: str | None = None
@@ -101,12 +100,12 @@ class App:
     span: Span = _span()
 
 
-Term = Union[App, CaptureRef, Wild]
+Term = App | CaptureRef | Wild
 
 
 # ---- guards and forms ----------------------------------------------------------------------
 
-GuardArg = Union[CaptureRef, Number, String, ListLit]
+GuardArg = CaptureRef | Number | String | ListLit
 
 
 @dataclass(frozen=True)
@@ -156,12 +155,12 @@ class For:
 
     var: str
     ops: tuple[str, ...]
-    body: tuple["RuleForm", ...]
+    body: tuple[RuleForm, ...]
     span: Span = _span()
 
 
-RuleForm = Union[Simplify, Equal, For]
-Form = Union[Ruleset, RuleForm]
+RuleForm = Simplify | Equal | For
+Form = Ruleset | RuleForm
 
 
 @dataclass(frozen=True)

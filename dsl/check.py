@@ -8,7 +8,7 @@ get `-c1`, `-c2`, ... in a fixed order. Errors are collected rule by rule (see `
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from dsl import ast, ir
 from dsl.errors import (

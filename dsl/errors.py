@@ -14,7 +14,7 @@ them (in source order) when there are several.
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from collections.abc import Iterable
 
 from dsl.ir import Span
 
@@ -37,7 +37,7 @@ class RulesError(Exception):
         pad = "".join("\t" if c == "\t" else " " for c in self.source_line[: self.span.col - 1])
         return f"{head}\n    {self.source_line}\n    {pad}^"
 
-    def locate(self, sources: dict[str, str]) -> "RulesError":
+    def locate(self, sources: dict[str, str]) -> RulesError:
         """Fill in `source_line` from `sources` (file name -> text) if it is missing."""
         text = sources.get(self.span.file)
         if self.source_line is None and text is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Union
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Call:
     """A computed attribute value in a result: a registered builder applied to arguments."""
 
     fn: str
-    args: tuple["AttrExpr", ...]
+    args: tuple[AttrExpr, ...]
 
 
 @dataclass(frozen=True)
@@ -64,13 +64,13 @@ class OpNode:
     name of `(Op@name ...)`, which binds the whole application (left side only)."""
 
     op: str
-    args: tuple["Term", ...]
-    attrs: tuple[tuple[str, "AttrExpr"], ...]
+    args: tuple[Term, ...]
+    attrs: tuple[tuple[str, AttrExpr], ...]
     bind: str | None = None
 
 
-Term = Union[OpNode, Capture, Wildcard, Absent]
-AttrExpr = Union[Literal, Capture, Wildcard, Call]
+Term = OpNode | Capture | Wildcard | Absent
+AttrExpr = Literal | Capture | Wildcard | Call
 
 
 @dataclass(frozen=True)

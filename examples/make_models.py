@@ -91,9 +91,17 @@ def _strip_stack_traces(proto: onnx.ModelProto) -> None:
         node.metadata_props.extend(keep)
 
 
-def export_onnx(model, inputs, input_names, output_names, path=None, *,
-                keep_batchnorm=False, exporter="dynamo", forward_kwargs=None
-                ) -> onnx.ModelProto:
+def export_onnx(
+    model,
+    inputs,
+    input_names,
+    output_names,
+    path=None,
+    *,
+    keep_batchnorm=False,
+    exporter="dynamo",
+    forward_kwargs=None,
+) -> onnx.ModelProto:
     """Export ``model`` on example ``inputs`` to ONNX and pin IR/opset versions.
 
     ``exporter="dynamo"`` (default) uses torch.export + onnxscript's optimizer;
@@ -106,15 +114,22 @@ def export_onnx(model, inputs, input_names, output_names, path=None, *,
     is saved as a single file with inline weights.
     """
     wrapper = _Wrapper(model, input_names, output_names, **(forward_kwargs or {})).eval()
-    common = dict(input_names=input_names, output_names=output_names,
-                  opset_version=OPSET, verbose=False)
+    common = dict(
+        input_names=input_names, output_names=output_names, opset_version=OPSET, verbose=False
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if exporter == "dynamo":
             import onnxscript.optimizer
-            program = torch.onnx.export(wrapper, tuple(inputs), dynamo=True,
-                                        optimize=not keep_batchnorm, external_data=False,
-                                        **common)
+
+            program = torch.onnx.export(
+                wrapper,
+                tuple(inputs),
+                dynamo=True,
+                optimize=not keep_batchnorm,
+                external_data=False,
+                **common,
+            )
             if keep_batchnorm:
                 onnxscript.optimizer.fold_constants(program.model)
                 onnxscript.optimizer.remove_unused_nodes(program.model)
@@ -122,10 +137,15 @@ def export_onnx(model, inputs, input_names, output_names, path=None, *,
         elif exporter == "torchscript":
             mode = torch.onnx.TrainingMode
             buf = io.BytesIO()
-            torch.onnx.export(wrapper, tuple(inputs), buf, dynamo=False,
-                              do_constant_folding=True,
-                              training=mode.PRESERVE if keep_batchnorm else mode.EVAL,
-                              **common)
+            torch.onnx.export(
+                wrapper,
+                tuple(inputs),
+                buf,
+                dynamo=False,
+                do_constant_folding=True,
+                training=mode.PRESERVE if keep_batchnorm else mode.EVAL,
+                **common,
+            )
             proto = onnx.load_model_from_string(buf.getvalue())
         else:
             raise ValueError(f"unknown exporter {exporter!r}")
@@ -145,60 +165,106 @@ def _text_inputs(vocab: int, batch: int = 2, seq: int = 16):
     gen = torch.Generator().manual_seed(SEED)
     ids = torch.randint(0, vocab, (batch, seq), generator=gen)
     mask = torch.ones(batch, seq, dtype=torch.int64)
-    mask[1:, seq - 4:] = 0
+    mask[1:, seq - 4 :] = 0
     return ids, mask
 
 
 def bert(path=None, exporter="dynamo") -> onnx.ModelProto:
     """Tiny BertModel: hidden 64, 2 layers, 4 heads, inputs [2, 16] int64."""
     from transformers import BertConfig, BertModel
+
     torch.manual_seed(SEED)
-    cfg = BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, intermediate_size=128,
-                     max_position_embeddings=64, attn_implementation="eager")
+    cfg = BertConfig(
+        vocab_size=100,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
     ids, mask = _text_inputs(cfg.vocab_size)
     types = torch.zeros_like(ids)
     types[:, 8:] = 1
-    return export_onnx(_randomize(BertModel(cfg)), (ids, mask, types),
-                       ["input_ids", "attention_mask", "token_type_ids"],
-                       ["last_hidden_state", "pooler_output"], path, exporter=exporter)
+    return export_onnx(
+        _randomize(BertModel(cfg)),
+        (ids, mask, types),
+        ["input_ids", "attention_mask", "token_type_ids"],
+        ["last_hidden_state", "pooler_output"],
+        path,
+        exporter=exporter,
+    )
 
 
 def gpt2(path=None, exporter="dynamo") -> onnx.ModelProto:
     """Tiny GPT2Model: n_embd 64, 2 layers, 4 heads, inputs [2, 16] int64."""
     from transformers import GPT2Config, GPT2Model
+
     torch.manual_seed(SEED)
-    cfg = GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4, n_positions=64,
-                     bos_token_id=0, eos_token_id=0, use_cache=False,
-                     attn_implementation="eager")
+    cfg = GPT2Config(
+        vocab_size=100,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        use_cache=False,
+        attn_implementation="eager",
+    )
     ids, mask = _text_inputs(cfg.vocab_size)
-    return export_onnx(_randomize(GPT2Model(cfg)), (ids, mask),
-                       ["input_ids", "attention_mask"], ["last_hidden_state"], path,
-                       exporter=exporter, forward_kwargs={"use_cache": False})
+    return export_onnx(
+        _randomize(GPT2Model(cfg)),
+        (ids, mask),
+        ["input_ids", "attention_mask"],
+        ["last_hidden_state"],
+        path,
+        exporter=exporter,
+        forward_kwargs={"use_cache": False},
+    )
 
 
 def resnet(path=None, exporter="dynamo") -> onnx.ModelProto:
     """Tiny ResNetModel (basic blocks, [16, 32]), input [1, 3, 64, 64]; keeps BN."""
     from transformers import ResNetConfig, ResNetModel
+
     torch.manual_seed(SEED)
-    cfg = ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
-                       layer_type="basic")
+    cfg = ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic")
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(SEED))
-    return export_onnx(_randomize(ResNetModel(cfg)), (x,), ["pixel_values"],
-                       ["last_hidden_state", "pooler_output"], path,
-                       keep_batchnorm=True, exporter=exporter)
+    return export_onnx(
+        _randomize(ResNetModel(cfg)),
+        (x,),
+        ["pixel_values"],
+        ["last_hidden_state", "pooler_output"],
+        path,
+        keep_batchnorm=True,
+        exporter=exporter,
+    )
 
 
 def vit(path=None, exporter="dynamo") -> onnx.ModelProto:
     """Tiny ViTModel: image 32, patch 8, hidden 32, 2 layers, input [1, 3, 32, 32]."""
     from transformers import ViTConfig, ViTModel
+
     torch.manual_seed(SEED)
-    cfg = ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
-                    num_attention_heads=2, intermediate_size=64,
-                    attn_implementation="eager")
+    cfg = ViTConfig(
+        image_size=32,
+        patch_size=8,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        attn_implementation="eager",
+    )
     x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(SEED))
-    return export_onnx(_randomize(ViTModel(cfg)), (x,), ["pixel_values"],
-                       ["last_hidden_state", "pooler_output"], path, exporter=exporter)
+    return export_onnx(
+        _randomize(ViTModel(cfg)),
+        (x,),
+        ["pixel_values"],
+        ["last_hidden_state", "pooler_output"],
+        path,
+        exporter=exporter,
+    )
 
 
 DYNAMIC_OPSET = 17  # the TorchScript exporter's usual target with dynamic axes
@@ -220,33 +286,92 @@ def dynamic(name: str, layers: int = 4, hidden: int = 256) -> onnx.ModelProto:
     ids, mask = _text_inputs(1000, batch=2, seq=16)
     pixels = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(SEED))
     if name == "bert":
-        m = T.BertModel(T.BertConfig(vocab_size=1000, hidden_size=hidden, num_hidden_layers=layers,
-                                     num_attention_heads=heads, intermediate_size=4 * hidden,
-                                     attn_implementation="eager"))
+        m = T.BertModel(
+            T.BertConfig(
+                vocab_size=1000,
+                hidden_size=hidden,
+                num_hidden_layers=layers,
+                num_attention_heads=heads,
+                intermediate_size=4 * hidden,
+                attn_implementation="eager",
+            )
+        )
         args, names, axes, extra = (ids, mask), ["input_ids", "attention_mask"], text, {}
     elif name == "gpt2":
-        m = T.GPT2Model(T.GPT2Config(vocab_size=1000, n_embd=hidden, n_layer=layers, n_head=heads,
-                                     attn_implementation="eager"))
-        args, names, axes, extra = (ids, mask), ["input_ids", "attention_mask"], text, {"use_cache": False}
+        m = T.GPT2Model(
+            T.GPT2Config(
+                vocab_size=1000,
+                n_embd=hidden,
+                n_layer=layers,
+                n_head=heads,
+                attn_implementation="eager",
+            )
+        )
+        args, names, axes, extra = (
+            (ids, mask),
+            ["input_ids", "attention_mask"],
+            text,
+            {"use_cache": False},
+        )
     elif name == "llama":
-        m = T.LlamaModel(T.LlamaConfig(vocab_size=1000, hidden_size=hidden, intermediate_size=2 * hidden,
-                                       num_hidden_layers=layers, num_attention_heads=heads,
-                                       num_key_value_heads=max(heads // 2, 1),
-                                       attn_implementation="eager"))
-        args, names, axes, extra = (ids, mask), ["input_ids", "attention_mask"], text, {"use_cache": False}
+        m = T.LlamaModel(
+            T.LlamaConfig(
+                vocab_size=1000,
+                hidden_size=hidden,
+                intermediate_size=2 * hidden,
+                num_hidden_layers=layers,
+                num_attention_heads=heads,
+                num_key_value_heads=max(heads // 2, 1),
+                attn_implementation="eager",
+            )
+        )
+        args, names, axes, extra = (
+            (ids, mask),
+            ["input_ids", "attention_mask"],
+            text,
+            {"use_cache": False},
+        )
     elif name == "t5":
-        m = T.T5Model(T.T5Config(vocab_size=1000, d_model=hidden, d_kv=64, d_ff=4 * hidden,
-                                 num_layers=layers, num_heads=heads))
+        m = T.T5Model(
+            T.T5Config(
+                vocab_size=1000,
+                d_model=hidden,
+                d_kv=64,
+                d_ff=4 * hidden,
+                num_layers=layers,
+                num_heads=heads,
+            )
+        )
         axes = {"input_ids": {0: "batch", 1: "seq"}, "decoder_input_ids": {0: "batch", 1: "dseq"}}
-        args, names, extra = (ids, ids[:, :8]), ["input_ids", "decoder_input_ids"], {"use_cache": False}
+        args, names, extra = (
+            (ids, ids[:, :8]),
+            ["input_ids", "decoder_input_ids"],
+            {"use_cache": False},
+        )
     elif name == "vit":
-        m = T.ViTModel(T.ViTConfig(image_size=64, patch_size=16, hidden_size=hidden,
-                                   num_hidden_layers=layers, num_attention_heads=heads,
-                                   intermediate_size=4 * hidden, attn_implementation="eager"))
+        m = T.ViTModel(
+            T.ViTConfig(
+                image_size=64,
+                patch_size=16,
+                hidden_size=hidden,
+                num_hidden_layers=layers,
+                num_attention_heads=heads,
+                intermediate_size=4 * hidden,
+                attn_implementation="eager",
+            )
+        )
         args, names, axes, extra = (pixels,), ["pixel_values"], image, {}
     elif name == "swin":
-        m = T.SwinModel(T.SwinConfig(image_size=64, patch_size=4, embed_dim=hidden // 8,
-                                     depths=[2, 2], num_heads=[2, 4], window_size=4))
+        m = T.SwinModel(
+            T.SwinConfig(
+                image_size=64,
+                patch_size=4,
+                embed_dim=hidden // 8,
+                depths=[2, 2],
+                num_heads=[2, 4],
+                window_size=4,
+            )
+        )
         args, names, axes, extra = (pixels,), ["pixel_values"], image, {}
     elif name == "mobilenetv2":
         m = T.MobileNetV2Model(T.MobileNetV2Config(image_size=64, depth_multiplier=0.35))
@@ -257,9 +382,17 @@ def dynamic(name: str, layers: int = 4, hidden: int = 256) -> onnx.ModelProto:
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(wrapper, args, buf, dynamo=False, opset_version=DYNAMIC_OPSET,
-                          input_names=names, output_names=["last_hidden_state"],
-                          dynamic_axes=axes, do_constant_folding=True)
+        torch.onnx.export(
+            wrapper,
+            args,
+            buf,
+            dynamo=False,
+            opset_version=DYNAMIC_OPSET,
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_axes=axes,
+            do_constant_folding=True,
+        )
     proto = onnx.load_model_from_string(buf.getvalue())
     proto.ir_version = IR_VERSION
     onnx.checker.check_model(proto, full_check=True)
@@ -286,8 +419,8 @@ def random_feeds(model: onnx.ModelProto, seed: int = SEED) -> dict:
 def run_ort(model: onnx.ModelProto) -> list:
     """Load ``model`` in onnxruntime (CPU) and run it once on random inputs."""
     import onnxruntime as ort
-    sess = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"])
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, random_feeds(model))
 
 
@@ -306,8 +439,10 @@ def main(argv=None) -> None:
         model = MODELS[name](path, exporter=args.exporter)
         seconds = time.perf_counter() - start
         run_ort(model)
-        print(f"{name}: {len(model.graph.node)} nodes, {os.path.getsize(path) / 1024:.1f} KiB, "
-              f"{seconds:.2f} s -> {path}")
+        print(
+            f"{name}: {len(model.graph.node)} nodes, {os.path.getsize(path) / 1024:.1f} KiB, "
+            f"{seconds:.2f} s -> {path}"
+        )
 
 
 if __name__ == "__main__":

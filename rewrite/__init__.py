@@ -7,7 +7,7 @@ first use, so `import rewrite` does not import torch.
 
 def __getattr__(name: str):
     if name == "optimize_fx":
-        from frontends.fx import optimize_fx  # noqa: PLC0415
+        from frontends.fx import optimize_fx
 
         return optimize_fx
     raise AttributeError(f"module 'rewrite' has no attribute {name!r}")

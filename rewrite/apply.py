@@ -88,7 +88,11 @@ class Batch:
 
 
 def apply_matches(
-    eg, snap: Snapshot, host_rules: list[HostRule], processed: set, report,
+    eg,
+    snap: Snapshot,
+    host_rules: list[HostRule],
+    processed: set,
+    report,
     record: list | None = None,
 ) -> Batch:
     """The new, guard-passing matches in `snap` as a Batch of rows to load into `eg`.
@@ -137,7 +141,13 @@ class _Match:
     """One match of a host rule: its bindings and how to evaluate guards and the result."""
 
     def __init__(self, rule: Rule, binding: dict, kinds: dict, snap: Snapshot, batch: Batch):
-        self.rule, self.binding, self.kinds, self.snap, self.batch = rule, binding, kinds, snap, batch
+        self.rule, self.binding, self.kinds, self.snap, self.batch = (
+            rule,
+            binding,
+            kinds,
+            snap,
+            batch,
+        )
         self.terms = set(rule.term_captures)
         self.created: list[tuple[int, str, tuple[int, ...], tuple[str, ...]]] = []
 
@@ -206,7 +216,9 @@ class _Match:
             return self.snap.value_of(self.binding[a.name])
         if isinstance(a, OpNode) and a.op == "Constant":
             spec = OPS.get("Constant")
-            return constant_op_value(tuple(encode_attr(spec.attr_index[n].kind, self.value(v)) for n, v in a.attrs))
+            return constant_op_value(
+                tuple(encode_attr(spec.attr_index[n].kind, self.value(v)) for n, v in a.attrs)
+            )
         return None
 
 

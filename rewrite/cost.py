@@ -37,7 +37,9 @@ class CostModel:
     ns_per_flop: float = NS_PER_FLOP
     ns_per_byte: float = NS_PER_BYTE
 
-    def node_cost(self, op: str, attrs, inputs: tuple[TensorType | None, ...], out: TensorType) -> float:
+    def node_cost(
+        self, op: str, attrs, inputs: tuple[TensorType | None, ...], out: TensorType
+    ) -> float:
         """Estimated nanoseconds for `op` reading `inputs` (None = absent) and writing `out`.
 
         Opaque ops (not in the op table) are charged the overhead plus their output bytes.

@@ -41,7 +41,7 @@ class EGraph:
     """
 
     def __init__(self, graph: TermGraph, program: str, ops: set[str] | None = None):
-        from rewrite.emit import schema  # noqa: PLC0415 (emit imports dsl; keep import light)
+        from rewrite.emit import schema
 
         self.graph = graph
         self.egg = egg.EGraph()
@@ -100,7 +100,7 @@ class EGraph:
             cmds.append("(run load 1)")
             self.run("\n".join(cmds))
 
-    def snapshot(self, relations: tuple[str, ...] = (), full: tuple[str, ...] = ()) -> "Snapshot":
+    def snapshot(self, relations: tuple[str, ...] = (), full: tuple[str, ...] = ()) -> Snapshot:
         """Freeze the e-graph into a Snapshot; `relations` are the match relations to read (new
         rows only), `full` relations read whole (the provenance relations, at the end)."""
         return Snapshot.read(self, relations, full)
@@ -154,7 +154,7 @@ class Snapshot:
         return self._finite.get(c)
 
     @staticmethod
-    def read(eg: EGraph, relations: tuple[str, ...], full: tuple[str, ...] = ()) -> "Snapshot":
+    def read(eg: EGraph, relations: tuple[str, ...], full: tuple[str, ...] = ()) -> Snapshot:
         frozen = eg.egg.freeze().functions
         ids: dict = {}
         cid = lambda v: ids.setdefault(v, len(ids))  # noqa: E731
@@ -195,7 +195,9 @@ class Snapshot:
                     if raw in seen:  # read by an earlier snapshot, with the same e-classes
                         continue
                     seen.add(raw)
-                new.append(tuple(cid(v) if s == "Term" else string(v) for s, v in zip(sorts, r.inputs)))
+                new.append(
+                    tuple(cid(v) if s == "Term" else string(v) for s, v in zip(sorts, r.inputs))
+                )
             rows[rel] = new
         classes: dict[int, list[ENode]] = {}
         for c, n in nodes:
@@ -227,8 +229,12 @@ class Snapshot:
             self._types[x] = UNKNOWN  # pending: a cycle back to x sees it as unknown
             stack.append((x, True))
             if self._handle_static(x) is None:
-                stack.extend((k, False) for n in self.classes.get(x, ()) for k in n.children
-                             if k not in self._types)
+                stack.extend(
+                    (k, False)
+                    for n in self.classes.get(x, ())
+                    for k in n.children
+                    if k not in self._types
+                )
         return self._types[c]
 
     def _handle_static(self, c: int) -> TensorType | None:
@@ -244,7 +250,9 @@ class Snapshot:
         `_informative` (a symbolic shape with every dimension named beats one with unknown
         dimensions, which beats an unknown rank)."""
         best, score = UNKNOWN, _informative(UNKNOWN)
-        handles = sorted(self.handles_of.get(c, ()), key=lambda v: not 0 <= v < len(self.graph.values))
+        handles = sorted(
+            self.handles_of.get(c, ()), key=lambda v: not 0 <= v < len(self.graph.values)
+        )
         candidates = (self.handle_type(v) for v in handles)
         for t in candidates:
             if t.static:
@@ -305,7 +313,7 @@ class Snapshot:
             raise EGraphError(f"e-class {c} has no finite term")
         else:
             n = self.finite_node(c)
-            from rewrite.emit import egg_string  # noqa: PLC0415
+            from rewrite.emit import egg_string
 
             kids = " ".join(self.rep(k, depth + 1) for k in n.children)
             r = f"({n.op} {kids} {' '.join(egg_string(a) for a in n.attrs)})"
@@ -324,7 +332,9 @@ def constant_op_value(attrs: tuple[str, ...]):
     return None
 
 
-def _shallowest(classes: dict[int, list[ENode]], handles_of: dict[int, list[int]]) -> dict[int, ENode | None]:
+def _shallowest(
+    classes: dict[int, list[ENode]], handles_of: dict[int, list[int]]
+) -> dict[int, ENode | None]:
     """Per e-class, the e-node of least height (a class with a handle has height 0 and no
     e-node; an e-node's height is one more than its highest child's), for every class that
     has a finite term. Ties go to the e-node listed first."""
@@ -355,5 +365,7 @@ def _shallowest(classes: dict[int, list[ENode]], handles_of: dict[int, list[int]
             entry[0] -= 1
             if entry[0] == 0:
                 seq += 1
-                heapq.heappush(heap, (1 + max(height[k] for k in entry[2].children), seq, entry[1], entry[2]))
+                heapq.heappush(
+                    heap, (1 + max(height[k] for k in entry[2].children), seq, entry[1], entry[2])
+                )
     return best

@@ -54,7 +54,9 @@ def schema(ops: Iterable[str] | None = None) -> str:
         ats = [f"s{i}" for i in range(len(spec.attrs))]
         row = " ".join(["v", *ins, *ats])
         term = " ".join([name, *(f"(T {a})" for a in ins), *ats])
-        lines.append(f"(relation {name}Row ({' '.join(['i64'] * (1 + spec.arity) + ['String'] * len(spec.attrs))}))")
+        lines.append(
+            f"(relation {name}Row ({' '.join(['i64'] * (1 + spec.arity) + ['String'] * len(spec.attrs))}))"
+        )
         lines.append(f"(rule (({name}Row {row})) ((union (T v) ({term}))) :ruleset load)")
     return "\n".join(lines) + "\n"
 
@@ -123,7 +125,9 @@ def emit_rule(r: Rule, provenance: bool = False) -> str:
     head = f";; {r.name}  ({r.span.file}:{r.span.line})"
     if r.needs_host:
         h = host_rule(r)
-        sig = " ".join(["Term"] + ["Term"] * len(r.term_captures) + ["String"] * len(r.attr_captures))
+        sig = " ".join(
+            ["Term"] + ["Term"] * len(r.term_captures) + ["String"] * len(r.attr_captures)
+        )
         cols = " ".join(["root", *(_var(c) for c in h.columns)])
         guards = " ".join(guard_text(g) for g in r.guards)
         return "\n".join(
@@ -144,12 +148,19 @@ def emit_rule(r: Rule, provenance: bool = False) -> str:
 
 def guard_text(g) -> str:
     """A guard as written in a rule, e.g. `(all-equal @z 0)`."""
+
     def arg(a) -> str:
         if isinstance(a, Capture):
             return "@" + a.name
         if isinstance(a, Literal):
             v = a.value
-            return "(" + " ".join(map(str, v)) + ")" if isinstance(v, tuple) else repr(v) if isinstance(v, str) else str(v)
+            return (
+                "(" + " ".join(map(str, v)) + ")"
+                if isinstance(v, tuple)
+                else repr(v)
+                if isinstance(v, str)
+                else str(v)
+            )
         return "_"
 
     text = f"({g.fn} {' '.join(arg(a) for a in g.args)})"
@@ -228,7 +239,11 @@ def _attr_pattern(v, kind: str) -> str:
 
 
 def _var(name: str) -> str:
-    return "v_" + name.replace(".", "_") if name in _RESERVED or name[0].isupper() else name.replace(".", "__")
+    return (
+        "v_" + name.replace(".", "_")
+        if name in _RESERVED or name[0].isupper()
+        else name.replace(".", "__")
+    )
 
 
 _RESERVED = {"root", "T", "Leaf", "Absent"}

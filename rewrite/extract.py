@@ -62,7 +62,7 @@ class _Costs:
         self.enodes: list[tuple[int, ENode]] = snap.nodes
         self.kids: list[tuple[int, ...]] = []
         self.group: list[int] = []  # opaque node index, or -1
-        for c, n in self.enodes:
+        for _c, n in self.enodes:
             if n.op == "Leaf" and n.leaf in self.opaque_of:
                 idx = self.opaque_of[n.leaf]
                 node = g.nodes[idx]
@@ -79,7 +79,8 @@ class _Costs:
         # would otherwise be taken by the order of the heap, and may duplicate shared nodes.
         self.original = {
             (n.op, tuple(snap.handle[i] for i in n.inputs if i != ABSENT))
-            for n in g.nodes if not n.opaque
+            for n in g.nodes
+            if not n.opaque
         }
         self.own = [self._own(i) for i in range(len(self.enodes))]
 
@@ -263,8 +264,11 @@ class _LocalSearch:
     def revert_to(self, own: dict[int, int]) -> dict[int, int]:
         """Give back each class its e-node in `own` (the input's) where that lowers the DAG
         cost, parents first. Returns the new choice."""
-        tries = sorted((c for c in self.topo if own.get(c, self.choice[c]) != self.choice[c]),
-                       key=self.topo.get, reverse=True)
+        tries = sorted(
+            (c for c in self.topo if own.get(c, self.choice[c]) != self.choice[c]),
+            key=self.topo.get,
+            reverse=True,
+        )
         for c in tries:
             if self.budget <= 0:
                 break
@@ -272,7 +276,8 @@ class _LocalSearch:
                 continue
             i, j = self.choice[c], own[c]
             if any(k not in self.choice for k in self.costs.kids[j]) or self._reaches(
-                    self.costs.kids[j], c):
+                self.costs.kids[j], c
+            ):
                 continue
             before = self.delta
             self._switch(c, j)
@@ -354,7 +359,7 @@ def input_cost(g: TermGraph, model: CostModel) -> float:
     for n in g.nodes:
         ins = tuple(g.values[i].type for i in n.inputs if i != ABSENT)
         out = g.values[n.outputs[0]].type if n.outputs else None
-        total += model.node_cost(n.op, n.attrs if not n.opaque else (), ins if not n.opaque else (), out)
+        total += model.node_cost(
+            n.op, n.attrs if not n.opaque else (), ins if not n.opaque else (), out
+        )
     return total
-
-

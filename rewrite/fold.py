@@ -22,8 +22,18 @@ from rewrite.graph import ABSENT, Node, TermGraph
 from rewrite.ops import OPS
 from rewrite.types import TensorType, onnx_dtype
 
-_NEVER = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-          "Bernoulli", "If", "Loop", "Scan", "SequenceMap"}
+_NEVER = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+    "If",
+    "Loop",
+    "Scan",
+    "SequenceMap",
+}
 
 
 def fold(g: TermGraph, provenance: bool = False) -> TermGraph:
@@ -75,9 +85,13 @@ def _fold_tree(nodes: list[Node], g: TermGraph) -> dict:
     graph order, and the trees of the folded nodes rewrites produced (each distinct tree once)."""
     name = lambda n: n.name or g.values[n.outputs[0]].name  # noqa: E731
     after = {json.dumps(n.provenance, sort_keys=True): n.provenance for n in nodes if n.provenance}
-    return {"rule": "constant-folding", "at": "rewrite/fold.py", "op": nodes[-1].op,
-            "replaces": [name(n) for n in nodes if n.provenance is None],
-            "after": list(after.values())}
+    return {
+        "rule": "constant-folding",
+        "at": "rewrite/fold.py",
+        "op": nodes[-1].op,
+        "replaces": [name(n) for n in nodes if n.provenance is None],
+        "after": list(after.values()),
+    }
 
 
 def _foldable(n: Node, g: TermGraph, consts: dict) -> bool:
@@ -107,18 +121,25 @@ def _shape_value(n: Node, t: TensorType) -> np.ndarray:
 
 
 def _evaluate(nodes: list[Node], g: TermGraph, consts: dict) -> dict[int, np.ndarray]:
-    from frontends.onnx.exporter import export_node  # noqa: PLC0415
+    from frontends.onnx.exporter import export_node
 
     name = lambda v: "" if v == ABSENT else g.values[v].name  # noqa: E731
     # a payload that is not an ONNX node (the fx frontend's) is not a proto to copy; canonical
     # nodes are then written from their attributes
-    protos = [export_node(n if isinstance(n.payload, (onnx.NodeProto, type(None))) else
-                          replace(n, payload=None), name) for n in nodes]
+    protos = [
+        export_node(
+            n if isinstance(n.payload, (onnx.NodeProto, type(None))) else replace(n, payload=None),
+            name,
+        )
+        for n in nodes
+    ]
     produced = {o for n in nodes for o in n.outputs}
     needed = sorted({i for n in nodes for i in n.inputs if i != ABSENT and i not in produced})
     inits = [numpy_helper.from_array(np.asarray(consts[i]), name(i)) for i in needed]
     outs = sorted(produced)
-    graph = helper.make_graph(protos, "fold", [], [helper.make_value_info(name(o), onnx.TypeProto()) for o in outs], inits)
+    graph = helper.make_graph(
+        protos, "fold", [], [helper.make_value_info(name(o), onnx.TypeProto()) for o in outs], inits
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.opset)])
     results = ReferenceEvaluator(model).run(None, {})
     return {o: np.asarray(r) for o, r in zip(outs, results)}

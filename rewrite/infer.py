@@ -14,13 +14,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from rewrite.ops import NONE, OPS, REQUIRED
 from rewrite.graph import ABSENT, Node, TermGraph, Value
+from rewrite.ops import NONE, OPS, REQUIRED
 from rewrite.shapes import analyze, to_dim
 from rewrite.types import UNKNOWN, TensorType, tensor_type
 
-_SAME = set("Relu Neg Sqrt Erf Tanh Sigmoid Exp Log Abs Reciprocal Floor Ceil Sin Cos Sign "
-            "Identity Dropout LeakyRelu HardSigmoid Gelu Softmax LogSoftmax Not".split())
+_SAME = set(
+    "Relu Neg Sqrt Erf Tanh Sigmoid Exp Log Abs Reciprocal Floor Ceil Sin Cos Sign "
+    "Identity Dropout LeakyRelu HardSigmoid Gelu Softmax LogSoftmax Not".split()
+)
 _BROADCAST = set("Add Sub Mul Div Pow Mod".split())
 _COMPARE = set("Equal Less Greater LessOrEqual GreaterOrEqual And Or".split())
 _CONST_MAX = 64  # constant inputs up to this many elements take part in inference
@@ -39,7 +41,9 @@ def infer_type(op: str, attrs, inputs: tuple[TensorType | None, ...], values: tu
         return inputs[0]
     if op in _BROADCAST or op in _COMPARE or op == "Where":
         ins = [t for t in inputs if t is not None]
-        dtype = TensorProto.BOOL if op in _COMPARE else ins[-1].dtype if op == "Where" else ins[0].dtype
+        dtype = (
+            TensorProto.BOOL if op in _COMPARE else ins[-1].dtype if op == "Where" else ins[0].dtype
+        )
         if any(t.shape is None for t in ins):
             return TensorType(dtype, None)
         try:
@@ -87,16 +91,23 @@ def _symbolic_shape(key) -> tuple | None:
             consts[len(vals) - 1] = np.frombuffer(raw, dtype=dtype).reshape(shape)
     vals.append(Value("out", UNKNOWN))
     node = Node(op, tuple(ins), (len(vals) - 1,), attrs)
-    graph = TermGraph(tuple(vals), (node,), tuple(i for i in range(len(vals) - 1) if i not in consts),
-                      (len(vals) - 1,), consts)
+    graph = TermGraph(
+        tuple(vals),
+        (node,),
+        tuple(i for i in range(len(vals) - 1) if i not in consts),
+        (len(vals) - 1,),
+        consts,
+    )
     try:
         a = analyze(graph)
-    except Exception:  # noqa: BLE001 (an odd node: the analysis knows nothing)
+    except Exception:
         return None
     shape = a.shapes.get(len(vals) - 1)
     if shape is None:
         return None
-    return tuple(None if any(str(s).startswith("_u") for s in d.free_symbols) else to_dim(d) for d in shape)
+    return tuple(
+        None if any(str(s).startswith("_u") for s in d.free_symbols) else to_dim(d) for d in shape
+    )
 
 
 def _broadcast(shapes) -> tuple:
@@ -134,12 +145,16 @@ def _onnx_infer(key) -> TensorType:
         names.append(name)
         if v is not None:
             dtype, shape, raw = v
-            inits.append(numpy_helper.from_array(np.frombuffer(raw, dtype=dtype).reshape(shape), name))
+            inits.append(
+                numpy_helper.from_array(np.frombuffer(raw, dtype=dtype).reshape(shape), name)
+            )
         vis.append(_value_info(name, t))
     while names and names[-1] == "":
         names.pop()
     node = onnx_node(op, names, ["out"], attrs)
-    graph = helper.make_graph([node], "infer", vis, [helper.make_tensor_value_info("out", 0, None)], inits)
+    graph = helper.make_graph(
+        [node], "infer", vis, [helper.make_tensor_value_info("out", 0, None)], inits
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
     try:
@@ -152,13 +167,17 @@ def _onnx_infer(key) -> TensorType:
     # A name ONNX made up for an unknown dimension (unk__0, ...) is fresh in this one-node
     # model only: the same name from another call means another size. Only input names carry.
     known = {d for i in inputs if i is not None and i.shape for d in i.shape if isinstance(d, str)}
-    return TensorType(t.dtype, tuple(None if isinstance(d, str) and d not in known else d for d in t.shape))
+    return TensorType(
+        t.dtype, tuple(None if isinstance(d, str) and d not in known else d for d in t.shape)
+    )
 
 
 _LIST_TYPES = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.FLOATS}
 
 
-def onnx_node(op: str, inputs: list[str], outputs: list[str], attrs, name: str | None = None) -> onnx.NodeProto:
+def onnx_node(
+    op: str, inputs: list[str], outputs: list[str], attrs, name: str | None = None
+) -> onnx.NodeProto:
     """NodeProto of a canonical op with canonical `attrs` (`(name, value)` pairs); attributes
     that are absent or equal to their op-table default are left out, as ONNX writers do."""
     spec = OPS.get(op)
@@ -168,7 +187,9 @@ def onnx_node(op: str, inputs: list[str], outputs: list[str], attrs, name: str |
         if val is None or (aspec.default not in (NONE, REQUIRED) and _same(val, aspec.default)):
             continue
         kw[a] = list(val) if isinstance(val, tuple) else val
-    node = helper.make_node(op, inputs, outputs, name=name, **{a: v for a, v in kw.items() if v != []})
+    node = helper.make_node(
+        op, inputs, outputs, name=name, **{a: v for a, v in kw.items() if v != []}
+    )
     for a in [a for a, v in kw.items() if v == []]:  # an empty list (a rank-0 Transpose's
         kind = spec.attr_index[a].kind  # perm) has no element to infer its type from
         node.attribute.append(helper.make_attribute(a, [], attr_type=_LIST_TYPES[kind]))

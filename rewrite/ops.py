@@ -86,7 +86,12 @@ _COMMUTATIVE = {"Add", "Mul", "Equal", "And", "Or"}
 _TABLE: list[OpSpec] = [
     *[_op(n, "X") for n in _UNARY.split()],
     *[
-        _op(n, "A B", commutative=n in _COMMUTATIVE, attrs=[("fmod", "int", 0)] if n == "Mod" else ())
+        _op(
+            n,
+            "A B",
+            commutative=n in _COMMUTATIVE,
+            attrs=[("fmod", "int", 0)] if n == "Mod" else (),
+        )
         for n in _BINARY.split()
     ],
     _op("Identity", "input", cost="free"),
@@ -123,7 +128,12 @@ _TABLE: list[OpSpec] = [
         "Gemm",
         "A B C",
         2,
-        [("alpha", "float", 1.0), ("beta", "float", 1.0), ("transA", "int", 0), ("transB", "int", 0)],
+        [
+            ("alpha", "float", 1.0),
+            ("beta", "float", 1.0),
+            ("transA", "int", 0),
+            ("transB", "int", 0),
+        ],
         cost="gemm",
     ),
     _op(
@@ -194,9 +204,23 @@ _TABLE: list[OpSpec] = [
     _op("Slice", "data starts ends axes steps", 3, cost="movement"),
     # Pad-13 has no axes input; declared with the same slots as Pad-18 (one egglog constructor
     # per op), an importer never fills axes below 18 and no rule writes one
-    _op("Pad", "data pads constant_value axes", 2, [("mode", "string", "constant")], cost="movement",
-        since=13, until=18),
-    _op("Pad", "data pads constant_value axes", 2, [("mode", "string", "constant")], cost="movement", since=18),
+    _op(
+        "Pad",
+        "data pads constant_value axes",
+        2,
+        [("mode", "string", "constant")],
+        cost="movement",
+        since=13,
+        until=18,
+    ),
+    _op(
+        "Pad",
+        "data pads constant_value axes",
+        2,
+        [("mode", "string", "constant")],
+        cost="movement",
+        since=18,
+    ),
     _op("Gather", "data indices", attrs=[("axis", "int", 0)], cost="movement"),
     _op("Tile", "input repeats", cost="movement"),
     _op("Shape", "data", attrs=[("end", "int", NONE), ("start", "int", 0)], cost="shape", since=15),
@@ -214,12 +238,45 @@ _TABLE: list[OpSpec] = [
         cost="free",
     ),
     *[
-        _op(n, "data axes", 1, [("keepdims", "int", 1), ("noop_with_empty_axes", "int", 0)], cost="reduce", since=18)
+        _op(
+            n,
+            "data axes",
+            1,
+            [("keepdims", "int", 1), ("noop_with_empty_axes", "int", 0)],
+            cost="reduce",
+            since=18,
+        )
         for n in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2")
     ],
-    _op("ReduceSum", "data axes", 1, [("keepdims", "int", 1), ("noop_with_empty_axes", "int", 0)], cost="reduce"),
-    _op("RandomNormalLike", "input", attrs=[("dtype", "int", NONE), ("mean", "float", 0.0), ("scale", "float", 1.0), ("seed", "float", NONE)], random=True),
-    _op("RandomUniformLike", "input", attrs=[("dtype", "int", NONE), ("high", "float", 1.0), ("low", "float", 0.0), ("seed", "float", NONE)], random=True),
+    _op(
+        "ReduceSum",
+        "data axes",
+        1,
+        [("keepdims", "int", 1), ("noop_with_empty_axes", "int", 0)],
+        cost="reduce",
+    ),
+    _op(
+        "RandomNormalLike",
+        "input",
+        attrs=[
+            ("dtype", "int", NONE),
+            ("mean", "float", 0.0),
+            ("scale", "float", 1.0),
+            ("seed", "float", NONE),
+        ],
+        random=True,
+    ),
+    _op(
+        "RandomUniformLike",
+        "input",
+        attrs=[
+            ("dtype", "int", NONE),
+            ("high", "float", 1.0),
+            ("low", "float", 0.0),
+            ("seed", "float", NONE),
+        ],
+        random=True,
+    ),
 ]
 
 

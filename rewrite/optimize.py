@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from dsl.ir import Rule, RuleSet
+from rewrite import provenance as prov
 from rewrite.cost import CostModel
 from rewrite.egraph import EGraph
 from rewrite.emit import emit, host_rule
@@ -20,7 +21,6 @@ from rewrite.extract import extract, input_cost
 from rewrite.fold import fold
 from rewrite.graph import TermGraph
 from rewrite.ops import OPS
-from rewrite import provenance as prov
 from rewrite.saturate import Limits, saturate
 from rewrite.selection import pick_rules
 from rewrite.shapes import FoldStats, fold_shapes
@@ -74,7 +74,9 @@ class Report:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def select(rules: RuleSet, opset: int, fp: tuple[str, ...] = ("exact",)) -> tuple[list[Rule], dict[str, str]]:
+def select(
+    rules: RuleSet, opset: int, fp: tuple[str, ...] = ("exact",)
+) -> tuple[list[Rule], dict[str, str]]:
     """Rules usable on a graph of `opset` under the allowed numeric classes, and the skipped
     ones with a reason."""
     keep, skipped = [], {}
@@ -196,9 +198,16 @@ def optimize(
         cost_after=ex.cost if cheaper else ex.input_cost if changed else cost_before,
         changed=changed,
         fp=_loosest(chosen, sat.fired) if cheaper else "exact",
-        extra={"shapes": asdict(shape_stats), "history": sat.history,
-               **({"sites": dict(sat.sites)} if sat.sites else {})},
-        limit_stage="" if sat.stop_reason == "saturated" else "saturate" if sat.iterations else "import",
+        extra={
+            "shapes": asdict(shape_stats),
+            "history": sat.history,
+            **({"sites": dict(sat.sites)} if sat.sites else {}),
+        },
+        limit_stage=""
+        if sat.stop_reason == "saturated"
+        else "saturate"
+        if sat.iterations
+        else "import",
         provenance=prov.collect(out) if provenance and changed else {},
     )
     if unexplained:
@@ -207,7 +216,11 @@ def optimize(
 
 
 def as_given(
-    graph: TermGraph | None, reason: str, stage: str, seconds: dict[str, float], cost: CostModel = CostModel()
+    graph: TermGraph | None,
+    reason: str,
+    stage: str,
+    seconds: dict[str, float],
+    cost: CostModel = CostModel(),
 ) -> Report:
     """The Report of a run that stopped in `stage` (a budget, `reason`, ran out) before
     saturation, returning its input unchanged. `graph` is the input (None if it was not
@@ -215,9 +228,23 @@ def as_given(
     n, ops = (len(graph.nodes), graph.op_counts()) if graph is not None else (0, {})
     c = input_cost(graph, cost) if graph is not None else 0.0
     return Report(
-        stop_reason=reason, iterations=0, enodes=0, eclasses=0, seconds=seconds, fired={},
-        rejected={}, skipped={}, nodes_before=n, nodes_after=n, ops_before=ops, ops_after=ops,
-        cost_before=c, cost_after=c, changed=False, fp="exact", limit_stage=stage,
+        stop_reason=reason,
+        iterations=0,
+        enodes=0,
+        eclasses=0,
+        seconds=seconds,
+        fired={},
+        rejected={},
+        skipped={},
+        nodes_before=n,
+        nodes_after=n,
+        ops_before=ops,
+        ops_after=ops,
+        cost_before=c,
+        cost_after=c,
+        changed=False,
+        fp="exact",
+        limit_stage=stage,
     )
 
 

@@ -84,18 +84,29 @@ def firings(snap: Snapshot, rules: list[Rule], host_firings: list) -> list[Firin
         terms, attrs = captures(lhs)
         for row in snap.rows.get(prov_relation(name), ()):
             t = dict(zip(terms, row[1:]))
-            a = dict(zip(attrs, row[1 + len(terms):]))
+            a = dict(zip(attrs, row[1 + len(terms) :]))
             created: list[ENode] = []
             if _build(snap, index, rhs, t, a, created) is not None:
                 out.append(Firing(name, _at(r), lhs, row[0], t, a, tuple(created)))
     for h in host_firings:
         root = snap.handle.get(h.root)
-        made = tuple(ENode(op, tuple(snap.handle.get(k, -1) for k in kids), attrs)
-                     for _, op, kids, attrs in h.created)
+        made = tuple(
+            ENode(op, tuple(snap.handle.get(k, -1) for k in kids), attrs)
+            for _, op, kids, attrs in h.created
+        )
         if root is not None:
             terms = {n: snap.handle[v] for n, v in h.terms if v in snap.handle}
-            out.append(Firing(h.rule.name, _at(h.rule), h.rule.lhs, root, terms, dict(h.attrs),
-                              tuple(n for n in made if n in index)))
+            out.append(
+                Firing(
+                    h.rule.name,
+                    _at(h.rule),
+                    h.rule.lhs,
+                    root,
+                    terms,
+                    dict(h.attrs),
+                    tuple(n for n in made if n in index),
+                )
+            )
     return out
 
 
@@ -117,7 +128,7 @@ def _build(
         return None
     spec = OPS.get(t.op)
     texts = []
-    for (name, v), a in zip(t.attrs, spec.attrs):
+    for (_name, v), a in zip(t.attrs, spec.attrs):
         texts.append(encode_attr(a.kind, v.value) if isinstance(v, Literal) else attrs.get(v.name))
     n = ENode(t.op, tuple(kids), tuple(texts))
     c = index.get(n)
@@ -158,7 +169,7 @@ def matched(snap: Snapshot, f: Firing) -> list[ENode] | None:
 
 
 def _attrs_fit(t: OpNode, spec, n: ENode, attrs: dict) -> bool:
-    for (name, v), a, s in zip(t.attrs, spec.attrs, n.attrs):
+    for (_name, v), a, s in zip(t.attrs, spec.attrs, n.attrs):
         if isinstance(v, Literal) and encode_attr(a.kind, v.value) != s:
             return False
         if isinstance(v, Capture) and attrs.get(v.name, s) != s:
@@ -218,8 +229,12 @@ class Justification:
         for i, p in enumerate(self.premises):
             for n in p:
                 waiting.setdefault(n, []).append(i)
-        heap = [(1, i, j) for i, p in enumerate(self.premises) if not p
-                for j in range(len(self.fired[i].created))]
+        heap = [
+            (1, i, j)
+            for i, p in enumerate(self.premises)
+            if not p
+            for j in range(len(self.fired[i].created))
+        ]
         heapq.heapify(heap)
         best: dict[ENode, int] = {}
         cost: dict[ENode, int] = {}
@@ -246,8 +261,12 @@ class Justification:
         def walk(e: ENode, i: int) -> dict:
             f = self.fired[i]
             budget[0] -= 1
-            node = {"rule": f.name, "at": f.at, "op": e.op,
-                    "replaces": sorted({self.names[m] for m in self.lhs[i] if m in self.names})}
+            node = {
+                "rule": f.name,
+                "at": f.at,
+                "op": e.op,
+                "replaces": sorted({self.names[m] for m in self.lhs[i] if m in self.names}),
+            }
             if budget[0] <= 0:
                 node["truncated"] = True
                 node["after"] = []
@@ -256,8 +275,14 @@ class Justification:
             return node
 
         shown = set(self.lhs[self.best[n]]) if n in self.best else set()
-        gone = sorted((m for m in self.originals.get(self.class_of.get(n), ())
-                       if m != n and m not in shown and m in self.by_root), key=self.names.get)
+        gone = sorted(
+            (
+                m
+                for m in self.originals.get(self.class_of.get(n), ())
+                if m != n and m not in shown and m in self.by_root
+            ),
+            key=self.names.get,
+        )
         merged = [walk(m, self.by_root[m]) for m in gone]
         if n in self.best:
             top = walk(n, self.best[n])
@@ -301,8 +326,13 @@ def collect(g: TermGraph) -> dict[str, dict]:
     """Name -> provenance tree of every node and constant of `g` that has one (the report's
     `provenance` section), sorted by name."""
     out = {n.name: n.provenance for n in g.nodes if n.provenance is not None}
-    out.update({g.values[v].name: g.values[v].provenance for v in g.constants
-                if g.values[v].provenance is not None})
+    out.update(
+        {
+            g.values[v].name: g.values[v].provenance
+            for v in g.constants
+            if g.values[v].provenance is not None
+        }
+    )
     return dict(sorted(out.items()))
 
 

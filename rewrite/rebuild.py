@@ -61,7 +61,9 @@ def build_graph(
                 emitted_opaque.add(group)
                 if origins is not None:
                     origins.append(None)
-                nodes.append(_opaque(g.nodes[group], snap, choice, costs, vid_of, values, fresh_name))
+                nodes.append(
+                    _opaque(g.nodes[group], snap, choice, costs, vid_of, values, fresh_name)
+                )
             continue
         orig = originals.get((n.op, n.attrs, n.children))
         name = output_name.get(c) or (g.values[orig.outputs[0]].name if orig else None)
@@ -76,8 +78,16 @@ def build_graph(
         if origins is not None:
             origins.append(n)
         nodes.append(
-            Node(n.op, ins, (vid_of[c],), attrs, False,
-                 orig.name if keep else "", "", orig.payload if keep else None)
+            Node(
+                n.op,
+                ins,
+                (vid_of[c],),
+                attrs,
+                False,
+                orig.name if keep else "",
+                "",
+                orig.payload if keep else None,
+            )
         )
     outputs = tuple(vid_of[snap.handle[v]] for v in g.outputs)
     inputs = tuple(vid_of.get(snap.handle[v], -1) for v in g.inputs)
@@ -97,11 +107,23 @@ def _opaque(node: Node, snap, choice, costs, vid_of, values, fresh_name) -> Node
             values.append(Value(snap.graph.values[v].name, snap.graph.values[v].type))
             vid_of[c] = len(values) - 1
         else:
-            values.append(Value(fresh_name() if snap.graph.values[v].name else "", snap.graph.values[v].type))
+            values.append(
+                Value(fresh_name() if snap.graph.values[v].name else "", snap.graph.values[v].type)
+            )
         outs.append(len(values) - 1)
     implicit = tuple(vid_of[snap.handle[v]] for v in node.implicit)
-    return Node(node.op, ins, tuple(outs), (), True, node.name, node.domain, node.payload,
-                implicit, node.implicit_names)
+    return Node(
+        node.op,
+        ins,
+        tuple(outs),
+        (),
+        True,
+        node.name,
+        node.domain,
+        node.payload,
+        implicit,
+        node.implicit_names,
+    )
 
 
 def _original_keys(snap) -> dict:

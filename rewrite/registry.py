@@ -16,8 +16,9 @@ then skipped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -155,8 +156,9 @@ def normal_product(a: ClassInfo, b: ClassInfo) -> bool:
         a,
         b,
         np.multiply,
-        lambda mag, info, x, y: np.all(np.isfinite(mag))
-        and np.all((x == 0) | (y == 0) | (mag >= float(info.tiny))),
+        lambda mag, info, x, y: (
+            np.all(np.isfinite(mag)) and np.all((x == 0) | (y == 0) | (mag >= float(info.tiny)))
+        ),
     )
 
 
@@ -270,10 +272,7 @@ def broadcasts_into(z: ClassInfo, x: ClassInfo) -> bool:
         return True
     if zs is None or xs is None or len(zs) > len(xs):
         return False
-    return all(
-        _static_one(zd) or same_dim(zd, xd)
-        for zd, xd in zip(zs, xs[len(xs) - len(zs):])
-    )
+    return all(_static_one(zd) or same_dim(zd, xd) for zd, xd in zip(zs, xs[len(xs) - len(zs) :]))
 
 
 _LOSSLESS = {  # ONNX elem type -> types that hold every value of it exactly
@@ -343,7 +342,7 @@ def channel_bias(b: ClassInfo, y: ClassInfo) -> bool:
         return False
     if len(shape) == r and shape[0] != 1:
         return False
-    tail = shape[-(r - 1):]
+    tail = shape[-(r - 1) :]
     return tail[0] == ys[1] and all(d == 1 for d in tail[1:])
 
 
@@ -396,8 +395,12 @@ def last_dim_vector(w: ClassInfo, x: ClassInfo) -> bool:
     the Scale and B inputs of LayerNormalization (and Scale of RMSNormalization) with
     axis=-1, which onnxruntime requires to have the normalized shape exactly."""
     ws, xs = w.type.shape, x.type.shape
-    return ws is not None and xs is not None and len(ws) == 1 and len(xs) >= 1 and (
-        same_dim(ws[0], xs[-1])
+    return (
+        ws is not None
+        and xs is not None
+        and len(ws) == 1
+        and len(xs) >= 1
+        and (same_dim(ws[0], xs[-1]))
     )
 
 
@@ -461,8 +464,9 @@ def static_nonempty_features(x: ClassInfo) -> bool:
 
 
 @builder("merge-pool-pads", TERM, ATTR, TERM, ATTR)
-def merge_pool_pads(pads: ClassInfo, p: tuple[int, ...] | None, x: ClassInfo,
-                    kernel: tuple[int, ...] | None) -> tuple[int, ...] | None:
+def merge_pool_pads(
+    pads: ClassInfo, p: tuple[int, ...] | None, x: ClassInfo, kernel: tuple[int, ...] | None
+) -> tuple[int, ...] | None:
     """`merge-pads` for a pool with kernel shape `kernel`, or None when a merged pad is not
     smaller than the kernel along its axis: onnxruntime rejects such a pool ("Pad should be
     smaller than kernel", pool_attributes.h), although the ONNX spec allows it."""
@@ -574,8 +578,7 @@ def _slice_spec(x_rank: int, starts, ends, axes, steps) -> dict[int, tuple[int, 
     if ax is None or any(int(v) == 0 for v in steps.value):
         return None
     return {
-        a: (int(s), int(e), int(t))
-        for a, s, e, t in zip(ax, starts.value, ends.value, steps.value)
+        a: (int(s), int(e), int(t)) for a, s, e, t in zip(ax, starts.value, ends.value, steps.value)
     }
 
 

@@ -61,7 +61,9 @@ class SaturationReport:
 
 
 def saturate(
-    eg: EGraph, host_rules: list[HostRule], limits: Limits,
+    eg: EGraph,
+    host_rules: list[HostRule],
+    limits: Limits,
     provenance: tuple[str, ...] | None = None,
 ) -> tuple[SaturationReport, Snapshot]:
     """Run all rules until saturation or a budget runs out (see the module docstring).

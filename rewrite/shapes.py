@@ -39,8 +39,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 import sympy
-from sympy.parsing.sympy_parser import parse_expr
 from onnx import helper, numpy_helper
+from sympy.parsing.sympy_parser import parse_expr
 
 from rewrite.graph import ABSENT, Node, TermGraph, Value
 from rewrite.types import TensorType, np_dtype
@@ -142,8 +142,11 @@ def parse_dim(text: str) -> Expr:
         return symbol(text)
     names = {n: symbol(n) for n in _IDENT.findall(text) if n != "floor"}
     try:
-        e = parse_expr(text, local_dict=names, global_dict={"Integer": sympy.Integer, "floor": sympy.floor,
-                                                             "Symbol": sympy.Symbol})
+        e = parse_expr(
+            text,
+            local_dict=names,
+            global_dict={"Integer": sympy.Integer, "floor": sympy.floor, "Symbol": sympy.Symbol},
+        )
     except (SyntaxError, TypeError, ValueError, AttributeError, sympy.SympifyError):
         return symbol(text)
     return e if isinstance(e, sympy.Expr) and str(e) == text else symbol(text)
@@ -195,7 +198,10 @@ def _attrs(n: Node) -> dict:
         return dict(n.attrs)
     if isinstance(n.payload, onnx.NodeProto):
         out = {x.name: helper.get_attribute_value(x) for x in n.payload.attribute}
-        return {k: numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for k, v in out.items()}
+        return {
+            k: numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v
+            for k, v in out.items()
+        }
     return {}
 
 
@@ -208,8 +214,14 @@ def _ints(a: ShapeAnalysis, vid: int) -> list[int] | None:
 
 def _is_int_dtype(g: TermGraph, vid: int) -> bool:
     dt = g.values[vid].type.dtype
-    return dt in (onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16,
-                  onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL)
+    return dt in (
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.BOOL,
+    )
 
 
 _SAME = set(
@@ -295,11 +307,13 @@ def _visit(n: Node, g: TermGraph, a: ShapeAnalysis) -> None:
         axis = at["axis"]
         rank = len(s_in[0])
         axis = axis + rank if axis < 0 else axis
-        shp = tuple(sympy.Add(*[s[axis] for s in s_in]) if k == axis else s_in[0][k] for k in range(rank))
+        shp = tuple(
+            sympy.Add(*[s[axis] for s in s_in]) if k == axis else s_in[0][k] for k in range(rank)
+        )
     elif op == "Gather" and s_in[0] is not None and s_in[1] is not None:
         axis = at.get("axis", 0)
         axis = axis + len(s_in[0]) if axis < 0 else axis
-        shp = s_in[0][:axis] + s_in[1] + s_in[0][axis + 1:]
+        shp = s_in[0][:axis] + s_in[1] + s_in[0][axis + 1 :]
     elif op == "Shape" and s_in[0] is not None:
         shp = (sympy.Integer(len(range(len(s_in[0]))[slice(at.get("start", 0), at.get("end"))])),)
     elif op == "Size":
@@ -314,7 +328,10 @@ def _visit(n: Node, g: TermGraph, a: ShapeAnalysis) -> None:
         if t is not None and None not in t.elems:
             shp = tuple(t.elems)
     elif op == "Slice":
-        shp = _slice_shape(s_in[0], [a.values.get(i) if i != ABSENT else None for i in ins[1:]] + [None] * (5 - len(ins)))
+        shp = _slice_shape(
+            s_in[0],
+            [a.values.get(i) if i != ABSENT else None for i in ins[1:]] + [None] * (5 - len(ins)),
+        )
     elif op.startswith("Reduce") and s_in[0] is not None:
         axes = _ints(a, ins[1]) if len(ins) > 1 and ins[1] != ABSENT else at.get("axes")
         shp = _reduce(s_in[0], axes, at.get("keepdims", 1), at.get("noop_with_empty_axes", 0))
@@ -328,7 +345,12 @@ def _visit(n: Node, g: TermGraph, a: ShapeAnalysis) -> None:
     elif op == "Pad" and s_in[0] is not None:
         pads = a.values.get(ins[1])
         axes = _ints(a, ins[3]) if len(ins) > 3 and ins[3] != ABSENT else list(range(len(s_in[0])))
-        if pads is not None and None not in pads.elems and axes is not None and len(pads.elems) == 2 * len(axes):
+        if (
+            pads is not None
+            and None not in pads.elems
+            and axes is not None
+            and len(pads.elems) == 2 * len(axes)
+        ):
             x, k = list(s_in[0]), len(axes)
             for j, ax in enumerate(axes):
                 x[ax] = x[ax] + pads.elems[j] + pads.elems[j + k]
@@ -420,8 +442,16 @@ def _slice_shape(x: Shape | None, parts) -> Shape | None:
     if None in starts.elems or None in ends.elems:
         return None
     n = len(starts.elems)
-    ax = [int(e) for e in axes.elems] if axes is not None and axes.known else (None if axes else list(range(n)))
-    st = [int(e) for e in steps.elems] if steps is not None and steps.known else (None if steps else [1] * n)
+    ax = (
+        [int(e) for e in axes.elems]
+        if axes is not None and axes.known
+        else (None if axes else list(range(n)))
+    )
+    st = (
+        [int(e) for e in steps.elems]
+        if steps is not None and steps.known
+        else (None if steps else [1] * n)
+    )
     if ax is None or st is None:
         return None
     out = list(x)
@@ -458,11 +488,13 @@ def _slice_len(dim: Expr, s: Expr, e: Expr, step: int) -> Expr | None:
 def _split(n: Node, g: TermGraph, a: ShapeAnalysis, x: Shape, at: dict) -> None:
     axis = at.get("axis", 0)
     axis = axis + len(x) if axis < 0 else axis
-    sizes = _ints(a, n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] != ABSENT else at.get("split")
+    sizes = (
+        _ints(a, n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] != ABSENT else at.get("split")
+    )
     if sizes is None or len(sizes) != len(n.outputs):
         return
     for o, size in zip(n.outputs, sizes):
-        a.shapes[o] = x[:axis] + (sympy.Integer(size),) + x[axis + 1:]
+        a.shapes[o] = x[:axis] + (sympy.Integer(size),) + x[axis + 1 :]
 
 
 # ---- values of small integer tensors --------------------------------------------------------
@@ -517,8 +549,11 @@ def _value(n: Node, op: str, ins: list[int], at: dict, g: TermGraph, a: ShapeAna
         if all(v is not None for v in vs):
             arr = _elementwise(op, vs, at, _is_int_dtype(g, ins[-1]))
     elif op in ("Neg", "Abs", "Not") and x is not None:
-        f = {"Neg": lambda e: -e, "Abs": sympy.Abs,
-             "Not": lambda e: sympy.Integer(1 - int(e)) if e.is_number else None}[op]
+        f = {
+            "Neg": lambda e: -e,
+            "Abs": sympy.Abs,
+            "Not": lambda e: sympy.Integer(1 - int(e)) if e.is_number else None,
+        }[op]
         arr = _map(lambda e: None if e is None else f(e), x)
     elif op == "Range":
         r = [ints(i) for i in ins]
@@ -543,8 +578,12 @@ def _value(n: Node, op: str, ins: list[int], at: dict, g: TermGraph, a: ShapeAna
     elif op in ("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin") and x is not None:
         s = a.shapes.get(out)
         if x.ndim == 1 and x.size and None not in x.tolist() and s is not None and len(s) <= 1:
-            f = {"ReduceProd": sympy.Mul, "ReduceSum": sympy.Add, "ReduceMax": sympy.Max,
-                 "ReduceMin": sympy.Min}[op]
+            f = {
+                "ReduceProd": sympy.Mul,
+                "ReduceSum": sympy.Add,
+                "ReduceMax": sympy.Max,
+                "ReduceMin": sympy.Min,
+            }[op]
             arr = _obj(f(*x.tolist())).reshape(tuple(int(d) for d in s))
     if arr is not None and not isinstance(arr, np.ndarray):
         arr = _obj(arr)  # numpy gives an element, not a 0-d array, for a scalar index
@@ -563,8 +602,10 @@ def _fits(arr: np.ndarray, dtype: int) -> bool:
         info = np.iinfo(np_dtype(dtype))
     except (KeyError, TypeError, ValueError):
         return True
-    return all(e is None or not e.is_number or info.min <= int(e) <= info.max
-               for e in arr.reshape(-1).tolist())
+    return all(
+        e is None or not e.is_number or info.min <= int(e) <= info.max
+        for e in arr.reshape(-1).tolist()
+    )
 
 
 def _obj(x) -> np.ndarray:
@@ -620,7 +661,9 @@ def _apply(op: str, args, at: dict, integer: bool) -> Expr | None:
         if not integer:
             return None
         if x.is_number and y.is_number:
-            return sympy.Integer(int(x) // int(y) if (int(x) >= 0) == (int(y) > 0) else -(abs(int(x)) // abs(int(y))))
+            return sympy.Integer(
+                int(x) // int(y) if (int(x) >= 0) == (int(y) > 0) else -(abs(int(x)) // abs(int(y)))
+            )
         if x.is_nonnegative and y.is_positive:
             return sympy.floor(x / y)
         return None
@@ -662,11 +705,14 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
     Returns the new TermGraph (types refined with the analysis's symbolic shapes) and
     FoldStats. `g` itself is not changed. Raises nothing on graphs it cannot follow.
     """
-    from rewrite.fold import prune  # noqa: PLC0415 (fold imports extract, which is heavier)
+    from rewrite.fold import prune
 
     a = analysis or analyze(g)
     values = [
-        Value(v.name, TensorType(v.type.dtype, a.dim_text(vid)) if a.shapes.get(vid) is not None else v.type)
+        Value(
+            v.name,
+            TensorType(v.type.dtype, a.dim_text(vid)) if a.shapes.get(vid) is not None else v.type,
+        )
         for vid, v in enumerate(g.values)
     ]
     consts = dict(g.constants)
@@ -682,7 +728,9 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
                 break
             name = f"{base}_{k}"
         taken.add(name)
-        values.append(Value(name, TensorType(helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape)))
+        values.append(
+            Value(name, TensorType(helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
+        )
         consts[len(values) - 1] = arr
         return len(values) - 1
 
@@ -692,7 +740,9 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
         if outs and not _effectful(n) and all(_foldable_value(a, g, o) for o in outs):
             for o in outs:
                 consts[o] = _array(a.values[o], g.values[o].type)
-                values[o] = Value(values[o].name, TensorType(g.values[o].type.dtype, consts[o].shape))
+                values[o] = Value(
+                    values[o].name, TensorType(g.values[o].type.dtype, consts[o].shape)
+                )
             n_const += 1
             continue
         if n.domain in ("", "ai.onnx") and len(n.outputs) == 1:
@@ -717,8 +767,13 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
         # a graph output that became the value its no-op read takes the output's name, so the
         # exporter needs no Identity to keep the name (unless that value is an input, a
         # constant or another output, which keep theirs)
-        if t != o and t not in g.inputs and t not in consts and outputs.count(t) == 1 \
-                and t not in g.outputs:
+        if (
+            t != o
+            and t not in g.inputs
+            and t not in consts
+            and outputs.count(t) == 1
+            and t not in g.outputs
+        ):
             values[t] = Value(g.values[o].name, values[t].type)
     out = prune(TermGraph(tuple(values), tuple(nodes), g.inputs, outputs, consts, g.opset, g.meta))
     stats = FoldStats(n_const, n_target, n_noop, len(g.nodes), len(out.nodes))
@@ -736,7 +791,7 @@ def _renamed(n: Node, alias: dict[int, int]) -> Node:
 
 
 def _effectful(n: Node) -> bool:
-    from rewrite.ops import OPS  # noqa: PLC0415
+    from rewrite.ops import OPS
 
     spec = OPS.get(n.op)
     if n.op in ("If", "Loop", "Scan") or n.domain not in ("", "ai.onnx"):

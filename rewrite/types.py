@@ -52,7 +52,11 @@ class TensorType:
 
     def __str__(self) -> str:
         name = onnx.TensorProto.DataType.Name(self.dtype).lower() if self.dtype else "?"
-        dims = "?" if self.shape is None else ",".join("?" if d is None else str(d) for d in self.shape)
+        dims = (
+            "?"
+            if self.shape is None
+            else ",".join("?" if d is None else str(d) for d in self.shape)
+        )
         return f"{name}[{dims}]"
 
 

@@ -60,7 +60,7 @@ def cli(capsys, monkeypatch):
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 20, 64, 100])
 def test_ddmin_one_culprit_in_logarithmic_tests(n):
     for culprit in range(n):
-        found = ddmin(list(range(n)), lambda s: culprit in s)
+        found = ddmin(list(range(n)), lambda s, c=culprit: c in s)
         assert found.items == (culprit,) and found.complete
         assert found.tests <= 2 * math.ceil(math.log2(max(n, 2)))
 
@@ -171,7 +171,6 @@ def test_cli_unknown_pattern_is_one_line(cli):
 def _two_divs():
     """x / 2 + x / 4: two Div sites, named d1 and d2 (their outputs q1 and q2)."""
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     inits = [
@@ -257,7 +256,7 @@ def test_bisect_small_model_names_rule_and_node(planted):
     assert report.inputs == {"x": "float32[2, 3]"} and "output y differs" in report.error
     text = "\n".join(format_report(report, model="m.onnx", rule_paths=[planted]))
     assert (
-        f"--only div-constant-dropped" in text
+        "--only div-constant-dropped" in text
         and f"rewrite verify {planted} --rule div-constant-dropped" in text
     )
 

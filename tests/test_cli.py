@@ -20,7 +20,9 @@ EXAMPLE = ROOT / "examples" / "resnet.onnx"
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     """Run the CLI in a subprocess, as a user would (catches tracebacks on stderr too)."""
-    return subprocess.run([sys.executable, "-m", "rewrite.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "rewrite.cli", *args], capture_output=True, text=True, cwd=ROOT
+    )
 
 
 def small_model(path: Path) -> Path:
@@ -33,12 +35,20 @@ def test_optimize_writes_model_and_report(tmp_path):
     out, rep = tmp_path / "out.onnx", tmp_path / "r.json"
     r = run_cli("optimize", str(EXAMPLE), str(out), "--report", str(rep), "--allow", "reassoc")
     assert r.returncode == 0, r.stderr
-    assert "BatchNormalization" in r.stdout and "saturated" in r.stdout and "fold-batchnorm" in r.stdout
+    assert (
+        "BatchNormalization" in r.stdout
+        and "saturated" in r.stdout
+        and "fold-batchnorm" in r.stdout
+    )
     assert "rtol 0.001, atol 0.0001" in r.stdout  # the tolerance is stated
     model = onnx.load(str(out))
     onnx.checker.check_model(model, full_check=True)
     data = json.loads(rep.read_text())
-    assert data["nodes_before"] == 21 and data["nodes_after"] == 15 and data["stop_reason"] == "saturated"
+    assert (
+        data["nodes_before"] == 21
+        and data["nodes_after"] == 15
+        and data["stop_reason"] == "saturated"
+    )
     assert all(c["ok"] for c in data["check"])
 
 
@@ -52,7 +62,10 @@ def test_optimize_exact_only_by_default(tmp_path):
     "make_input, message",
     [
         (lambda d: d / "missing.onnx", "missing.onnx: no such file"),
-        (lambda d: (d / "junk.onnx").write_bytes(b"\x00\xffnot a model") and d / "junk.onnx", "not an ONNX model"),
+        (
+            lambda d: (d / "junk.onnx").write_bytes(b"\x00\xffnot a model") and d / "junk.onnx",
+            "not an ONNX model",
+        ),
         (lambda d: d, "not a file"),
     ],
     ids=["missing", "not-onnx", "directory"],
@@ -81,7 +94,12 @@ def test_rules_syntax_error_located(tmp_path):
     rules.write_text("(simplify oops\n  (Identity @x)\n")
     out = tmp_path / "out.onnx"
     r = run_cli("optimize", str(small_model(tmp_path / "m.onnx")), str(out), "--rules", str(rules))
-    assert r.returncode == 1 and f"{rules}:" in r.stderr and "^" in r.stderr and "Traceback" not in r.stderr
+    assert (
+        r.returncode == 1
+        and f"{rules}:" in r.stderr
+        and "^" in r.stderr
+        and "Traceback" not in r.stderr
+    )
     assert not out.exists()
 
 
@@ -112,8 +130,13 @@ def test_output_mode_follows_umask(tmp_path, umask):
     m = small_model(tmp_path / "m.onnx")
     out = tmp_path / "out.onnx"
     for _ in range(2):  # created, then replaced
-        r = subprocess.run([sys.executable, "-m", "rewrite.cli", "optimize", str(m), str(out)],
-                           capture_output=True, text=True, cwd=ROOT, preexec_fn=lambda: os.umask(umask))
+        r = subprocess.run(
+            [sys.executable, "-m", "rewrite.cli", "optimize", str(m), str(out)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            preexec_fn=lambda: os.umask(umask),
+        )
         assert r.returncode == 0, r.stderr
         assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
 
@@ -139,7 +162,7 @@ def test_check_summary_and_errors(tmp_path, capsys):
 def test_emit_shows_each_rule_with_its_location(capsys):
     assert main(["emit", str(ROOT / "patterns" / "cleanup" / "transpose.rules")]) == 0
     text = capsys.readouterr().out
-    assert ';; transpose-transpose  (' in text and "transpose.rules:" in text
+    assert ";; transpose-transpose  (" in text and "transpose.rules:" in text
     assert "(relation match-transpose-transpose (Term Term String String))" in text
     assert text.strip().endswith(")")
 
@@ -147,7 +170,15 @@ def test_emit_shows_each_rule_with_its_location(capsys):
 def test_help_explains_options():
     r = run_cli("optimize", "--help")
     assert r.returncode == 0
-    for opt in ("--rules", "--no-check", "--report", "--max-iterations", "--max-nodes", "--timeout", "--allow"):
+    for opt in (
+        "--rules",
+        "--no-check",
+        "--report",
+        "--max-iterations",
+        "--max-nodes",
+        "--timeout",
+        "--allow",
+    ):
         assert opt in r.stdout
 
 
@@ -161,8 +192,9 @@ def test_explain_says_why_rules_did_not_fire(tmp_path):
 def test_output_check_scales_with_the_output():
     """A few ulps off an element near zero pass when the output's magnitude is large (a
     correct MatMul+Add -> Gemm on Whisper was refused elementwise); a real error does not."""
-    from frontends.onnx.check import TOLERANCES, _diff
     from onnx import TensorProto
+
+    from frontends.onnx.check import TOLERANCES, _diff
 
     want = np.array([1.0, -2.0, 1e-7, 3.0], np.float32)
     near = want.copy()

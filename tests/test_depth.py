@@ -50,16 +50,20 @@ def residual(n: int) -> onnx.ModelProto:
     """n blocks of y = Tanh(x + Relu(Relu(MatMul(x, W) + b))) (the second Relu goes; Tanh
     keeps the values bounded, so the output comparison compares numbers, not infinities)."""
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((8, 8)) * 0.1).astype(np.float32), "W"),
-             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")]
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((8, 8)) * 0.1).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"),
+    ]
     nodes, prev = [], "x"
     for i in range(n):
-        nodes += [helper.make_node("MatMul", [prev, "W"], [f"m{i}"]),
-                  helper.make_node("Add", [f"m{i}", "b"], [f"a{i}"]),
-                  helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
-                  helper.make_node("Relu", [f"r{i}"], [f"s{i}"]),
-                  helper.make_node("Add", [prev, f"s{i}"], [f"t{i}"]),
-                  helper.make_node("Tanh", [f"t{i}"], [f"o{i}"])]
+        nodes += [
+            helper.make_node("MatMul", [prev, "W"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", "b"], [f"a{i}"]),
+            helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
+            helper.make_node("Relu", [f"r{i}"], [f"s{i}"]),
+            helper.make_node("Add", [prev, f"s{i}"], [f"t{i}"]),
+            helper.make_node("Tanh", [f"t{i}"], [f"o{i}"]),
+        ]
         prev = f"o{i}"
     return _model(nodes, prev, inits)
 

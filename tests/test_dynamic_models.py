@@ -24,7 +24,7 @@ MODELS = ["bert", "gpt2", "llama", "t5", "vit", "swin", "mobilenetv2"]
 SHAPE_OPS = {"Shape", "Gather", "Unsqueeze", "Concat", "ConstantOfShape", "Range", "Cast"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _optimized(name: str):
     import make_models
 
@@ -32,7 +32,9 @@ def _optimized(name: str):
     from frontends.onnx import optimize_model
 
     model = make_models.dynamic(name)
-    result, report = optimize_model(model, load_rules([shipped_rules_dir()]), fp=("exact", "reassoc"))
+    result, report = optimize_model(
+        model, load_rules([shipped_rules_dir()]), fp=("exact", "reassoc")
+    )
     return model, result, report
 
 
@@ -40,13 +42,15 @@ def _feeds(model: onnx.ModelProto, batch: int, seq: int, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     feeds = {}
     for vi in model.graph.input:
-        dims = [d.dim_value if d.HasField("dim_value") else batch if k == 0 else seq
-                for k, d in enumerate(vi.type.tensor_type.shape.dim)]
+        dims = [
+            d.dim_value if d.HasField("dim_value") else batch if k == 0 else seq
+            for k, d in enumerate(vi.type.tensor_type.shape.dim)
+        ]
         if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
             feeds[vi.name] = rng.standard_normal(dims).astype(np.float32)
         elif vi.name == "attention_mask":
             mask = np.ones(dims, np.int64)
-            mask[-1, dims[1] // 2:] = 0  # padding in the last row
+            mask[-1, dims[1] // 2 :] = 0  # padding in the last row
             feeds[vi.name] = mask
         else:
             feeds[vi.name] = rng.integers(0, 1000, dims).astype(np.int64)

@@ -58,8 +58,10 @@ def test_dynamic_program_is_rewritten_and_runs_at_two_sizes(name):
     ep = torch.export.export(case.model, case.inputs, dynamic_shapes=case.dynamic_shapes)
     out, report = optimize_fx(ep, case.inputs, fp=R)
     assert "skipped" not in report.extra
-    assert report.nodes_after < report.nodes_before * 0.85, (report.nodes_before,
-                                                             report.nodes_after)
+    assert report.nodes_after < report.nodes_before * 0.85, (
+        report.nodes_before,
+        report.nodes_after,
+    )
     assert out.range_constraints.keys() == ep.range_constraints.keys()
     for inputs in (case.inputs, case.second):
         with torch.no_grad():

@@ -28,13 +28,16 @@ def _graph_of(fn, *args):
 # ---- classification from schemas -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("fn, args, writes", [
-    (aten.add_.Tensor, ("x", "y"), True),
-    (aten.add.Tensor, ("x", "y"), False),
-    (aten.copy_.default, ("x", "y"), True),
-    (aten.index_put_.default, ("x", "i", "v"), True),
-    (aten.view.default, ("x", [3]), False),
-])
+@pytest.mark.parametrize(
+    "fn, args, writes",
+    [
+        (aten.add_.Tensor, ("x", "y"), True),
+        (aten.add.Tensor, ("x", "y"), False),
+        (aten.copy_.default, ("x", "y"), True),
+        (aten.index_put_.default, ("x", "i", "v"), True),
+        (aten.view.default, ("x", [3]), False),
+    ],
+)
 def test_writes_come_from_the_schema(fn, args, writes):
     gm, n = _graph_of(fn, *args)
     target = effects.written(n)
@@ -43,39 +46,45 @@ def test_writes_come_from_the_schema(fn, args, writes):
         assert target.name == "a0"
 
 
-@pytest.mark.parametrize("fn, args, aliases", [
-    (aten.view.default, ("x", [3]), True),
-    (aten.transpose.int, ("x", 0, 1), True),
-    (aten.slice.Tensor, ("x", 0, 0, 1), True),
-    (aten.expand.default, ("x", [3, 3]), True),
-    (aten.add.Tensor, ("x", "y"), False),
-    (aten.mul.Tensor, ("x", "y"), False),
-    (aten.linear.default, ("x", "w"), False),
-    (aten.dropout.default, ("x", 0.1, False), True),  # returns its input in eval mode
-    (torch.relu, ("x",), False),  # judged by its ATen form
-    (torch.reshape, ("x", [3]), True),
-    (torch.cumsum, ("x", 0), False),
-])
+@pytest.mark.parametrize(
+    "fn, args, aliases",
+    [
+        (aten.view.default, ("x", [3]), True),
+        (aten.transpose.int, ("x", 0, 1), True),
+        (aten.slice.Tensor, ("x", 0, 0, 1), True),
+        (aten.expand.default, ("x", [3, 3]), True),
+        (aten.add.Tensor, ("x", "y"), False),
+        (aten.mul.Tensor, ("x", "y"), False),
+        (aten.linear.default, ("x", "w"), False),
+        (aten.dropout.default, ("x", 0.1, False), True),  # returns its input in eval mode
+        (torch.relu, ("x",), False),  # judged by its ATen form
+        (torch.reshape, ("x", [3]), True),
+        (torch.cumsum, ("x", 0), False),
+    ],
+)
 def test_aliasing_comes_from_the_schema(fn, args, aliases):
     gm, n = _graph_of(fn, *args)
     assert effects.may_alias(n) == aliases
 
 
-@pytest.mark.parametrize("fn, args, kwargs, draws", [
-    (aten.scaled_dot_product_attention.default, ("q", "k", "v"), {}, False),
-    (aten.scaled_dot_product_attention.default, ("q", "k", "v", None, 0.0), {}, False),
-    (aten.scaled_dot_product_attention.default, ("q", "k", "v", None, 0.1), {}, True),
-    (aten.dropout.default, ("x", 0.1, False), {}, False),
-    (aten.dropout.default, ("x", 0.0, True), {}, False),
-    (aten.dropout.default, ("x", 0.1, True), {}, True),
-    (aten.bernoulli.p, ("x", 0.0), {}, True),  # draws whatever p is
-    (F.dropout, ("x",), {"training": False}, False),
-    (F.dropout, ("x", 0.1), {}, True),  # F.dropout trains by default
-    (F.scaled_dot_product_attention, ("q", "k", "v"), {"dropout_p": 0.2}, True),
-    (F.scaled_dot_product_attention, ("q", "k", "v"), {}, False),
-    (torch.rand_like, ("x",), {}, True),
-    (aten.add.Tensor, ("x", "y"), {}, False),
-])
+@pytest.mark.parametrize(
+    "fn, args, kwargs, draws",
+    [
+        (aten.scaled_dot_product_attention.default, ("q", "k", "v"), {}, False),
+        (aten.scaled_dot_product_attention.default, ("q", "k", "v", None, 0.0), {}, False),
+        (aten.scaled_dot_product_attention.default, ("q", "k", "v", None, 0.1), {}, True),
+        (aten.dropout.default, ("x", 0.1, False), {}, False),
+        (aten.dropout.default, ("x", 0.0, True), {}, False),
+        (aten.dropout.default, ("x", 0.1, True), {}, True),
+        (aten.bernoulli.p, ("x", 0.0), {}, True),  # draws whatever p is
+        (F.dropout, ("x",), {"training": False}, False),
+        (F.dropout, ("x", 0.1), {}, True),  # F.dropout trains by default
+        (F.scaled_dot_product_attention, ("q", "k", "v"), {"dropout_p": 0.2}, True),
+        (F.scaled_dot_product_attention, ("q", "k", "v"), {}, False),
+        (torch.rand_like, ("x",), {}, True),
+        (aten.add.Tensor, ("x", "y"), {}, False),
+    ],
+)
 def test_random_draws_are_ops_whose_randomness_is_on(fn, args, kwargs, draws):
     gm, n = _graph_of(fn, *args)
     n.kwargs = kwargs
@@ -104,7 +113,7 @@ class Attention(nn.Module):
     def forward(self, x):
         b, s = x.size(0), x.size(1)
         h = self.qkv(x * 1.0)
-        q, k, v = (h[..., i:i + 32].reshape(b, s, 4, 8).transpose(1, 2) for i in (0, 32, 64))
+        q, k, v = (h[..., i : i + 32].reshape(b, s, 4, 8).transpose(1, 2) for i in (0, 32, 64))
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p, is_causal=True)
         return self.out(y.transpose(1, 2).transpose(1, 2).transpose(1, 2).reshape(b, s, 32))
 
@@ -120,8 +129,9 @@ def _trained(model):
 @pytest.mark.parametrize("dialect", ["export", "symbolic_trace"])
 def test_graph_with_sdpa_is_rewritten_around_it(dialect):
     model, x = _trained(Attention()).eval(), torch.randn(2, 6, 32)
-    graph = (torch.export.export(model, (x,)) if dialect == "export"
-             else torch.fx.symbolic_trace(model))
+    graph = (
+        torch.export.export(model, (x,)) if dialect == "export" else torch.fx.symbolic_trace(model)
+    )
     out, report = optimize_fx(graph, (x,))
     assert "skipped" not in report.extra and "in_order" not in report.extra
     assert report.changed and report.nodes_after < report.nodes_before

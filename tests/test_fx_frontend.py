@@ -84,8 +84,13 @@ def test_conv_module_lowers_with_onnx_attributes():
     g = import_fx(gm, (X,))
     conv = g.nodes[0]
     assert conv.op == "Conv" and dict(conv.attrs) == {
-        "auto_pad": "NOTSET", "dilations": (1, 1), "group": 1, "kernel_shape": (3, 3),
-        "pads": (1, 1, 1, 1), "strides": (2, 2)}
+        "auto_pad": "NOTSET",
+        "dilations": (1, 1),
+        "group": 1,
+        "kernel_shape": (3, 3),
+        "pads": (1, 1, 1, 1),
+        "strides": (2, 2),
+    }
     assert [n.op for n in g.nodes] == ["Conv", "BatchNormalization", "Relu"]
     assert g.meta.sources[g.values[conv.inputs[1]].name].ref == "conv.weight"
 
@@ -142,8 +147,9 @@ def test_in_place_op_on_a_fresh_value_becomes_pure():
     out, report = optimize_fx(gm, (x,))  # y = x * 1.0 goes: y += 2 must not become x += 2
     assert "mul-one" in report.fired and torch.equal(x, before)
     assert torch.equal(out(x), torch.relu(before + 2)) and torch.equal(x, before)
-    assert not any(n.target in ("add_", "relu_") or "iadd" in str(n.target)
-                   for n in out.graph.nodes)
+    assert not any(
+        n.target in ("add_", "relu_") or "iadd" in str(n.target) for n in out.graph.nodes
+    )
 
 
 # ---- export --------------------------------------------------------------------------------
@@ -176,8 +182,11 @@ def test_export_graphs_come_back_as_exported_programs_in_aten():
     targets = {n.target for n in out.graph.nodes if n.op == "call_function"}
     assert torch.ops.aten.convolution.default in targets
     assert all(isinstance(t, torch._ops.OpOverload) for t in targets)
-    assert any(s.target.startswith("_folded_") for s in out.graph_signature.input_specs
-               if s.kind.name == "BUFFER")
+    assert any(
+        s.target.startswith("_folded_")
+        for s in out.graph_signature.input_specs
+        if s.kind.name == "BUFFER"
+    )
     torch.testing.assert_close(out.module()(X), ep.module()(X), rtol=1e-4, atol=1e-5)
 
 
@@ -202,8 +211,11 @@ class Many(nn.Module):
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
 def test_every_lowered_op_writes_back(dialect):
     model, inputs = Many().eval(), (X, torch.randint(0, 10, (2, 4)))
-    graph = torch.fx.symbolic_trace(model) if dialect == "symbolic_trace" else \
-        torch.export.export(model, inputs)
+    graph = (
+        torch.fx.symbolic_trace(model)
+        if dialect == "symbolic_trace"
+        else torch.export.export(model, inputs)
+    )
     g = import_fx(graph, inputs)
     assert sum(n.opaque for n in g.nodes) <= 1, [n.op for n in g.nodes if n.opaque]
     fresh = replace(g, nodes=tuple(n if n.opaque else replace(n, payload=None) for n in g.nodes))
@@ -228,8 +240,11 @@ class Views(nn.Module):
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
 def test_views_lower_and_write_back(dialect):
     model, x = Views().eval(), torch.randn(2, 4, 6)
-    graph = torch.fx.symbolic_trace(model) if dialect == "symbolic_trace" else \
-        torch.export.export(model, (x,))
+    graph = (
+        torch.fx.symbolic_trace(model)
+        if dialect == "symbolic_trace"
+        else torch.export.export(model, (x,))
+    )
     g = import_fx(graph, (x,))
     asserts = {"fx._assert_tensor_metadata.default"}  # torch.export's check of `to`'s input
     assert not [n.op for n in g.nodes if n.opaque and n.op not in asserts]
@@ -315,8 +330,10 @@ def test_backend_is_registered_and_runs_eager():
 
 
 def test_import_rewrite_does_not_import_torch_and_exposes_optimize_fx():
-    code = ("import sys, rewrite; assert 'torch' not in sys.modules; "
-            "from rewrite import optimize_fx; assert 'torch' in sys.modules")
+    code = (
+        "import sys, rewrite; assert 'torch' not in sys.modules; "
+        "from rewrite import optimize_fx; assert 'torch' in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

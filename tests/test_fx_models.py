@@ -21,11 +21,18 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 pytestmark = pytest.mark.slow
 R = ("exact", "reassoc")
-CASES = [("resnet", "symbolic_trace"), ("resnet", "export"), ("resnet", "dynamo"),
-         ("bert", "export"), ("bert", "dynamo"), ("gpt2", "export"), ("gpt2", "dynamo")]
+CASES = [
+    ("resnet", "symbolic_trace"),
+    ("resnet", "export"),
+    ("resnet", "dynamo"),
+    ("bert", "export"),
+    ("bert", "dynamo"),
+    ("gpt2", "export"),
+    ("gpt2", "dynamo"),
+]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _optimized(name: str, dialect: str):
     import fx_bench
 
@@ -70,8 +77,12 @@ def test_outputs_match_eager_on_new_random_inputs(case):
     normal, integers 0 or 1: valid ids and masks) give eager's outputs too."""
     graph, example, model, inputs, out, report = _optimized(*case)
     gen = torch.Generator().manual_seed(1)
-    fresh = tuple(torch.randn(x.shape, generator=gen).to(x.dtype) if x.is_floating_point()
-                  else torch.randint(0, 2, x.shape, generator=gen).to(x.dtype) for x in inputs)
+    fresh = tuple(
+        torch.randn(x.shape, generator=gen).to(x.dtype)
+        if x.is_floating_point()
+        else torch.randint(0, 2, x.shape, generator=gen).to(x.dtype)
+        for x in inputs
+    )
     rtol, atol = _tolerance(report.fp)
     for a, b in zip(_run(out, fresh), _run(model, fresh)):
         torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
@@ -88,8 +99,11 @@ def test_untouched_nodes_keep_names_and_meta(optimized):
     before = graph.graph if hasattr(graph, "graph") else graph.graph_module.graph
     after = out.graph
     old = {n.name: n for n in before.nodes}
-    kept = [n for n in after.nodes if n.name in old and n.op != "placeholder"
-            and n.target == old[n.name].target]
+    kept = [
+        n
+        for n in after.nodes
+        if n.name in old and n.op != "placeholder" and n.target == old[n.name].target
+    ]
     assert len(kept) >= report.nodes_after // 3
     for n in kept:
         assert n.meta.get("stack_trace") == old[n.name].meta.get("stack_trace"), n.name
@@ -144,8 +158,11 @@ def test_compile_vit_with_inductor_caches(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", raising=False)
     case = fx_models.build("vit", "test")
     model, inputs = case.model, case.inputs
-    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=True, force_disable_caches=False), \
-            torch._functorch.config.patch(enable_autograd_cache=True):
+    with (
+        torch.no_grad(),
+        torch._inductor.config.patch(fx_graph_cache=True, force_disable_caches=False),
+        torch._functorch.config.patch(enable_autograd_cache=True),
+    ):
         want = model(*inputs)
         seen = []
         for _ in range(2):

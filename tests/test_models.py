@@ -33,7 +33,7 @@ CASES = [
 MUST_SHRINK = set(CASES)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _optimized(name: str, exporter: str):
     import make_models
 
@@ -41,7 +41,9 @@ def _optimized(name: str, exporter: str):
     from frontends.onnx import optimize_model
 
     model = getattr(make_models, name)(None, exporter=exporter)
-    result, report = optimize_model(model, load_rules([shipped_rules_dir()]), fp=("exact", "reassoc"))
+    result, report = optimize_model(
+        model, load_rules([shipped_rules_dir()]), fp=("exact", "reassoc")
+    )
     return name, exporter, model, result, report
 
 
@@ -89,7 +91,11 @@ def test_resnet_batchnorm_folded(exporter):
     assert sum(n.op_type == "BatchNormalization" for n in model.graph.node) == 6
     assert not any(n.op_type == "BatchNormalization" for n in result.graph.node)
     assert sum(n.op_type == "Conv" for n in result.graph.node) == 6
-    assert report.fired.get("fold-batchnorm-into-conv", 0) + report.fired.get("fold-batchnorm-into-conv-bias", 0) >= 6
+    assert (
+        report.fired.get("fold-batchnorm-into-conv", 0)
+        + report.fired.get("fold-batchnorm-into-conv-bias", 0)
+        >= 6
+    )
 
 
 def test_second_pass_changes_nothing(optimized):
@@ -98,5 +104,7 @@ def test_second_pass_changes_nothing(optimized):
     from frontends.onnx import optimize_model
 
     *_, result, _ = optimized
-    again, report = optimize_model(result, load_rules([shipped_rules_dir()]), fp=("exact", "reassoc"))
+    again, report = optimize_model(
+        result, load_rules([shipped_rules_dir()]), fp=("exact", "reassoc")
+    )
     assert not report.changed and again is result, f"second pass: {report.fired}"

@@ -52,7 +52,9 @@ def test_chain_of_two_rules_in_node_metadata(rules):
 
 
 def test_no_provenance_gives_a_bare_model(rules):
-    out, report = optimize_model(onnx.parser.parse_model(CHAIN.format(ir=10)), rules, provenance=False)
+    out, report = optimize_model(
+        onnx.parser.parse_model(CHAIN.format(ir=10)), rules, provenance=False
+    )
     assert report.changed and report.provenance == {}
     assert not any(p.key == KEY for n in out.graph.node for p in n.metadata_props)
     assert not any(p.key == KEY for p in out.metadata_props)
@@ -63,7 +65,9 @@ def test_old_ir_version_keeps_provenance_at_model_level(rules):
     out, report = optimize_model(onnx.parser.parse_model(CHAIN.format(ir=8)), rules)
     assert out.ir_version == 8 and not any(n.metadata_props for n in out.graph.node)
     trees = json.loads(next(p.value for p in out.metadata_props if p.key == KEY))
-    assert trees == report.provenance and any(t["rule"] == "transpose-transpose" for t in trees.values())
+    assert trees == report.provenance and any(
+        t["rule"] == "transpose-transpose" for t in trees.values()
+    )
     onnx.checker.check_model(out, full_check=True)
     ort.InferenceSession(out.SerializeToString())
 
@@ -88,12 +92,19 @@ def chain_files(tmp_path_factory, rules):
     d = tmp_path_factory.mktemp("explain")
     onnx.save(onnx.parser.parse_model(CHAIN.format(ir=10)), str(d / "in.onnx"))
     assert main(["optimize", str(d / "in.onnx"), str(d / "out.onnx"), "--no-check"]) == 0
-    assert main(["optimize", str(d / "in.onnx"), str(d / "bare.onnx"), "--no-check", "--no-provenance"]) == 0
+    assert (
+        main(
+            ["optimize", str(d / "in.onnx"), str(d / "bare.onnx"), "--no-check", "--no-provenance"]
+        )
+        == 0
+    )
     return d
 
 
 def test_explain_prints_the_tree(chain_files, capsys):
-    node = next(n for n in onnx.load(str(chain_files / "out.onnx")).graph.node if n.op_type == "Transpose")
+    node = next(
+        n for n in onnx.load(str(chain_files / "out.onnx")).graph.node if n.op_type == "Transpose"
+    )
     capsys.readouterr()
     assert main(["explain", str(chain_files / "out.onnx"), node.name]) == 0
     text = capsys.readouterr().out
@@ -131,7 +142,9 @@ def test_fx_nodes_carry_provenance(rules):
     gm = torch.fx.symbolic_trace(M())
     out, _ = optimize_fx(gm, (torch.randn(2, 3, 4),), rules)
     trees = [n.meta["rewrite"] for n in out.graph.nodes if "rewrite" in n.meta]
-    assert any(t["rule"] == "transpose-transpose" and t["after"][0]["rule"] == "transpose-through-relu"
-               for t in trees)
+    assert any(
+        t["rule"] == "transpose-transpose" and t["after"][0]["rule"] == "transpose-through-relu"
+        for t in trees
+    )
     bare, _ = optimize_fx(gm, (torch.randn(2, 3, 4),), rules, provenance=False)
     assert not any("rewrite" in n.meta for n in bare.graph.nodes)

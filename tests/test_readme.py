@@ -20,7 +20,9 @@ SH_COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("code", PYTHON_BLOCKS, ids=[f"python-{i}" for i in range(len(PYTHON_BLOCKS))])
+@pytest.mark.parametrize(
+    "code", PYTHON_BLOCKS, ids=[f"python-{i}" for i in range(len(PYTHON_BLOCKS))]
+)
 def test_python_example(code, monkeypatch):
     monkeypatch.chdir(ROOT)
     exec(compile(code, "README.md", "exec"), {"__name__": "__readme__"})
@@ -30,7 +32,9 @@ def test_python_example(code, monkeypatch):
 def test_cli_example(command, tmp_path):
     args = shlex.split(command)[1:]
     args = [str(tmp_path / Path(a).name) if a.endswith((".opt.onnx", ".json")) else a for a in args]
-    r = subprocess.run([sys.executable, "-m", "rewrite.cli", *args], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "rewrite.cli", *args], cwd=ROOT, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
 
 

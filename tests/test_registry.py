@@ -121,7 +121,11 @@ def test_rows_2d():
 
 def test_same_type():
     f = covers("same-type").fn
-    assert f(t(2, 3), t(2, 3)) and not f(t(2, 3), t(3, 2)) and not f(t(2, 3), t(2, 3, dtype=TP.FLOAT16))
+    assert (
+        f(t(2, 3), t(2, 3))
+        and not f(t(2, 3), t(3, 2))
+        and not f(t(2, 3), t(2, 3, dtype=TP.FLOAT16))
+    )
     assert f(t("n", 3), t("n", 3))  # one symbol is one size (ONNX dim_param)
     assert not f(t("n", 3), t("m", 3)) and not f(t(None, 3), t(None, 3)) and not f(t("n"), t(2))
     assert not f(ClassInfo(TensorType(F32, None)), ClassInfo(TensorType(F32, None)))
@@ -172,7 +176,11 @@ def test_channel_bias():
 
 def test_same_dtype():
     f = covers("same-dtype").fn
-    assert f(t(2), t(3, 4)) and not f(t(2), t(2, dtype=TP.FLOAT16)) and not f(ClassInfo(TensorType()), t(2))
+    assert (
+        f(t(2), t(3, 4))
+        and not f(t(2), t(2, dtype=TP.FLOAT16))
+        and not f(ClassInfo(TensorType()), t(2))
+    )
 
 
 def test_is_float():
@@ -200,10 +208,17 @@ def test_all_equal_into():
 
 def test_scalar_of():
     f = covers("scalar-of").fn
-    assert f(c(np.float32(1e-5))) == float(np.float32(1e-5)) and f(c(np.full((1, 1), 0.5, np.float16))) == 0.5
+    assert (
+        f(c(np.float32(1e-5))) == float(np.float32(1e-5))
+        and f(c(np.full((1, 1), 0.5, np.float16))) == 0.5
+    )
     assert f(c(np.float64(0.25))) == 0.25  # a double that is a float32 too
     assert f(c(np.float64(1e-5))) is None  # the attribute is a float32: 1e-5 would change
-    assert f(c(np.array([1.0, 2.0], np.float32))) is None and f(c(np.int64(1))) is None and f(t()) is None
+    assert (
+        f(c(np.array([1.0, 2.0], np.float32))) is None
+        and f(c(np.int64(1))) is None
+        and f(t()) is None
+    )
 
 
 def test_last_axis():
@@ -244,20 +259,34 @@ def test_merge_pads():
     from onnx import helper
 
     rng = np.random.default_rng(0)
-    xv, w = rng.standard_normal((1, 2, 5, 4), np.float32), rng.standard_normal((3, 2, 3, 2), np.float32)
+    xv, w = (
+        rng.standard_normal((1, 2, 5, 4), np.float32),
+        rng.standard_normal((3, 2, 3, 2), np.float32),
+    )
     pads, conv_pads = np.array([0, 0, 2, 0, 0, 0, 1, 3]), (1, 0, 0, 1)
     merged = f(c(pads), conv_pads, t(1, 2, 5, 4))
 
     def run(nodes, inits):
-        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, None)],
-                              [helper.make_tensor_value_info("y", F32, None)], inits)
+        g = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", F32, None)],
+            [helper.make_tensor_value_info("y", F32, None)],
+            inits,
+        )
         return onnx.reference.ReferenceEvaluator(helper.make_model(g)).run(None, {"x": xv})[0]
 
-    want = run([helper.make_node("Pad", ["x", "p"], ["t"]),
-                helper.make_node("Conv", ["t", "w"], ["y"], pads=list(conv_pads))],
-               [onnx.numpy_helper.from_array(pads, "p"), onnx.numpy_helper.from_array(w, "w")])
-    got = run([helper.make_node("Conv", ["x", "w"], ["y"], pads=list(merged))],
-              [onnx.numpy_helper.from_array(w, "w")])
+    want = run(
+        [
+            helper.make_node("Pad", ["x", "p"], ["t"]),
+            helper.make_node("Conv", ["t", "w"], ["y"], pads=list(conv_pads)),
+        ],
+        [onnx.numpy_helper.from_array(pads, "p"), onnx.numpy_helper.from_array(w, "w")],
+    )
+    got = run(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=list(merged))],
+        [onnx.numpy_helper.from_array(w, "w")],
+    )
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -300,21 +329,28 @@ def test_merge_squeeze_axes():
     x = np.zeros((1, 3, 1, 1, 4))
     assert f(c([0]), c([1]), t(*x.shape)) == (0, 2)  # second squeeze sees (3, 1, 1, 4)
     assert f(c([-2]), c([-2]), t(*x.shape)) == (2, 3)
-    assert np.squeeze(np.squeeze(x, (0,)), (-2,)).shape == np.squeeze(x, f(c([0]), c([-2]), t(*x.shape))).shape
+    assert (
+        np.squeeze(np.squeeze(x, (0,)), (-2,)).shape
+        == np.squeeze(x, f(c([0]), c([-2]), t(*x.shape))).shape
+    )
     assert f(c([0]), c([4]), t(*x.shape)) is None and f(c([0]), t(1), t(*x.shape)) is None
 
 
 def test_unsqueeze_shape():
     f = covers("unsqueeze-shape").fn
     assert f(c([2, -1, 4]), c([0, -1])) == (1, 2, -1, 4, 1) and f(c([6]), c([1])) == (6, 1)
-    assert f(c([0, 4]), c([0])) is None and f(c([2, 4]), c([0, 0])) is None and f(t(2), c([0])) is None
+    assert (
+        f(c([0, 4]), c([0])) is None and f(c([2, 4]), c([0, 0])) is None and f(t(2), c([0])) is None
+    )
 
 
 def test_squeeze_shape():
     f = covers("squeeze-shape").fn
     assert f(c([2, 1, -1, 1]), c([1, -1])) == (2, -1) and f(c([1]), c([0])) == ()
     assert f(c([2, -1]), c([1])) is None  # -1 may not be 1
-    assert f(c([0, 1]), c([1])) is None and f(c([2, 1]), c([2])) is None and f(c([2, 1]), t(1)) is None
+    assert (
+        f(c([0, 1]), c([1])) is None and f(c([2, 1]), c([2])) is None and f(c([2, 1]), t(1)) is None
+    )
 
 
 def _ints(v):
@@ -340,9 +376,16 @@ def test_slice_merge():
             for a, s0, e0, t0 in zip(axes, st, en, sp):
                 index[a] = slice(s0, e0, t0)
             y = y[tuple(index)]
-            slices.append([_ints(st), _ints(en), _ints([a - r * int(rng.integers(0, 2)) for a in axes]), _ints(sp)])
+            slices.append(
+                [
+                    _ints(st),
+                    _ints(en),
+                    _ints([a - r * int(rng.integers(0, 2)) for a in axes]),
+                    _ints(sp),
+                ]
+            )
         args = [w for s in slices for w in s]
-        for xt in (t(*shape), t(*("s%d" % i for i in range(r)))):
+        for xt in (t(*shape), t(*(f"s{i}" for i in range(r)))):
             parts = [f(p, xt, *args) for p in ("starts", "ends", "axes", "steps")]
             if parts[0] is None:
                 assert not xt.type.static  # static lengths always compose
@@ -353,10 +396,26 @@ def test_slice_merge():
             np.testing.assert_array_equal(x[tuple(index)], y)
     # without static lengths: non-negative, unit-step slices compose
     one = _ints([1])
-    parts = [f(p, t("n"), _ints([2]), _ints([2**62]), _ints([0]), one, _ints([1]), _ints([3]), _ints([0]), one)
-             for p in ("starts", "ends", "axes", "steps")]
+    parts = [
+        f(
+            p,
+            t("n"),
+            _ints([2]),
+            _ints([2**62]),
+            _ints([0]),
+            one,
+            _ints([1]),
+            _ints([3]),
+            _ints([0]),
+            one,
+        )
+        for p in ("starts", "ends", "axes", "steps")
+    ]
     assert parts == [(3,), (5,), (0,), (1,)]
-    assert f("starts", t("n"), _ints([-2]), _ints([9]), _ints([0]), one, one, one, _ints([0]), one) is None
+    assert (
+        f("starts", t("n"), _ints([-2]), _ints([9]), _ints([0]), one, one, one, _ints([0]), one)
+        is None
+    )
     assert f("starts", t(4), t(1), one, one, one, one, one, one, one) is None  # not a constant
 
 
@@ -364,4 +423,3 @@ def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS)
     missing = sorted(names - TESTED)
     assert not missing, f"registry functions without a unit test: {missing}"
-

@@ -85,7 +85,8 @@ g (float[B, S] x) => (float[B, S] y) {
     assert stats.noops == 3
     # the output's Concat went away: the Relu writes the output under its name, no Identity
     assert [(n.op_type, list(n.input), list(n.output)) for n in folded.graph.node] == [
-        ("Relu", ["x"], ["y"])]
+        ("Relu", ["x"], ["y"])
+    ]
     _same_at(m, folded, [{"x": (2, 3)}, {"x": (4, 1)}])
 
 
@@ -160,8 +161,11 @@ def test_reshape_target_with_or_without_allowzero(allowzero):
 def test_allowzero_target_without_zero_switches_to_copying_zeros():
     # the dynamo exporter writes allowzero=1; with no literal 0 in the target it means the
     # same as allowzero=0, which can then copy the input's dims: [B*S, 8] -> [B, S, 2, 4]
-    m = _model(HEADS.replace("r = Reshape(x, t)", "r = Reshape<allowzero = 1>(x, t)")
-               .replace("h = Constant<value = int64[1] {2}>()", "h = Constant<value = int64[1] {-1}>()"))
+    m = _model(
+        HEADS.replace("r = Reshape(x, t)", "r = Reshape<allowzero = 1>(x, t)").replace(
+            "h = Constant<value = int64[1] {2}>()", "h = Constant<value = int64[1] {-1}>()"
+        )
+    )
     folded, stats = _fold(m)
     assert stats.reshape_targets == 1
     (init,) = folded.graph.initializer

@@ -3,6 +3,7 @@ verdicts, and the engine fixes it led to. (The shipped library itself is verifie
 rule by the pytest plugin: see `rules_paths` in pyproject.toml.)"""
 
 import os
+
 import numpy as np
 import onnx
 import onnx.parser

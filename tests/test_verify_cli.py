@@ -25,7 +25,10 @@ def test_a_wrong_rule_exits_1_with_its_counterexample():
     r = run_cli(str(WRONG / "arith.rules"), "--rule", "sub-one-dropped", "--jobs", "1")
     assert r.returncode == 1, r.stderr
     assert "FAIL: sub-one-dropped" in r.stdout and "counterexample (shrunk)" in r.stdout
-    assert re.search(r"reproduce: (CI=1 )?rewrite verify", r.stdout) and "--rule sub-one-dropped --seed 0" in r.stdout
+    assert (
+        re.search(r"reproduce: (CI=1 )?rewrite verify", r.stdout)
+        and "--rule sub-one-dropped --seed 0" in r.stdout
+    )
     assert (
         "arith.rules:8" in r.stdout and "caught after" in r.stdout and "Traceback" not in r.stderr
     )

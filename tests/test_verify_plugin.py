@@ -2,8 +2,8 @@
 fails a wrong one with its counterexample, and works in a checkout that is not installed
 (`-p verify.pytest_plugin`) as well as through the `pytest11` entry point."""
 
-import re
 import os
+import re
 import subprocess
 import sys
 import tomllib

@@ -30,7 +30,7 @@ def __getattr__(name: str):
     # lazy: importing `verify.pytest_plugin` (at every pytest start) must not load the
     # executors and the engine
     if name in __all__:
-        from verify import runner  # noqa: PLC0415
+        from verify import runner
 
         return getattr(runner, name)
     raise AttributeError(f"module 'verify' has no attribute {name!r}")

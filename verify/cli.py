@@ -31,7 +31,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def add_parser(subparsers) -> None:
     """Register the `verify` subcommand on `rewrite`'s subparsers."""
-    from verify.defaults import DEFAULT_EXAMPLES  # noqa: PLC0415
+    from verify.defaults import DEFAULT_EXAMPLES
 
     v = subparsers.add_parser(
         "verify",
@@ -73,7 +73,7 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_verify(args) -> int:
-    from rewrite.cli import _load_rules  # noqa: PLC0415
+    from rewrite.cli import _load_rules
 
     if args.examples <= 0 or args.jobs <= 0:
         return _usage("--examples and --jobs must be positive")
@@ -94,7 +94,7 @@ def cmd_verify(args) -> int:
 def select(rules, wanted: list[str] | None) -> list[str] | None:
     """Names of the rules to verify: all, or those named (or whose `:c` base is named);
     None if a name matches nothing."""
-    from verify.engine import base_name  # noqa: PLC0415
+    from verify.engine import base_name
 
     if not wanted:
         return rules.names()
@@ -137,8 +137,8 @@ _CACHE: dict = {}
 
 def _verify_one(paths: tuple[str, ...], name: str, examples: int, seed: int):
     """Verify rule `name` of the rules at `paths` (in a worker process: rules loaded once)."""
-    from dsl import load_rules, shipped_rules_dir  # noqa: PLC0415
-    from verify.runner import verify_rule  # noqa: PLC0415
+    from dsl import load_rules, shipped_rules_dir
+    from verify.runner import verify_rule
 
     if paths not in _CACHE:
         _CACHE[paths] = load_rules([Path(p) for p in paths] if paths else [shipped_rules_dir()])
@@ -183,7 +183,7 @@ def _print_failures(results) -> None:
 
 def _table(results) -> Table:
     """rule, file:line, examples, max abs/rel error, how compared, status, seconds."""
-    from verify.compare import mode_of  # noqa: PLC0415
+    from verify.compare import mode_of
 
     table = Table(title="rule verification", title_justify="left")
     cols = (

@@ -64,7 +64,7 @@ class CaseResult:
 def collect(pattern: str | None = None) -> list:
     """The node conformance cases (onnx's `TestCase` objects, `.model` a ModelProto), sorted
     by name; with `pattern`, those whose name contains it. Building them takes ~10 s."""
-    from onnx.backend.test.case.node import collect_testcases  # noqa: PLC0415
+    from onnx.backend.test.case.node import collect_testcases
 
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the case builders overflow casts on purpose
@@ -95,7 +95,7 @@ def run_suite(rule_paths: list, pattern: str | None = None, jobs: int = 1) -> li
 
 def _share(paths: tuple[str, ...], pattern: str | None, k: int, n: int) -> list[CaseResult]:
     """The results of every n-th case from the k-th on (one worker's share)."""
-    from dsl import load_rules  # noqa: PLC0415
+    from dsl import load_rules
 
     ort.set_default_logger_severity(4)
     rules = load_rules(list(paths))
@@ -104,8 +104,8 @@ def _share(paths: tuple[str, ...], pattern: str | None, k: int, n: int) -> list[
 
 def run_case(case, rules) -> CaseResult:
     """Optimize one conformance case and judge the result (see the module docstring)."""
-    from frontends.onnx import optimize_model  # noqa: PLC0415
-    from frontends.onnx.importer import default_opset  # noqa: PLC0415
+    from frontends.onnx import optimize_model
+    from frontends.onnx.importer import default_opset
 
     model = case.model
     opset = default_opset(model)

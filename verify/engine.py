@@ -49,7 +49,9 @@ def run_engine(
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # constant folding computes NaN and Inf on purpose
-            opt, report = optimize_model(model, RuleSet(tuple(rules), ()), fp=FP_CLASSES, shapes=False)
+            opt, report = optimize_model(
+                model, RuleSet(tuple(rules), ()), fp=FP_CLASSES, shapes=False
+            )
     except UnsoundRuleError as e:
         return EngineResult(f"the engine's type tripwire: {e}", {})
     except Exception as e:  # any engine error on a valid model is a finding

@@ -75,7 +75,7 @@ def check_graph(
     """Optimize `model` with `rules` (a RuleSet) under the numeric classes `fp` and compare
     (module docstring). Raises GeneratorError if `model` itself is invalid, OptimizerError if
     the optimizer failed on it."""
-    from frontends.onnx import optimize_model  # noqa: PLC0415
+    from frontends.onnx import optimize_model
 
     try:
         onnx.checker.check_model(model, full_check=True)

@@ -157,8 +157,8 @@ def lint(
 
     found = list(never_fires(rules)) + list(duplicates(directed))
     stage("static")
-    from verify.lint_growth import growth_findings  # noqa: PLC0415 (engine needed from here)
-    from verify.lint_pairs import critical_pairs  # noqa: PLC0415
+    from verify.lint_growth import growth_findings
+    from verify.lint_pairs import critical_pairs
 
     found += growth_findings(rules, report.growth)
     stage("growth")
@@ -282,7 +282,7 @@ def contradiction(guards) -> str:
     """Why two of `guards` cannot hold together ("" if none found): a guard and its
     negation, two ranks or dtypes for one value, a rank below a minimum rank, two fill
     values, a float guard against an integer dtype."""
-    from verify.dtypes import FLOATS  # noqa: PLC0415
+    from verify.dtypes import FLOATS
 
     for g, h in itertools.combinations(guards, 2):
         same_args = g.args == h.args

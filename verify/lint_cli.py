@@ -58,8 +58,8 @@ def add_parser(subparsers) -> None:
 
 def cmd_lint(args) -> int:
     """Run the lint for the parsed arguments; returns the exit status."""
-    from dsl import RulesError, shipped_rules_dir  # noqa: PLC0415
-    from verify.lint import LintInputError, lint  # noqa: PLC0415
+    from dsl import RulesError, shipped_rules_dir
+    from verify.lint import LintInputError, lint
 
     paths = args.paths or [shipped_rules_dir()]
     try:

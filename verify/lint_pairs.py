@@ -123,7 +123,9 @@ def check_pair(
         return PairVerdict("timeout", 0, f"no verdict within {seconds:g} s")
     if res.failure is not None:
         f = res.failure
-        worst = f" (max abs {f.max_abs:.3g}, max rel {f.max_rel:.3g})" if f.max_abs is not None else ""
+        worst = (
+            f" (max abs {f.max_abs:.3g}, max rel {f.max_rel:.3g})" if f.max_abs is not None else ""
+        )
         return PairVerdict("differ", res.examples, f.reason + worst, f.text)
     if res.examples == 0 and zeros:
         return PairVerdict(

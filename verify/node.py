@@ -27,7 +27,7 @@ class NodeCtx:
     slot, its type once known (None while free or when absent)."""
 
     def __init__(self, gen, t: OpNode, inputs: list[str | None]):
-        from verify.draw import Leaf  # noqa: PLC0415
+        from verify.draw import Leaf
 
         self.gen, self.t, self.op = gen, t, t.op
         self.spec = OPS.get(t.op)

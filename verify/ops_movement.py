@@ -77,10 +77,7 @@ def _pad(ctx) -> None:
     if ctx.free(1):
         spatial = ctx.wants(1, H.SpatialPads)  # `spatial-pads`: what a Conv pads
         begins, ends = zip(
-            *(
-                (0, 0) if spatial and a < 2 else _pads(ctx, x.shape[a], mode, spatial)
-                for a in axes
-            )
+            *((0, 0) if spatial and a < 2 else _pads(ctx, x.shape[a], mode, spatial) for a in axes)
         )
         if spatial and len(axes) > 2 and not any(begins[2:] + ends[2:]):
             begins = begins[:2] + (1,) + begins[3:]  # padding nothing is not padding

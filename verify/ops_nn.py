@@ -84,8 +84,10 @@ def _pool(ctx) -> None:
         "kernel_shape", lambda: tuple(ctx.draw(st.integers(1, 3), "kernel") for _ in range(s))
     )
     ctx.attr("auto_pad", "NOTSET")
-    ctx.attr("strides", lambda: ctx.draw(st.none() | st.tuples(*[st.sampled_from([1, 2])] * s),
-                                         "strides"))
+    ctx.attr(
+        "strides",
+        lambda: ctx.draw(st.none() | st.tuples(*[st.sampled_from([1, 2])] * s), "strides"),
+    )
     pads = st.tuples(*[st.integers(0, k - 1) for k in kernel * 2]) if kernel else st.none()
     pad = ctx.attr("pads", lambda: ctx.draw(st.none() | pads, "pads"))
     ctx.attr("ceil_mode", lambda: ctx.pick([0, 1], "ceil_mode"))

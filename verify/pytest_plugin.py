@@ -64,7 +64,7 @@ def pytest_addoption(parser) -> None:
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "rule: a rule verified by the rewrite verify plugin")
     if os.environ.get("CI"):
-        from hypothesis import settings  # noqa: PLC0415
+        from hypothesis import settings
 
         settings.load_profile("ci")
     given = [str(Path(p)) for p in config.getoption("rules")]
@@ -96,7 +96,7 @@ class RulesFile(pytest.File):
     item (`rewrite lint` on the file alone)."""
 
     def collect(self):
-        from dsl import load_rules  # noqa: PLC0415
+        from dsl import load_rules
 
         here = Path(self.config.invocation_params.dir)
         path = self.path.relative_to(here) if self.path.is_relative_to(here) else self.path
@@ -119,7 +119,7 @@ class RuleItem(pytest.Item):
         self.add_marker("rule")
 
     def runtest(self) -> None:
-        from verify.runner import DEFAULT_EXAMPLES, verify_rule  # noqa: PLC0415
+        from verify.runner import DEFAULT_EXAMPLES, verify_rule
 
         config = self.config
         examples = config.getoption("rules_examples") or int(
@@ -163,14 +163,15 @@ class LintItem(pytest.Item):
         self.add_marker("rule")
 
     def runtest(self) -> None:
-        from verify.lint import lint  # noqa: PLC0415
+        from verify.lint import lint
 
         config = self.config
         pairs = config.getoption("rules_lint_pairs")
         if pairs is None:
             pairs = int(config.getini("rules_lint_pairs") or LINT_PAIRS)
-        report = lint([self.target], max_pairs=pairs, examples=2,
-                      seed=config.getoption("rules_seed"))
+        report = lint(
+            [self.target], max_pairs=pairs, examples=2, seed=config.getoption("rules_seed")
+        )
         self.user_properties += [("findings", len(report.open)), ("pairs", dict(report.pairs))]
         if report.open:
             lines = "\n".join(f.line() for f in report.open)

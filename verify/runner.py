@@ -33,12 +33,12 @@ from dsl import shipped_rules_dir
 from dsl.ir import OpNode, Rule, RuleSet
 from verify.check import run_both
 from verify.compare import mode_of
+from verify.defaults import DEFAULT_EXAMPLES  # re-exported
 from verify.draw import SAMPLERS, Gen
 from verify.engine import commuted_positions, family, run_engine
 from verify.hints import requests
 from verify.instance import NotAMatch, instantiate, lhs_model, lowest_opset, op_names, reversed_rule
 from verify.report import failure_text
-from verify.defaults import DEFAULT_EXAMPLES  # re-exported
 
 # (examples checked, examples drawn at most) of the companion checks
 ENGINE, COMPANION, NEGATIVE = (2, 10), (1, 6), (1, 12)
@@ -357,7 +357,7 @@ def _found_in(e: BaseException) -> Failure | None:
 
 
 def _engine_extra(model, got) -> list[str]:
-    from verify.report import graph_text  # noqa: PLC0415
+    from verify.report import graph_text
 
     lines = [f"rules fired: {got.fired or 'none'}"]
     if got.optimized is not None and got.optimized is not model:

@@ -48,7 +48,7 @@ class Values:
     def array(self, leaf):
         """Strategy for the values of `leaf` (its dtype, shape and the value domains of the
         slots it feeds, `verify.ops_basic.VALUE_DOMAINS`)."""
-        from verify.ops_basic import VALUE_DOMAINS  # noqa: PLC0415
+        from verify.ops_basic import VALUE_DOMAINS
 
         domains = frozenset({VALUE_DOMAINS.get(u) for u in leaf.uses} - {None})
         return _arrays(leaf.dtype, leaf.shape, self.values_mode, domains)

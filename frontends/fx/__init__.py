@@ -19,12 +19,22 @@ from frontends.fx.api import (
 from frontends.fx.backend import register as _register
 from frontends.fx.backend import rewrite_backend
 from frontends.fx.exporter import FxExportError, export_fx
-from frontends.fx.importer import FxImportError, import_fx
+from frontends.fx.importer import import_fx
+from frontends.fx.nodes import FxImportError
 from frontends.fx.passes import RewritePass
 
 __all__ = [
-    "optimize_fx", "RewritePass", "rewrite_backend", "import_fx", "export_fx", "compare",
-    "fx_op_counts", "op_coverage", "shipped_rules", "FxImportError", "FxExportError",
+    "optimize_fx",
+    "RewritePass",
+    "rewrite_backend",
+    "import_fx",
+    "export_fx",
+    "compare",
+    "fx_op_counts",
+    "op_coverage",
+    "shipped_rules",
+    "FxImportError",
+    "FxExportError",
     "FxCheckError",
 ]
 

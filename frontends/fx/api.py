@@ -21,7 +21,8 @@ import torch
 from torch import fx
 
 from frontends.fx.exporter import FxExportError, export_fx
-from frontends.fx.importer import FxImportError, import_fx
+from frontends.fx.importer import import_fx
+from frontends.fx.nodes import FxImportError
 from frontends.fx.tensors import onnx_elem
 from rewrite.cost import CostModel
 from rewrite.optimize import Report, optimize
@@ -36,7 +37,7 @@ class FxCheckError(AssertionError):
 @functools.cache
 def shipped_rules():
     """The shipped rule library (`patterns/`), parsed once per process."""
-    from dsl import load_rules, shipped_rules_dir  # noqa: PLC0415
+    from dsl import load_rules, shipped_rules_dir
 
     return load_rules([shipped_rules_dir()])
 
@@ -49,7 +50,7 @@ def optimize_fx(
     fp: tuple[str, ...] = ("exact",),
     freeze: bool = False,
     check: bool = True,
-    cost: CostModel = CostModel(),  # noqa: B008 (frozen dataclass, as in rewrite.optimize)
+    cost: CostModel = CostModel(),
     provenance: bool = True,
     skip: tuple[str, ...] = (),
     only: tuple[str, ...] = (),
@@ -95,9 +96,15 @@ def optimize_fx(
     if result is gm:
         report = replace(report, provenance={})
     after = fx_op_counts(result)
-    report = replace(report, nodes_before=sum(before.values()), ops_before=before,
-                     nodes_after=sum(after.values()), ops_after=after, changed=result is not gm,
-                     extra={**report.extra, **extra})
+    report = replace(
+        report,
+        nodes_before=sum(before.values()),
+        ops_before=before,
+        nodes_after=sum(after.values()),
+        ops_after=after,
+        changed=result is not gm,
+        extra={**report.extra, **extra},
+    )
     if check and result is not gm and _concrete(example_inputs):
         compare(gm, result, example_inputs, report.fp)
     return result, report
@@ -105,7 +112,7 @@ def optimize_fx(
 
 def _rules(rules):
     if isinstance(rules, (str, Path)) or isinstance(rules, (list, tuple)):
-        from dsl import load_rules  # noqa: PLC0415
+        from dsl import load_rules
 
         return load_rules([rules] if isinstance(rules, (str, Path)) else list(rules))
     return rules
@@ -114,8 +121,25 @@ def _rules(rules):
 def skipped_report(ops: dict[str, int], reason: str) -> Report:
     """The Report of a module left unchanged without running the engine."""
     n = sum(ops.values())
-    return Report("skipped", 0, 0, 0, {}, {}, {}, {}, n, n, ops, ops, 0.0, 0.0, False, "exact",
-                  {"skipped": reason})
+    return Report(
+        "skipped",
+        0,
+        0,
+        0,
+        {},
+        {},
+        {},
+        {},
+        n,
+        n,
+        ops,
+        ops,
+        0.0,
+        0.0,
+        False,
+        "exact",
+        {"skipped": reason},
+    )
 
 
 def fx_op_counts(gm) -> dict[str, int]:
@@ -170,7 +194,7 @@ def _qualified(target) -> str:
 def compare(original, optimized, example_inputs, fp: str = "exact") -> None:
     """Run both modules on `example_inputs`; raise FxCheckError if an output differs by more
     than the tolerance of numeric class `fp` for its dtype (|a-b| <= atol + rtol*|b|)."""
-    from frontends.onnx.check import TOLERANCES  # noqa: PLC0415
+    from frontends.onnx.check import TOLERANCES
 
     with torch.no_grad():
         want, got = (_leaves(_callable(m)(*example_inputs)) for m in (original, optimized))

@@ -34,8 +34,9 @@ NAME = "rewrite"
 REPORTS: list = []
 
 
-def rewrite_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None,
-                    mode: str | None = None):
+def rewrite_backend(
+    gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, mode: str | None = None
+):
     """A torch.compile backend (see the module doc for `options`). `mode` is ignored."""
     opts = dict(options or {})
     backend = opts.pop("backend", "inductor")
@@ -45,16 +46,18 @@ def rewrite_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | No
     freeze = not torch.is_grad_enabled() if freeze is None else freeze
     fp = ("exact", *opts.pop("allow", ("reassoc",)))
     try:
-        optimized, report = optimize_fx(gm, example_inputs, fp=fp, freeze=freeze,
-                                        check=opts.pop("check", False), **opts)
+        optimized, report = optimize_fx(
+            gm, example_inputs, fp=fp, freeze=freeze, check=opts.pop("check", False), **opts
+        )
         REPORTS.append(report)
     except Exception as e:  # never fail the user's model because of the rewrite
-        warnings.warn(f"rewrite backend: graph left unchanged ({type(e).__name__}: {e})",
-                      stacklevel=2)
+        warnings.warn(
+            f"rewrite backend: graph left unchanged ({type(e).__name__}: {e})", stacklevel=2
+        )
         optimized = gm
     if backend == "eager":
         return optimized.forward
-    from torch._inductor.compile_fx import compile_fx  # noqa: PLC0415
+    from torch._inductor.compile_fx import compile_fx
 
     optimized, constants = constants_as_inputs(optimized)
     fill_example_values(optimized)
@@ -77,14 +80,19 @@ def constants_as_inputs(gm: torch.fx.GraphModule):
     of each, a cost that grows with the bytes folded, e.g. ResNet's BatchNorm-folded
     convolution weights); as graph inputs, folded weights are handled as the parameters of an
     unrewritten graph are, by shape and dtype."""
-    attrs = [n for n in gm.graph.nodes
-             if n.op == "get_attr" and isinstance(_attr(gm, n.target), torch.Tensor)]
+    attrs = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "get_attr" and isinstance(_attr(gm, n.target), torch.Tensor)
+    ]
     if not attrs:
         return gm, []
     graph = copy.deepcopy(gm.graph)
     last = [n for n in graph.nodes if n.op == "placeholder"][-1:]
     tensors = []
-    for node in [n for n in graph.nodes if n.op == "get_attr" and n.name in {a.name for a in attrs}]:
+    for node in [
+        n for n in graph.nodes if n.op == "get_attr" and n.name in {a.name for a in attrs}
+    ]:
         tensors.append(_attr(gm, node.target))
         anchor = last[0].next if last else next(iter(graph.nodes))
         with graph.inserting_before(anchor):
@@ -107,8 +115,8 @@ def fill_example_values(gm: torch.fx.GraphModule) -> bool:
     are propagated under the fake mode of the placeholders' own example values, with guards
     suppressed; a graph with symbolic sizes (dynamic shapes) is left as it is, so that nothing
     here can add a guard on dynamo's symbols (it then compiles without AOTAutograd's cache)."""
-    from torch._subclasses.fake_tensor import FakeTensor  # noqa: PLC0415
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp  # noqa: PLC0415
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     nodes = [n for n in gm.graph.nodes if n.op != "output"]
     if all("example_value" in n.meta for n in nodes):
@@ -120,8 +128,9 @@ def fill_example_values(gm: torch.fx.GraphModule) -> bool:
     if len(modes) != 1:  # (detect_fake_mode would prefer the tracing context's mode)
         return False
     mode = next(iter(modes.values()))
-    args = [v if isinstance(v, FakeTensor) else mode.from_tensor(v, static_shapes=True)
-            for v in values]
+    args = [
+        v if isinstance(v, FakeTensor) else mode.from_tensor(v, static_shapes=True) for v in values
+    ]
     quiet = mode.shape_env.suppress_guards() if mode.shape_env is not None else nullcontext()
     try:
         with quiet:
@@ -148,7 +157,7 @@ def _attr(gm: torch.nn.Module, target: str):
 def register() -> None:
     """Register the backend under "rewrite" unless it is registered, or will be loaded from the
     `torch_dynamo_backends` entry point (which would then register it a second time)."""
-    from torch._dynamo.backends import registry  # noqa: PLC0415
+    from torch._dynamo.backends import registry
 
     if NAME in registry._COMPILER_FNS or registry._BACKENDS.get(NAME) is not None:
         return

@@ -40,17 +40,44 @@ from frontends.fx.nodes import FxImportError, mutating
 
 # Composite ops whose schema has no alias annotation but which return their input itself
 # when there is nothing to do (eval dropout, a type_as to the same type).
-_RETURNS_INPUT = {"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout",
-                  "type_as", "dropout1d", "dropout2d", "dropout3d"}
+_RETURNS_INPUT = {
+    "dropout",
+    "feature_dropout",
+    "alpha_dropout",
+    "feature_alpha_dropout",
+    "type_as",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
+}
 # Modules whose output is a new tensor (they may still write in place: `inplace=True`).
-_FRESH_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.Linear,
-                  torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d,
-                  torch.nn.LayerNorm, torch.nn.RMSNorm, torch.nn.ReLU, torch.nn.GELU,
-                  torch.nn.Tanh, torch.nn.Sigmoid, torch.nn.Softmax, torch.nn.LogSoftmax,
-                  torch.nn.Embedding,
-                  torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d,
-                  torch.nn.AvgPool2d, torch.nn.AdaptiveAvgPool1d, torch.nn.AdaptiveAvgPool2d,
-                  torch.nn.LeakyReLU, torch.nn.Hardsigmoid, torch.nn.ReLU6)
+_FRESH_MODULES = (
+    torch.nn.Conv1d,
+    torch.nn.Conv2d,
+    torch.nn.Conv3d,
+    torch.nn.Linear,
+    torch.nn.BatchNorm1d,
+    torch.nn.BatchNorm2d,
+    torch.nn.BatchNorm3d,
+    torch.nn.LayerNorm,
+    torch.nn.RMSNorm,
+    torch.nn.ReLU,
+    torch.nn.GELU,
+    torch.nn.Tanh,
+    torch.nn.Sigmoid,
+    torch.nn.Softmax,
+    torch.nn.LogSoftmax,
+    torch.nn.Embedding,
+    torch.nn.MaxPool1d,
+    torch.nn.MaxPool2d,
+    torch.nn.MaxPool3d,
+    torch.nn.AvgPool2d,
+    torch.nn.AdaptiveAvgPool1d,
+    torch.nn.AdaptiveAvgPool2d,
+    torch.nn.LeakyReLU,
+    torch.nn.Hardsigmoid,
+    torch.nn.ReLU6,
+)
 _DROPOUTS = {"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"}
 _ARG_ALIASES = {"training": "train"}  # F.dropout's keyword for ATen's `train`
 
@@ -88,8 +115,9 @@ def plan(gm: fx.GraphModule, unlowered: frozenset[fx.Node] = frozenset()) -> Ord
             writes[n] = target
     draws = {n for n in gm.graph.nodes if random_draw(n, _module(gm, n))}
     shared = [n for n, t in writes.items() if n in unlowered or not fresh(t, n)]
-    reasons = [f"{n.name}: in-place {_name(n)} on {writes[n].name}, which others may read"
-               for n in shared]
+    reasons = [
+        f"{n.name}: in-place {_name(n)} on {writes[n].name}, which others may read" for n in shared
+    ]
     pinned = _pin(gm, writes, shared, draws)
     chain = tuple(n for n in gm.graph.nodes if n in pinned or n in draws)
     if pinned:
@@ -140,8 +168,12 @@ def fresh(x: fx.Node, writer: fx.Node) -> bool:
     """Can `writer`'s in-place write into `x` be written as a pure op? Only if `writer` is
     the one reader of `x` and `x` is a new tensor (computed, not a view of another)."""
     module = _module(x.graph.owning_module, x)
-    return (x.op.startswith("call_") and set(x.users) == {writer} and not may_alias(x, module)
-            and written(x, module) is None)
+    return (
+        x.op.startswith("call_")
+        and set(x.users) == {writer}
+        and not may_alias(x, module)
+        and written(x, module) is None
+    )
 
 
 def may_alias(n: fx.Node, module=None) -> bool:
@@ -202,8 +234,12 @@ def alias_closure(roots: set[fx.Node], gm: fx.GraphModule, writes: dict) -> set[
 def random_draw(n: fx.Node, module=None) -> bool:
     """Does `n` draw random numbers (consume the generator's state) when it runs?"""
     if n.op == "call_module":
-        return module is not None and "Dropout" in type(module).__name__ and module.training \
+        return (
+            module is not None
+            and "Dropout" in type(module).__name__
+            and module.training
             and getattr(module, "p", 0) != 0
+        )
     if n.op not in ("call_function", "call_method"):
         return False
     t = n.target
@@ -211,7 +247,7 @@ def random_draw(n: fx.Node, module=None) -> bool:
         if torch.Tag.nondeterministic_seeded not in t.tags:
             return False
         return not _randomness_off(n, t._schema)
-    from torch._library.utils import _RANDOM_FUNCTIONS  # noqa: PLC0415 (torch's own list)
+    from torch._library.utils import _RANDOM_FUNCTIONS
 
     if t in _RANDOM_FUNCTIONS:
         return True

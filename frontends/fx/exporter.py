@@ -30,8 +30,14 @@ from rewrite.ops import OPS
 
 _FRESH = re.compile(r"rw_\d+")  # names `rewrite.rebuild` gives values it cannot name otherwise
 _VALUE_META = {"val", "example_value", "tensor_meta", "unbacked_bindings"}
-_WORDS = {("Conv", "W"): "weight", ("Conv", "B"): "bias", ("Gemm", "B"): "weight",
-          ("Gemm", "C"): "bias", ("MatMul", "B"): "weight", ("Add", "B"): "bias"}
+_WORDS = {
+    ("Conv", "W"): "weight",
+    ("Conv", "B"): "bias",
+    ("Gemm", "B"): "weight",
+    ("Gemm", "C"): "bias",
+    ("MatMul", "B"): "weight",
+    ("Add", "B"): "bias",
+}
 
 
 class FxExportError(ValueError):
@@ -144,8 +150,11 @@ class _Exporter:
         self.buffers[name] = tensor.to(self.device) if self.device is not None else tensor
         if self.meta.program is None:
             return self._get_attr(name)
-        users = [p for p in self.copied.values() if p.op == "placeholder" and
-                 _input_kind(self.meta.program, p.name) == "USER_INPUT"]
+        users = [
+            p
+            for p in self.copied.values()
+            if p.op == "placeholder" and _input_kind(self.meta.program, p.name) == "USER_INPUT"
+        ]
         anchor = users[0] if users else next(iter(self.graph.nodes))
         with self.graph.inserting_before(anchor):
             p = self.graph.placeholder(name)
@@ -244,8 +253,10 @@ class _Exporter:
     def _copy_group(self, nodes) -> None:
         old2new = self._old2new(nodes)
         head = next(n for n in nodes if n.payload.head)
-        env = {f: self.resolve(old2new[old]) if old in old2new else self._leaf(f)
-               for f, old in head.payload.reads}
+        env = {
+            f: self.resolve(old2new[old]) if old in old2new else self._leaf(f)
+            for f, old in head.payload.reads
+        }
         new = None
         for f in head.payload.fx:
             new = env[f] = self.graph.node_copy(f, lambda a: env[a])
@@ -298,7 +309,7 @@ class _Exporter:
         gm.train(self.src.training)
         # a sink (an in-place write, a random draw, an effect nobody reads) is kept though
         # nothing reads it; torch would drop a call_method `add_` as dead
-        sinks = {self.env[v] for v in self.g.outputs[self.meta.n_outputs:] if v in self.env}
+        sinks = {self.env[v] for v in self.g.outputs[self.meta.n_outputs :] if v in self.env}
         if gm.graph.eliminate_dead_code(lambda n: n in sinks or n.is_impure()):
             gm.recompile()
         gm.graph.lint()
@@ -358,8 +369,15 @@ class Builder:
             return d
         sizes = self.ex.sizes
         if d not in sizes:
-            home = next(((p, j) for p in self.ex.placeholders.values()
-                         for j, pd in enumerate(_placeholder_shape(p)) if str(pd) == d), None)
+            home = next(
+                (
+                    (p, j)
+                    for p in self.ex.placeholders.values()
+                    for j, pd in enumerate(_placeholder_shape(p))
+                    if str(pd) == d
+                ),
+                None,
+            )
             size = torch.ops.aten.sym_size.int
             if home is None:
                 return self.ex.graph.call_function(size, (self.x(i), axis))
@@ -373,8 +391,8 @@ class Builder:
         return self.ex.graph.call_function(operator.getitem, (node, i), name=self.name)
 
     def own_constant(self) -> fx.Node:
-        from rewrite.egraph import constant_op_value  # noqa: PLC0415
-        from rewrite.ops import encode_attr  # noqa: PLC0415
+        from rewrite.egraph import constant_op_value
+        from rewrite.ops import encode_attr
 
         spec = OPS.get("Constant")
         attrs = tuple(encode_attr(a.kind, self.node.attr(a.name)) for a in spec.attrs)
@@ -408,7 +426,7 @@ def _fake(program, tensor: torch.Tensor):
 
 def _propagate_vals(gm: fx.GraphModule) -> None:
     """Fill `meta["val"]` (fake tensors) of every node, as torch.export's verifier requires."""
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp  # noqa: PLC0415
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     vals = [p.meta.get("val") for p in gm.graph.nodes if p.op == "placeholder"]
     mode = torch._guards.detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
@@ -417,7 +435,7 @@ def _propagate_vals(gm: fx.GraphModule) -> None:
 
 def _program(program, gm: fx.GraphModule, buffers: dict[str, torch.Tensor]):
     """A new ExportedProgram around `gm`: the old signature plus the new buffers."""
-    from torch.export.graph_signature import (  # noqa: PLC0415
+    from torch.export.graph_signature import (
         ExportGraphSignature,
         InputKind,
         InputSpec,
@@ -426,8 +444,11 @@ def _program(program, gm: fx.GraphModule, buffers: dict[str, torch.Tensor]):
 
     _propagate_vals(gm)
     old = {s.arg.name: s for s in program.graph_signature.input_specs}
-    specs = [old.get(p.name) or InputSpec(InputKind.BUFFER, TensorArgument(p.name), p.name, True)
-             for p in gm.graph.nodes if p.op == "placeholder"]
+    specs = [
+        old.get(p.name) or InputSpec(InputKind.BUFFER, TensorArgument(p.name), p.name, True)
+        for p in gm.graph.nodes
+        if p.op == "placeholder"
+    ]
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     flat: list[fx.Node] = []
     fx.node.map_arg(out_node.args[0], flat.append)
@@ -438,8 +459,13 @@ def _program(program, gm: fx.GraphModule, buffers: dict[str, torch.Tensor]):
     state = {**program.state_dict, **buffers}
     signature = ExportGraphSignature(specs, outs)
     return torch.export.ExportedProgram(
-        root=gm, graph=gm.graph, graph_signature=signature, state_dict=state,
+        root=gm,
+        graph=gm.graph,
+        graph_signature=signature,
+        state_dict=state,
         range_constraints=copy.deepcopy(program.range_constraints),
         module_call_graph=copy.deepcopy(program.module_call_graph),
-        example_inputs=program.example_inputs, constants=program.constants,
-        verifiers=program.verifiers)
+        example_inputs=program.example_inputs,
+        constants=program.constants,
+        verifiers=program.verifiers,
+    )

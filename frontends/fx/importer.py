@@ -31,7 +31,6 @@ from torch import fx
 
 from frontends.fx import effects, nodes
 from frontends.fx.lower import Lowering, Unmapped
-from frontends.fx.nodes import FxImportError
 from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT, SPLITS
 from frontends.fx.tensors import onnx_elem, to_numpy
 from rewrite.graph import Node, TermGraph, Value
@@ -125,8 +124,9 @@ class _Unlowered(Exception):
 
 
 class _Importer:
-    def __init__(self, gm: fx.GraphModule, program, example_inputs, freeze: bool,
-                 order: effects.Order):
+    def __init__(
+        self, gm: fx.GraphModule, program, example_inputs, freeze: bool, order: effects.Order
+    ):
         self.gm, self.program, self.freeze, self.order = gm, program, freeze, order
         self.last_in_order: int | None = None  # output of the last chained node
         self.inputs = list(example_inputs or ())
@@ -159,11 +159,27 @@ class _Importer:
                 self._opaque(n)
             else:
                 getattr(self, f"_{n.op}")(n)
-        meta = FxSource(self.gm, "aten" if self.aten else "torch", len(outputs), self.sources,
-                        self.groups, self.readers, {v.name: d for v, d in self._devices()},
-                        frozenset(self.pure_only), self.program, self.order.reasons)
-        return TermGraph(tuple(self.values), tuple(self.nodes), tuple(self.graph_inputs),
-                         tuple(outputs + self.sinks), self.constants, self.opset, meta)
+        meta = FxSource(
+            self.gm,
+            "aten" if self.aten else "torch",
+            len(outputs),
+            self.sources,
+            self.groups,
+            self.readers,
+            {v.name: d for v, d in self._devices()},
+            frozenset(self.pure_only),
+            self.program,
+            self.order.reasons,
+        )
+        return TermGraph(
+            tuple(self.values),
+            tuple(self.nodes),
+            tuple(self.graph_inputs),
+            tuple(outputs + self.sinks),
+            self.constants,
+            self.opset,
+            meta,
+        )
 
     # ---- values and constants --------------------------------------------------------------
 
@@ -298,8 +314,11 @@ class _Importer:
     def _splits(self, n: fx.Node) -> bool:
         """A split/chunk whose every use is `getitem(n, i)`: each item becomes a Slice."""
         key = f"method:{n.target}" if n.op == "call_method" else n.target
-        return key in SPLITS and bool(n.users) and all(
-            u.target is operator.getitem and isinstance(u.args[1], int) for u in n.users)
+        return (
+            key in SPLITS
+            and bool(n.users)
+            and all(u.target is operator.getitem and isinstance(u.args[1], int) for u in n.users)
+        )
 
     def _lower_item(self, n: fx.Node, parent: fx.Node) -> None:
         """getitem(parent, i) of an absorbed multi-output node: its first output (batch norm,
@@ -315,8 +334,9 @@ class _Importer:
                 bound = {**split.params.bind(parent.args, parent.kwargs), "item": n.args[1]}
             except Unmapped:
                 bound = None
-            ok = bound is not None and self._lower(n, (split.lower, bound), (), {}, (parent, n),
-                                                   copyable=False)
+            ok = bound is not None and self._lower(
+                n, (split.lower, bound), (), {}, (parent, n), copyable=False
+            )
         if not ok:
             self.absorbed.discard(parent)
             self._opaque(parent)
@@ -344,8 +364,11 @@ class _Importer:
         try:
             if spelling is None:
                 raise Unmapped("no spelling")
-            handler, bound = spelling if isinstance(spelling, tuple) else (
-                spelling.lower, spelling.params.bind(args, kwargs))
+            handler, bound = (
+                spelling
+                if isinstance(spelling, tuple)
+                else (spelling.lower, spelling.params.bind(args, kwargs))
+            )
             if bound.get("inplace") is True and not mutating:  # F.relu(x, True)
                 raise _Unlowered(n)
             lo = Lowering(self, n, module)
@@ -396,8 +419,9 @@ class _Importer:
         if n in self.order.chain:  # after the previous chained node, whatever the data flow
             implicit = () if self.last_in_order is None else (self.last_in_order,)
             self.last_in_order = self.vid_of[n]
-        self.nodes.append(Node(_label(n), ins, (self.vid_of[n],), (), True, n.name, "fx", origin,
-                               implicit))
+        self.nodes.append(
+            Node(_label(n), ins, (self.vid_of[n],), (), True, n.name, "fx", origin, implicit)
+        )
         effectful = n.op == "call_function" and n.is_impure(impure_random=False)
         if not n.users and n.op != "get_attr" and (effectful or n in self.order.chain):
             self.sinks.append(self.vid_of[n])
@@ -417,20 +441,7 @@ def _label(n: fx.Node) -> str:
     return f"fx.{n.op}"
 
 
-
-
-
-
-
-
-
-
-
-
 def _array_type(a: np.ndarray) -> TensorType:
-    from rewrite.types import onnx_dtype  # noqa: PLC0415
+    from rewrite.types import onnx_dtype
 
     return TensorType(onnx_dtype(a.dtype), tuple(int(d) for d in a.shape))
-
-
-

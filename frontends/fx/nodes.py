@@ -18,9 +18,24 @@ from frontends.fx.tensors import onnx_elem, to_numpy, type_of
 from rewrite.types import TensorType
 
 MAX_CREATED = 1 << 16  # elements of a creator call (arange, zeros) evaluated at import
-INPLACE_OPERATORS = {"iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand",
-                     "ior", "ixor", "ilshift", "irshift", "imatmul", "iconcat", "setitem",
-                     "delitem"}
+INPLACE_OPERATORS = {
+    "iadd",
+    "isub",
+    "imul",
+    "itruediv",
+    "ifloordiv",
+    "imod",
+    "ipow",
+    "iand",
+    "ior",
+    "ixor",
+    "ilshift",
+    "irshift",
+    "imatmul",
+    "iconcat",
+    "setitem",
+    "delitem",
+}
 
 
 class FxImportError(ValueError):
@@ -36,7 +51,8 @@ def is_state(n: fx.Node, value: torch.Tensor) -> bool:
         return True
     name = str(n.target)
     return isinstance(value, torch.nn.Parameter) or (
-        name.startswith("L_") and ("_parameters_" in name or "_buffers_" in name))
+        name.startswith("L_") and ("_parameters_" in name or "_buffers_" in name)
+    )
 
 
 def mutating(n: fx.Node, module) -> bool:
@@ -89,8 +105,12 @@ def node_info(gm: fx.GraphModule, program, inputs) -> dict[fx.Node, tuple[Tensor
         if val is None and n.op not in ("output", "get_attr") and n.users:
             missing = True
         info[n] = (type_of(val), getattr(val, "device", None))
-    if missing and program is None and inputs and not any(is_fake(t) for t in inputs
-                                                            if isinstance(t, torch.Tensor)):
+    if (
+        missing
+        and program is None
+        and inputs
+        and not any(is_fake(t) for t in inputs if isinstance(t, torch.Tensor))
+    ):
         info.update(run(gm, inputs))
     for n in gm.graph.nodes:
         if n.op == "get_attr":

@@ -1,7 +1,7 @@
 """The rewrite engine as a torch.fx pass, for `torch.fx.passes.infra.pass_manager.PassManager`.
 
-    from torch.fx.passes.infra.pass_manager import PassManager
-    result = PassManager([RewritePass(example_inputs)])(gm)   # result.graph_module
+from torch.fx.passes.infra.pass_manager import PassManager
+result = PassManager([RewritePass(example_inputs)])(gm)   # result.graph_module
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class RewritePass(PassBase):
         self.report = None
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
-        module, self.report = optimize_fx(graph_module, self.example_inputs, self.rules,
-                                          **self.options)
+        module, self.report = optimize_fx(
+            graph_module, self.example_inputs, self.rules, **self.options
+        )
         return PassResult(module, self.report.changed)

@@ -47,14 +47,22 @@ def _static_rank(b, i: int = 0) -> int:
 # ---- elementwise -------------------------------------------------------------------------------
 
 _UNARY = {
-    "Relu": (torch.relu, aten.relu.default), "Neg": (torch.neg, aten.neg.default),
-    "Sqrt": (torch.sqrt, aten.sqrt.default), "Erf": (torch.erf, aten.erf.default),
-    "Tanh": (torch.tanh, aten.tanh.default), "Sigmoid": (torch.sigmoid, aten.sigmoid.default),
-    "Exp": (torch.exp, aten.exp.default), "Log": (torch.log, aten.log.default),
-    "Abs": (torch.abs, aten.abs.default), "Reciprocal": (torch.reciprocal, aten.reciprocal.default),
-    "Floor": (torch.floor, aten.floor.default), "Ceil": (torch.ceil, aten.ceil.default),
-    "Sin": (torch.sin, aten.sin.default), "Cos": (torch.cos, aten.cos.default),
-    "Sign": (torch.sign, aten.sign.default), "Not": (torch.logical_not, aten.logical_not.default),
+    "Relu": (torch.relu, aten.relu.default),
+    "Neg": (torch.neg, aten.neg.default),
+    "Sqrt": (torch.sqrt, aten.sqrt.default),
+    "Erf": (torch.erf, aten.erf.default),
+    "Tanh": (torch.tanh, aten.tanh.default),
+    "Sigmoid": (torch.sigmoid, aten.sigmoid.default),
+    "Exp": (torch.exp, aten.exp.default),
+    "Log": (torch.log, aten.log.default),
+    "Abs": (torch.abs, aten.abs.default),
+    "Reciprocal": (torch.reciprocal, aten.reciprocal.default),
+    "Floor": (torch.floor, aten.floor.default),
+    "Ceil": (torch.ceil, aten.ceil.default),
+    "Sin": (torch.sin, aten.sin.default),
+    "Cos": (torch.cos, aten.cos.default),
+    "Sign": (torch.sign, aten.sign.default),
+    "Not": (torch.logical_not, aten.logical_not.default),
 }
 
 # op -> (torch function, ATen overload for tensor operands, ATen overload for a scalar second)
@@ -98,8 +106,12 @@ def identity(b):
 def where(b):
     c, x, y = b.x(0), b.scalar_or_x(1), b.scalar_or_x(2)
     kinds = (isinstance(x, torch.fx.Node), isinstance(y, torch.fx.Node))
-    op = {(True, True): aten.where.self, (True, False): aten.where.ScalarOther,
-          (False, True): aten.where.ScalarSelf, (False, False): aten.where.Scalar}[kinds]
+    op = {
+        (True, True): aten.where.self,
+        (True, False): aten.where.ScalarOther,
+        (False, True): aten.where.ScalarSelf,
+        (False, False): aten.where.Scalar,
+    }[kinds]
     return b.call(torch.where, op, c, x, y)
 
 
@@ -181,8 +193,19 @@ def conv(b):
     bias = None if b.absent(2) else b.x(2)
     group = b.attr("group")
     if b.aten:
-        return b.call(None, aten.convolution.default, x, b.x(1), bias, strides, pads[:n],
-                      dilations, False, [0] * n, group)
+        return b.call(
+            None,
+            aten.convolution.default,
+            x,
+            b.x(1),
+            bias,
+            strides,
+            pads[:n],
+            dilations,
+            False,
+            [0] * n,
+            group,
+        )
     fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}.get(n)
     if fn is None:
         raise NoTorchForm(f"Conv{n}d")
@@ -202,30 +225,31 @@ def batch_norm(b):
     eps = b.attr("epsilon")
     if not b.aten:
         return b.call(F.batch_norm, None, x, mean, var, s, bias, False, 0.0, eps)
-    y = b.call(None, aten._native_batch_norm_legit_no_training.default, x, s, bias, mean, var,
-               0.0, eps)
+    y = b.call(
+        None, aten._native_batch_norm_legit_no_training.default, x, s, bias, mean, var, 0.0, eps
+    )
     return b.getitem(y, 0)
 
 
 def layer_norm(b):
     rank = _static_rank(b)
-    shape = b.type(0).shape[b.attr("axis") % rank:]
+    shape = b.type(0).shape[b.attr("axis") % rank :]
     if not all(isinstance(d, int) for d in shape):
         raise NoTorchForm("LayerNormalization over symbolic dimensions")
     bias = None if b.absent(2) else b.x(2)
-    return b.call(F.layer_norm, aten.layer_norm.default, b.x(0), list(shape), b.x(1), bias,
-                  b.attr("epsilon"))
+    return b.call(
+        F.layer_norm, aten.layer_norm.default, b.x(0), list(shape), b.x(1), bias, b.attr("epsilon")
+    )
 
 
 def rms_norm(b):
     """RMSNormalization: F.rms_norm over the axes from `axis` on (stash_type 1: torch computes
     float32 inputs in float32, and upcasts half inputs as ONNX does)."""
     rank = _static_rank(b)
-    shape = b.type(0).shape[b.attr("axis") % rank:]
+    shape = b.type(0).shape[b.attr("axis") % rank :]
     if not all(isinstance(d, int) for d in shape) or b.attr("stash_type") != 1:
         raise NoTorchForm("RMSNormalization over symbolic dimensions or with a stash type")
-    return b.call(F.rms_norm, aten.rms_norm.default, b.x(0), list(shape), b.x(1),
-                  b.attr("epsilon"))
+    return b.call(F.rms_norm, aten.rms_norm.default, b.x(0), list(shape), b.x(1), b.attr("epsilon"))
 
 
 def _pool_args(b) -> tuple[int, list[int], list[int], list[int]]:
@@ -266,8 +290,10 @@ def global_pool(b):
 
 
 _REDUCE = {
-    "ReduceMean": (torch.mean, aten.mean.dim), "ReduceSum": (torch.sum, aten.sum.dim_IntList),
-    "ReduceMax": (torch.amax, aten.amax.default), "ReduceMin": (torch.amin, aten.amin.default),
+    "ReduceMean": (torch.mean, aten.mean.dim),
+    "ReduceSum": (torch.sum, aten.sum.dim_IntList),
+    "ReduceMax": (torch.amax, aten.amax.default),
+    "ReduceMin": (torch.amin, aten.amin.default),
 }
 
 
@@ -281,8 +307,9 @@ def reduce(b):
         axes = _axes(b, _ints(b, 1), rank)
     keep = bool(b.attr("keepdims"))
     if b.node.op == "ReduceL2":
-        return b.call(torch.linalg.vector_norm, aten.linalg_vector_norm.default, b.x(0), 2,
-                      axes, keep)
+        return b.call(
+            torch.linalg.vector_norm, aten.linalg_vector_norm.default, b.x(0), 2, axes, keep
+        )
     if b.node.op == "ReduceProd":
         y = b.x(0)
         for a in sorted(axes, reverse=True):
@@ -345,8 +372,10 @@ def expand(b):
     if src is None or out is None:
         raise NoTorchForm("Expand of unknown rank")
     lead = len(out) - len(src)
-    sizes = [o if isinstance(o, int) else -1 if i >= lead and src[i - lead] == o else None
-             for i, o in enumerate(out)]
+    sizes = [
+        o if isinstance(o, int) else -1 if i >= lead and src[i - lead] == o else None
+        for i, o in enumerate(out)
+    ]
     if None in sizes:
         raise NoTorchForm("Expand to a symbolic shape")
     return b.call(torch.Tensor.expand, aten.expand.default, b.x(0), sizes)
@@ -401,15 +430,40 @@ def constant(b):
 
 
 RAISE = {
-    **{op: unary for op in _UNARY}, **{op: binary for op in _BINARY},
-    "Mod": mod, "Identity": identity, "Dropout": identity, "Where": where, "Cast": cast,
-    "CastLike": cast, "Clip": clip, "LeakyRelu": leaky_relu, "HardSigmoid": hard_sigmoid,
-    "Gelu": gelu, "Softmax": softmax, "LogSoftmax": softmax, "MatMul": matmul, "Gemm": gemm,
-    "Conv": conv, "BatchNormalization": batch_norm, "LayerNormalization": layer_norm,
+    **{op: unary for op in _UNARY},
+    **{op: binary for op in _BINARY},
+    "Mod": mod,
+    "Identity": identity,
+    "Dropout": identity,
+    "Where": where,
+    "Cast": cast,
+    "CastLike": cast,
+    "Clip": clip,
+    "LeakyRelu": leaky_relu,
+    "HardSigmoid": hard_sigmoid,
+    "Gelu": gelu,
+    "Softmax": softmax,
+    "LogSoftmax": softmax,
+    "MatMul": matmul,
+    "Gemm": gemm,
+    "Conv": conv,
+    "BatchNormalization": batch_norm,
+    "LayerNormalization": layer_norm,
     "RMSNormalization": rms_norm,
-    "MaxPool": max_pool, "AveragePool": avg_pool, "GlobalAveragePool": global_pool,
-    "GlobalMaxPool": global_pool, **{op: reduce for op in (*_REDUCE, "ReduceL2", "ReduceProd")},
-    "Reshape": reshape, "Flatten": flatten, "Transpose": transpose, "Squeeze": squeeze,
-    "Unsqueeze": unsqueeze, "Expand": expand, "Tile": tile, "Slice": slice_, "Gather": gather,
-    "Pad": pad, "Constant": constant,
+    "MaxPool": max_pool,
+    "AveragePool": avg_pool,
+    "GlobalAveragePool": global_pool,
+    "GlobalMaxPool": global_pool,
+    **{op: reduce for op in (*_REDUCE, "ReduceL2", "ReduceProd")},
+    "Reshape": reshape,
+    "Flatten": flatten,
+    "Transpose": transpose,
+    "Squeeze": squeeze,
+    "Unsqueeze": unsqueeze,
+    "Expand": expand,
+    "Tile": tile,
+    "Slice": slice_,
+    "Gather": gather,
+    "Pad": pad,
+    "Constant": constant,
 }

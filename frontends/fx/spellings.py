@@ -94,8 +94,10 @@ def clip(lo: Lowering, a: dict) -> None:
     x, dt = a["input"], lo.dtype(a["input"])
     if dt != lo.out_dtype or dt == torch.bool:
         raise Unmapped("dtype")
-    lo_, hi = (lo.optional(v) if isinstance(v, fx.Node) or v is None else lo.operand(v, dt)
-               for v in (a["min"], a["max"]))
+    lo_, hi = (
+        lo.optional(v) if isinstance(v, fx.Node) or v is None else lo.operand(v, dt)
+        for v in (a["min"], a["max"])
+    )
     lo.emit("Clip", [lo.tensor(x), lo_, hi])
 
 
@@ -240,8 +242,13 @@ def conv(lo: Lowering, a: dict) -> None:
         pads = (*begins, *(t - b for t, b in zip(total, begins)))
     if padding != "same":
         pads = _ntuple(padding, n) * 2
-    attrs = {"dilations": dilation, "group": int(a["groups"]), "kernel_shape": kernel,
-             "pads": pads, "strides": stride}
+    attrs = {
+        "dilations": dilation,
+        "group": int(a["groups"]),
+        "kernel_shape": kernel,
+        "pads": pads,
+        "strides": stride,
+    }
     lo.emit("Conv", [lo.tensor(x), lo.tensor(w), lo.optional(b)], attrs)
 
 
@@ -353,8 +360,7 @@ def reshape(lo: Lowering, a: dict) -> None:
     it), and at most one other becomes -1."""
     shape = _dims(a["shape"]) if isinstance(a["shape"], (tuple, list)) else (a["shape"],)
     if all(_literal(d) for d in shape):
-        lo.emit("Reshape", [lo.tensor(a["input"]), lo.ints(shape)],
-                {"allowzero": int(0 in shape)})
+        lo.emit("Reshape", [lo.tensor(a["input"]), lo.ints(shape)], {"allowzero": int(0 in shape)})
         return
     src, out = lo.type(a["input"]).shape, lo.out.shape
     if src is None or out is None or len(out) != len(shape) or 0 in shape:
@@ -473,15 +479,20 @@ def index(lo: Lowering, a: dict) -> None:
     last axis down, so earlier axes keep their numbers), then one Unsqueeze for the Nones."""
     x, idx = a["input"], a["index"]
     items = list(idx) if isinstance(idx, tuple) else [idx]
-    if not all(i is None or i is Ellipsis or isinstance(i, slice)
-               or (isinstance(i, int) and not isinstance(i, bool)) for i in items):
+    if not all(
+        i is None
+        or i is Ellipsis
+        or isinstance(i, slice)
+        or (isinstance(i, int) and not isinstance(i, bool))
+        for i in items
+    ):
         raise Unmapped("advanced indexing")
     rank, consuming = lo.rank(x), sum(1 for i in items if i is not None and i is not Ellipsis)
     if items.count(Ellipsis) > 1 or consuming > rank:
         raise Unmapped("index")
     if Ellipsis in items:
         at = items.index(Ellipsis)
-        items[at:at + 1] = [slice(None)] * (rank - consuming)
+        items[at : at + 1] = [slice(None)] * (rank - consuming)
     else:
         items += [slice(None)] * (rank - consuming)
     slices, ints, nones, axis, out_axis = [], [], [], 0, 0
@@ -539,7 +550,7 @@ def split_item(lo: Lowering, a: dict) -> None:
     else:
         if not all(isinstance(s, int) for s in sizes) or item >= len(sizes):
             raise Unmapped("symbolic split sizes")
-        start, end = sum(sizes[:item]), sum(sizes[:item + 1])
+        start, end = sum(sizes[:item]), sum(sizes[: item + 1])
     if not (isinstance(start, int) and isinstance(end, int) and isinstance(dim, int)):
         raise Unmapped("symbolic split")
     _slice(lo, lo.tensor(x), [(dim % lo.rank(x), slice(start, end))])

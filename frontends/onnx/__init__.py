@@ -15,16 +15,23 @@ from pathlib import Path
 
 import onnx
 
+from frontends.onnx import external
 from frontends.onnx.check import compare
 from frontends.onnx.exporter import MAX_OPSET, export_model
-from frontends.onnx import external
 from frontends.onnx.external import ExternalDataError, check_locations, load_small_tensors
 from frontends.onnx.importer import default_opset, import_model, skeleton
 from rewrite.saturate import Limits
 
 __all__ = [
-    "ModelError", "Output", "load_model", "optimize_model", "prepare_output", "save_model", "compare",
-    "import_model", "export_model",
+    "ModelError",
+    "Output",
+    "load_model",
+    "optimize_model",
+    "prepare_output",
+    "save_model",
+    "compare",
+    "import_model",
+    "export_model",
 ]
 
 
@@ -57,7 +64,9 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(str(p))  # by path: the C++ checker reads the file itself
     except onnx.checker.ValidationError as e:
-        raise ModelError(f"{p}: rejected by onnx.checker: {str(e).strip().splitlines()[0]}") from None
+        raise ModelError(
+            f"{p}: rejected by onnx.checker: {str(e).strip().splitlines()[0]}"
+        ) from None
     opset = default_opset(model)
     if opset > MAX_OPSET:
         raise ModelError(f"{p}: opset {opset} is newer than onnxruntime supports (<= {MAX_OPSET})")
@@ -78,18 +87,22 @@ def optimize_model(model: onnx.ModelProto, rules, **kw):
     entry (`limit_stage` "load": the caller spent the time) or after the import returns the
     model unchanged; later, the best graph found so far is exported (see `rewrite.optimize`).
     """
-    from rewrite.optimize import as_given, optimize  # noqa: PLC0415
+    from rewrite.optimize import as_given, optimize
 
     clock = time.perf_counter()
     limits = kw.pop("limits", Limits())
     folder = kw.pop("folder", None)
-    limits = replace(limits, deadline=limits.deadline if limits.deadline is not None else clock + limits.timeout)
+    limits = replace(
+        limits, deadline=limits.deadline if limits.deadline is not None else clock + limits.timeout
+    )
     if clock > limits.deadline:
         return model, _onnx_counts(as_given(None, "time-limit", "load", {}), model, model)
     graph = import_model(model, folder)
     t_import = time.perf_counter() - clock
     if time.perf_counter() > limits.deadline:
-        return model, _onnx_counts(as_given(graph, "time-limit", "onnx-import", {"onnx-import": t_import}), model, model)
+        return model, _onnx_counts(
+            as_given(graph, "time-limit", "onnx-import", {"onnx-import": t_import}), model, model
+        )
     out, report = optimize(graph, rules, limits=limits, **kw)
     clock = time.perf_counter()
     result = model if out is graph else export_model(out)
@@ -146,7 +159,11 @@ class Output:
 
 
 def prepare_output(
-    model: onnx.ModelProto, path: str | os.PathLike, *, folder: Path | None = None, external_data: bool = False
+    model: onnx.ModelProto,
+    path: str | os.PathLike,
+    *,
+    folder: Path | None = None,
+    external_data: bool = False,
 ) -> Output:
     """Get `model` ready to be written to `path`: serialized, or, with `external_data` or when
     it would exceed `external.EXTERNAL_DATA_THRESHOLD` bytes (protobuf's 2 GB limit), staged

@@ -146,11 +146,15 @@ class _Trials:
         return error
 
     def _run(self, rules: RuleSet) -> str | None:
-        from frontends.onnx import optimize_model  # noqa: PLC0415 (the package imports us)
+        from frontends.onnx import optimize_model
 
         try:
             result, report = optimize_model(
-                self.model, rules, fp=self.fp, limits=self.limits, folder=self.folder,
+                self.model,
+                rules,
+                fp=self.fp,
+                limits=self.limits,
+                folder=self.folder,
                 provenance=False,
             )
         except Exception as e:  # optimizing raised: that is a failure too

@@ -100,10 +100,14 @@ def session(model: onnx.ModelProto | bytes | str) -> ort.InferenceSession:
     try:
         return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types
-        raise CheckError(f"onnxruntime could not load the model: {str(e).splitlines()[0]}") from None
+        raise CheckError(
+            f"onnxruntime could not load the model: {str(e).splitlines()[0]}"
+        ) from None
 
 
-def run(model: onnx.ModelProto | bytes | str | ort.InferenceSession, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def run(
+    model: onnx.ModelProto | bytes | str | ort.InferenceSession, feeds: dict[str, np.ndarray]
+) -> list[np.ndarray]:
     """Run a model (or a `session`) under onnxruntime CPU with graph optimizations off.
     Raises CheckError."""
     sess = model if isinstance(model, ort.InferenceSession) else session(model)
@@ -147,13 +151,23 @@ def compare(
     for outs_a, outs_b in zip(want, got):
         for name, a, b in zip(elem, outs_a, outs_b):
             d = _diff(name, elem[name], np.asarray(b), np.asarray(a), TOLERANCES[fp], tol[name])
-            if name not in worst or (worst[name].ok and not d.ok) or d.max_abs > worst[name].max_abs:
+            if (
+                name not in worst
+                or (worst[name].ok and not d.ok)
+                or d.max_abs > worst[name].max_abs
+            ):
                 worst[name] = d
     return list(worst.values())
 
 
-def _diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray, tolerances,
-          tol_type: int | None = None) -> OutputDiff:
+def _diff(
+    name: str,
+    elem_type: int,
+    got: np.ndarray,
+    want: np.ndarray,
+    tolerances,
+    tol_type: int | None = None,
+) -> OutputDiff:
     rtol, atol = tolerances.get(elem_type if tol_type is None else tol_type, EXACT)
     dtype = TensorProto.DataType.Name(elem_type).lower()
     if got.shape != want.shape or got.dtype != want.dtype:
@@ -162,7 +176,9 @@ def _diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray, toleranc
         return OutputDiff(name, dtype, 0.0, 0.0, rtol, atol, True)
     if not np.issubdtype(want.dtype, np.inexact):
         same = np.array_equal(got, want)
-        err = 0.0 if same else float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+        err = (
+            0.0 if same else float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+        )
         return OutputDiff(name, dtype, err, err, rtol, atol, same)
     g64, w64 = got.astype(np.float64), want.astype(np.float64)
     both_nan = np.isnan(g64) & np.isnan(w64)
@@ -173,11 +189,19 @@ def _diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray, toleranc
         rel_err = abs_err / max(scale, np.finfo(np.float64).tiny)
     # NaN errors (NaN against a number, or inf against a different inf) never pass
     ok = bool(np.all(abs_err <= atol + rtol * scale))
-    return OutputDiff(name, dtype, float(np.nanmax(abs_err)), float(np.nanmax(rel_err)), rtol, atol, ok)
+    return OutputDiff(
+        name, dtype, float(np.nanmax(abs_err)), float(np.nanmax(rel_err)), rtol, atol, ok
+    )
 
 
-def output_diff(name: str, elem_type: int, got: np.ndarray, want: np.ndarray, fp: str = "exact",
-                tol_type: int | None = None) -> OutputDiff:
+def output_diff(
+    name: str,
+    elem_type: int,
+    got: np.ndarray,
+    want: np.ndarray,
+    fp: str = "exact",
+    tol_type: int | None = None,
+) -> OutputDiff:
     """Compare output `name` (ONNX element type `elem_type`) of the optimized model (`got`)
     with the original's (`want`) at the tolerance of numeric class `fp`, as `compare` does;
     `tol_type` is the element type whose tolerance applies (`tolerance_types`), by default

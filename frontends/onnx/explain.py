@@ -38,8 +38,10 @@ def find_provenance(model: onnx.ModelProto, name: str) -> tuple[str, dict | None
     if tree is None:
         tree = by_model.get(found.name)
     if tree is None and not by_model and not _any_own(g):
-        raise NoProvenance(f"no provenance in this model ({KEY} metadata): written with "
-                           "--no-provenance, or not by `rewrite optimize`")
+        raise NoProvenance(
+            f"no provenance in this model ({KEY} metadata): written with "
+            "--no-provenance, or not by `rewrite optimize`"
+        )
     return what, tree
 
 

@@ -60,7 +60,9 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
             inits.add(name(vid))
     # an initializer also listed as an input (an overridable default) stays an input only
     # while the initializer is still there
-    graph.input.extend(i for i in src.graph.input if i.name not in _init_names(src) or i.name in inits)
+    graph.input.extend(
+        i for i in src.graph.input if i.name not in _init_names(src) or i.name in inits
+    )
     graph.output.extend(src.graph.output)
     model.opset_import.extend(src.opset_import)
     model.functions.extend(src.functions)

@@ -60,9 +60,13 @@ def import_model(model: onnx.ModelProto, folder: Path | None = None) -> TermGrap
     g = model.graph
     for init in g.initializer:
         if uses_external_data(init) and folder is None:  # never read relative to the cwd
-            raise ImportError_(f"initializer {init.name!r}: external data not loaded and no folder given")
+            raise ImportError_(
+                f"initializer {init.name!r}: external data not loaded and no folder given"
+            )
         external = uses_external_data(init)
-        b.constant(init.name, mapped_array(init, folder) if external else numpy_helper.to_array(init))
+        b.constant(
+            init.name, mapped_array(init, folder) if external else numpy_helper.to_array(init)
+        )
     inputs = tuple(b.value(i.name) for i in g.input if i.name not in b.const_names)
     for n in g.node:
         b.node(n)
@@ -106,7 +110,9 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
         if numel <= SKELETON_MAX_ELEMENTS:
             g.initializer.append(init)
         elif init.name not in names:
-            g.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+            g.input.append(
+                helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+            )
     return out
 
 
@@ -146,7 +152,9 @@ class _Builder:
                 self.ids[name] = self._by_digest[key]
                 return
         vid = self.value(name)
-        self.values[vid] = Value(name, TensorType(helper.np_dtype_to_tensor_dtype(array.dtype), array.shape))
+        self.values[vid] = Value(
+            name, TensorType(helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
+        )
         self.constants[vid] = array
         if array.nbytes <= _DEDUP_MAX_BYTES and array.dtype != object:
             self._by_digest[key] = vid
@@ -205,7 +213,10 @@ def _canonical_attrs(n: onnx.NodeProto, spec: OpSpec, inputs, b: _Builder):
         return None
     given = {}
     for a in n.attribute:
-        if a.name not in spec.attr_index or a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+        if a.name not in spec.attr_index or a.type in (
+            onnx.AttributeProto.GRAPH,
+            onnx.AttributeProto.GRAPHS,
+        ):
             return None
         given[a.name] = _python_value(helper.get_attribute_value(a))
     out = []
