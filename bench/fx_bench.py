@@ -9,8 +9,9 @@
 Models: `bench/fx_models.py` at full size (transformers' default configs: BERT-base,
 DistilBERT-base, GPT-2 small, ViT-base, t5-small, whisper-tiny, ResNet-50; the Llama-style
 decoder at `bench/models.py`'s size), batch 2, sequence 128 (images 224x224), default (sdpa)
-attention, random trained-like weights (BatchNorm statistics calibrated on random batches). Every measurement runs in its own process; results go to
-`bench/.fx_bench.json`. Rules: exact + reassoc, as the backend uses them.
+attention, random trained-like weights (BatchNorm statistics calibrated on random batches).
+Every measurement runs in its own process; results go to `bench/.fx_bench.json`. Rules: exact +
+reassoc, as the backend uses them.
 
 Table 1, fx nodes (call nodes) before and after `optimize_fx` and its seconds (import +
 optimize + export, output check off), for torch.export with static shapes, torch.export with

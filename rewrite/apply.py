@@ -3,9 +3,9 @@
 For each new row of a host rule's match relation: evaluate the guards on the captured
 e-classes' facts (`ClassInfo`) and attribute values, compute builder results, and render the
 rule's result as import rows over the captured e-classes' handles, to be unioned with the
-matched root in one bulk load. The result's type is inferred with the op table's shape rules; if it differs from the
-root's known type the rule is unsound and `UnsoundRuleError` is raised (two e-classes of
-different types must never merge, DESIGN.md).
+matched root in one bulk load. The result's type is inferred with the op table's shape rules;
+if it differs from the root's known type the rule is unsound and `UnsoundRuleError` is raised
+(two e-classes of different types must never merge, DESIGN.md).
 """
 
 from __future__ import annotations

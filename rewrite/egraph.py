@@ -24,8 +24,6 @@ from rewrite.infer import infer_type
 from rewrite.ops import OPS, decode_attr, encode_attr
 from rewrite.types import UNKNOWN, ClassInfo, TensorType
 
-_STRUCTURAL = {"T", "Leaf", "Absent"}
-
 
 class EGraphError(RuntimeError):
     """egglog rejected a program (a bug in emitted text or an unsound rule)."""

@@ -54,9 +54,8 @@ def schema(ops: Iterable[str] | None = None) -> str:
         ats = [f"s{i}" for i in range(len(spec.attrs))]
         row = " ".join(["v", *ins, *ats])
         term = " ".join([name, *(f"(T {a})" for a in ins), *ats])
-        lines.append(
-            f"(relation {name}Row ({' '.join(['i64'] * (1 + spec.arity) + ['String'] * len(spec.attrs))}))"
-        )
+        columns = " ".join(["i64"] * (1 + spec.arity) + ["String"] * len(spec.attrs))
+        lines.append(f"(relation {name}Row ({columns}))")
         lines.append(f"(rule (({name}Row {row})) ((union (T v) ({term}))) :ruleset load)")
     return "\n".join(lines) + "\n"
 

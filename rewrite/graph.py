@@ -75,10 +75,6 @@ class TermGraph:
     opset: int = 18
     meta: Any = None
 
-    def producers(self) -> dict[int, Node]:
-        """value id -> the node that writes it."""
-        return {v: n for n in self.nodes for v in n.outputs}
-
     def op_counts(self) -> dict[str, int]:
         """op name -> number of nodes, for before/after tables."""
         counts: dict[str, int] = {}

@@ -561,7 +561,7 @@ def squeeze_shape(s: ClassInfo, a: ClassInfo) -> tuple[int, ...] | None:
     return tuple(int(v) for i, v in enumerate(s.value) if i not in axes)
 
 
-# ---- Slice of Slice --------------------------------------------------------------------------------
+# ---- Slice of Slice ------------------------------------------------------------------------------
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 

@@ -8,8 +8,8 @@ which is what lets a rule see that a reshape target copies its input's own dimen
 
 Besides shapes, the analysis propagates the *values* of small integer tensors (at most
 `MAX_VALUE_ELEMENTS` elements) through the ops that compute on shapes: Shape, Size, Gather,
-Slice, Concat, Unsqueeze, Squeeze, Reshape, Flatten, Transpose, Cast, Identity, Add, Sub, Mul, Div, Mod,
-Max, Min, Neg, Abs, Equal, Less, Greater, Not, And, Or, Where, Range, Expand,
+Slice, Concat, Unsqueeze, Squeeze, Reshape, Flatten, Transpose, Cast, Identity, Add, Sub, Mul,
+Div, Mod, Max, Min, Neg, Abs, Equal, Less, Greater, Not, And, Or, Where, Range, Expand,
 ConstantOfShape, ReduceProd, ReduceSum, ReduceMax, ReduceMin. The semantics are the ONNX
 operator specification's (integer Div truncates, Mod with fmod=0 takes the divisor's sign, Slice
 and Shape clamp like Python slices).

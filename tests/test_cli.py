@@ -26,7 +26,10 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def small_model(path: Path) -> Path:
-    text = '<ir_version: 10, opset_import: ["" : 18]> g (float[2,3] x) => (float[2,3] y) { t = Identity(x) y = Relu(t) }'
+    text = (
+        '<ir_version: 10, opset_import: ["" : 18]> g (float[2,3] x) => (float[2,3] y) '
+        "{ t = Identity(x) y = Relu(t) }"
+    )
     onnx.save(onnx.parser.parse_model(text), str(path))
     return path
 

@@ -21,7 +21,10 @@ HALF_ONE = "float h = {0.5}, float one = {1.0}"
 SQRT2 = "float s2 = {1.4142135381698608}"
 TANH_K = "float three = {3.0}, float k = {0.044715}, float c = {0.7978845608028654}"
 LN_CONST = "int64[1] ax = {-1}, float two = {2.0}, float eps = {1e-5}"
-CONV_W = "float[2,2,3,3] cw = {1.,2.,3.,4.,5.,6.,7.,8.,9.,9.,8.,7.,6.,5.,4.,3.,2.,1.,1.,0.,1.,0.,1.,0.,1.,0.,1.,2.,2.,2.,2.,2.,2.,2.,2.,2.}"
+CONV_W = (
+    "float[2,2,3,3] cw = {1.,2.,3.,4.,5.,6.,7.,8.,9.,9.,8.,7.,6.,5.,4.,3.,2.,1.,"
+    "1.,0.,1.,0.,1.,0.,1.,0.,1.,2.,2.,2.,2.,2.,2.,2.,2.,2.}"
+)
 POOL_PADS = "int64[8] p = {0, 0, 1, 1, 0, 0, 1, 1}"
 GELU_ERF = "d = Div(x, s2) e = Erf(d) a = Add(e, one)"
 GELU_TANH = (
@@ -394,8 +397,10 @@ CASES = [
         18,
         "float[N,S,8] x => float[N,S2,3] y",
         "int64[1] s1 = {2}, int64[1] e1 = {8}, int64[1] a1 = {2}, int64[1] t1 = {1}, "
-        "int64[1] s2 = {1}, int64[1] e2 = {4}, int64[1] a2 = {-1}, int64[1] s3 = {1}, int64[1] e3 = {9223372036854775807}, int64[1] a3 = {1}",
-        "u = Slice(x, s1, e1, a1, t1) v = Slice(u, s2, e2, a2, t1) w = Slice(v, s3, e3, a3, t1) y = Relu(w)",
+        "int64[1] s2 = {1}, int64[1] e2 = {4}, int64[1] a2 = {-1}, int64[1] s3 = {1}, "
+        "int64[1] e3 = {9223372036854775807}, int64[1] a3 = {1}",
+        "u = Slice(x, s1, e1, a1, t1) v = Slice(u, s2, e2, a2, t1) "
+        "w = Slice(v, s3, e3, a3, t1) y = Relu(w)",
         ["Slice", "Relu"],
         EXACT,
     ),
@@ -403,7 +408,8 @@ CASES = [
         "no-slice-slice-from-the-end-of-a-symbolic-axis",
         18,
         "float[N,S] x => float[N,S2] y",
-        "int64[1] s1 = {-3}, int64[1] e1 = {9223372036854775807}, int64[1] s2 = {1}, int64[1] e2 = {2}, int64[1] a = {1}, int64[1] t1 = {1}",
+        "int64[1] s1 = {-3}, int64[1] e1 = {9223372036854775807}, int64[1] s2 = {1}, "
+        "int64[1] e2 = {2}, int64[1] a = {1}, int64[1] t1 = {1}",
         "u = Slice(x, s1, e1, a, t1) v = Slice(u, s2, e2, a, t1) y = Relu(v)",
         ["Slice", "Slice", "Relu"],
         EXACT,
@@ -458,7 +464,8 @@ CASES = [
         "gather-slice-of-constants-folded",
         18,
         "float[N,2] x => float[N,2] y",
-        "float[3,2] tab = {1., 2., 3., 4., 5., 6.}, int64[2] i = {2, 0}, int64[1] s = {0}, int64[1] e = {1}, int64[1] ax = {0}",
+        "float[3,2] tab = {1., 2., 3., 4., 5., 6.}, int64[2] i = {2, 0}, int64[1] s = {0}, "
+        "int64[1] e = {1}, int64[1] ax = {0}",
         "g = Gather(tab, i) h = Slice(g, s, e, ax) y = Add(x, h)",
         ["Add"],
         EXACT,
@@ -469,7 +476,8 @@ CASES = [
 def _model(opset: int, sig: str, inits: str, body: str) -> onnx.ModelProto:
     ins, outs = (s.strip() for s in sig.split("=>"))
     init_text = f" <{inits}>" if inits else ""
-    text = f'<ir_version: 10, opset_import: ["" : {opset}]> g ({ins}) => ({outs}){init_text} {{ {body} }}'
+    head = f'<ir_version: 10, opset_import: ["" : {opset}]>'
+    text = f"{head} g ({ins}) => ({outs}){init_text} {{ {body} }}"
     return onnx.parser.parse_model(text)
 
 

@@ -7,8 +7,9 @@ counts seen with transformers 5.x. Any other op must be lowered: an op that regr
 fails the test, and so does a new op a transformers or torch release brings (decide: map it, or
 list it here with a reason). The counts of a listed target are not asserted: they follow how a
 transformers release writes its modules (Llama's RoPE writes 4 `cat`s with one release and 5
-with the next), which the product does not control; attention stays whole, one node per layer. torch.export's `_assert_tensor_metadata` checks of `to` inputs are decided at export
-time and dropped by the importer (they count as seen). Run with `-s` to print the coverage
+with the next), which the product does not control; attention stays whole, one node per layer.
+torch.export's `_assert_tensor_metadata` checks of `to` inputs are decided at export time and
+dropped by the importer (they count as seen). Run with `-s` to print the coverage
 table. Each exported model is also optimized, its output checked against the input program's
 (`optimize_fx`'s check) at the example inputs; Llama's and T5's RMSNorms become one op.
 """

@@ -15,6 +15,10 @@ RULES = load_rules([shipped_rules_dir()])
 R = ("exact", "reassoc")
 
 # id, signature "inputs => outputs", initializers, body, expected ops in order, numeric classes
+BN_INITS = (
+    "float[2,2,1,1] w = {1.,2.,3.,4.}, float[2] s = {0.5, 2.}, float[2] bb = {0.1, 0.2}, "
+    "float[2] m = {1., -1.}, float[2] v = {4., 0.25}"
+)
 CASES = [
     ("identity", "float[2,3] x => float[2,3] y", "", "t = Identity(x) y = Relu(t)", ["Relu"]),
     ("identity-output-kept", "float[2,3] x => float[2,3] y", "", "y = Identity(x)", ["Identity"]),
@@ -225,7 +229,7 @@ CASES = [
     (
         "fold-batchnorm-into-conv",
         "float[1,2,4,4] x => float[1,2,4,4] y",
-        "float[2,2,1,1] w = {1.,2.,3.,4.}, float[2] s = {0.5, 2.}, float[2] bb = {0.1, 0.2}, float[2] m = {1., -1.}, float[2] v = {4., 0.25}",
+        BN_INITS,
         "c = Conv(x, w) y = BatchNormalization<epsilon=0.001>(c, s, bb, m, v)",
         ["Conv"],
         R,
@@ -233,14 +237,14 @@ CASES = [
     (
         "no-batchnorm-fold-without-reassoc",
         "float[1,2,4,4] x => float[1,2,4,4] y",
-        "float[2,2,1,1] w = {1.,2.,3.,4.}, float[2] s = {0.5, 2.}, float[2] bb = {0.1, 0.2}, float[2] m = {1., -1.}, float[2] v = {4., 0.25}",
+        BN_INITS,
         "c = Conv(x, w) y = BatchNormalization<epsilon=0.001>(c, s, bb, m, v)",
         ["Conv", "BatchNormalization"],
     ),
     (
         "no-batchnorm-fold-strided-conv-attrs-kept",
         "float[1,2,4,4] x => float[1,2,2,2] y",
-        "float[2,2,1,1] w = {1.,2.,3.,4.}, float[2] s = {0.5, 2.}, float[2] bb = {0.1, 0.2}, float[2] m = {1., -1.}, float[2] v = {4., 0.25}",
+        BN_INITS,
         "c = Conv<strides=[2,2]>(x, w) y = BatchNormalization(c, s, bb, m, v)",
         ["Conv"],
         R,
@@ -258,7 +262,8 @@ CASES = [
 def _model(sig: str, inits: str, body: str) -> onnx.ModelProto:
     ins, outs = (s.strip() for s in sig.split("=>"))
     init_text = f" <{inits}>" if inits else ""
-    text = f'<ir_version: 10, opset_import: ["" : 18, "custom" : 1]> g ({ins}) => ({outs}){init_text} {{ {body} }}'
+    head = '<ir_version: 10, opset_import: ["" : 18, "custom" : 1]>'
+    text = f"{head} g ({ins}) => ({outs}){init_text} {{ {body} }}"
     model = onnx.parser.parse_model(text)
     for n in model.graph.node:
         if n.op_type == "CustomOp":

@@ -22,7 +22,8 @@ AT = re.compile(r"patterns/\w+/\w+\.rules:\d+")
 # transpose-transpose merges the two; Sigmoid w is left as it is
 CHAIN = """<ir_version: {ir}, opset_import: ["" : 18]>
 g (float[2,3,4] x) => (float[4,2,3] y, float[2,3,4] w) {{
-    a = Transpose<perm=[0,2,1]>(x)  b = Relu(a)  y = Transpose<perm=[1,0,2]>(b)  w = Sigmoid(x) }}"""
+    a = Transpose<perm=[0,2,1]>(x)  b = Relu(a)  y = Transpose<perm=[1,0,2]>(b)
+    w = Sigmoid(x) }}"""
 
 
 @pytest.fixture(scope="module")

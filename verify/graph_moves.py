@@ -15,7 +15,6 @@ from verify.graph_builder import (
     DIMS,
     DOUBLE,
     FLOAT,
-    FLOATS,
     HALF,
     INT32,
     INT64,
@@ -47,10 +46,6 @@ UNARY_INT = ("Neg", "Abs", "Identity", "Sign")
 BINARY_FLOAT = ("Add", "Sub", "Mul", "Div", "Pow")
 BINARY_INT = ("Add", "Sub", "Mul")
 COMPARE = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
-
-
-def _floats(v: Val) -> bool:
-    return v.dtype in FLOATS
 
 
 def _f32(v: Val) -> bool:

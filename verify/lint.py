@@ -93,8 +93,8 @@ class Finding:
 class LintReport:
     """The lint of some rule files: findings (acknowledged ones included), counts and
     wall-clock seconds per stage. `pairs`: critical-pair counts (`overlaps` found, `trivial`
-    with syntactically equal results, `checked` numerically, `agree`, `differ`, `unsat`, `degenerate`,
-    `unsupported`, `unchecked` over the budget)."""
+    with syntactically equal results, `checked` numerically, `agree`, `differ`, `unsat`,
+    `degenerate`, `unsupported`, `unchecked` over the budget)."""
 
     files: int
     rules: int

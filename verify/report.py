@@ -7,7 +7,6 @@ import onnx
 from onnx import helper
 
 from verify.check import EXECUTORS, Outcome
-from verify.dtypes import dtype_name
 from verify.instance import Instance
 
 _MAX_ITEMS = 24
@@ -97,10 +96,3 @@ def failure_text(check: str, reason: str, inst: Instance, out: Outcome | None, e
     if out is not None:
         lines += ["  " + s for s in outcome_text(out)]
     return "\n".join(lines)
-
-
-def dtypes_of(inst: Instance) -> str:
-    """The dtypes of the example's leaves, e.g. `float32, int64`."""
-    return ", ".join(
-        sorted({dtype_name(x.dtype) for x in inst.example.leaves.values() if not x.absent})
-    )
