@@ -29,6 +29,7 @@ def main() -> int:
     )
     ap.add_argument("--pattern", help="only cases whose name contains this")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--markdown", action="store_true", help="print the counts as Markdown")
     args = ap.parse_args()
     from dsl import shipped_rules_dir
     from verify.conformance import FAILURES, OUTCOMES, run_suite
@@ -40,6 +41,18 @@ def main() -> int:
     fired = Counter()
     for r in results:
         fired.update(r.fired)
+    if args.markdown:
+        print(
+            f"{len(results)} cases in {wall:.0f} s on {args.jobs} processes; "
+            f"{sum(r.changed for r in results)} changed; "
+            f"{sum(fired.values())} matches of {len(fired)} rules.\n"
+        )
+        print("| " + " | ".join(OUTCOMES) + " |\n|" + "---|" * len(OUTCOMES))
+        print("| " + " | ".join(str(counts[o]) for o in OUTCOMES) + " |\n")
+        for outcome in ("not-runnable", *FAILURES):
+            for r in (r for r in results if r.outcome == outcome):
+                print(f"- {outcome}: `{r.name}`: {r.detail}")
+        return 1 if any(counts[o] for o in FAILURES) else 0
     print(f"{len(results)} cases in {wall:.0f} s; {sum(r.changed for r in results)} changed")
     print("  ".join(f"{o}: {counts[o]}" for o in OUTCOMES))
     print(f"rules fired: {sum(fired.values())} matches of {len(fired)} rules")

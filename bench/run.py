@@ -87,6 +87,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 10000, 50000])
     ap.add_argument("--no-real", action="store_true", help="skip the transformers models")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = ap.parse_args()
     if args.one:
         print(json.dumps(measure(args.one)))
@@ -123,22 +124,32 @@ def main() -> None:
     ]
     for c in cols:
         t.add_column(c, justify="left" if c in ("model", "stop") else "right")
+    cells = []
     for name, r in rows:
         s = r["seconds"]
-        t.add_row(
-            name,
-            str(r["nodes_before"]),
-            str(r["nodes_after"]),
-            f"{s['import']:.2f}",
-            f"{s['saturate']:.2f}",
-            f"{s['extract']:.2f}",
-            f"{s['fold']:.2f}",
-            f"{r['total']:.2f}",
-            f"{1e6 * r['total'] / r['nodes_before']:.0f}",
-            r["stop"],
-            f"{r['peak_mb']:.0f}",
+        cells.append(
+            [
+                name,
+                str(r["nodes_before"]),
+                str(r["nodes_after"]),
+                f"{s['import']:.2f}",
+                f"{s['saturate']:.2f}",
+                f"{s['extract']:.2f}",
+                f"{s['fold']:.2f}",
+                f"{r['total']:.2f}",
+                f"{1e6 * r['total'] / r['nodes_before']:.0f}",
+                r["stop"],
+                f"{r['peak_mb']:.0f}",
+            ]
         )
-    Console(width=150).print(t)
+    if args.markdown:
+        print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+        for row in cells:
+            print("| " + " | ".join(row) + " |")
+    else:
+        for row in cells:
+            t.add_row(*row)
+        Console(width=150).print(t)
     deep = [(n, r) for n, r in rows if n.startswith("deep-")]
     if len(deep) >= 2:
         (n0, r0), (n1, r1) = deep[0], deep[-1]
