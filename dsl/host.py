@@ -67,6 +67,7 @@ class Scope:
         return b
 
     def has(self, name: str) -> bool:
+        """True if capture `name` is bound by the left side (in any role)."""
         return name in self.bound
 
     def names(self, role: str) -> tuple[str, ...]:

@@ -128,6 +128,7 @@ class RuleSet:
     files: tuple[str, ...]
 
     def names(self) -> list[str]:
+        """The rule names, in source order."""
         return [r.name for r in self.rules]
 
 

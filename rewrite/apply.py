@@ -61,6 +61,8 @@ class Batch:
         return bool(self.rows)
 
     def node(self, op: str, inputs: list[int], attrs: list[str], typ: TensorType | None) -> int:
+        """Append an e-node row `op(inputs..., attrs...)` with a fresh handle id; `typ`, if
+        given, is recorded as the new value's type. Returns the handle id."""
         vid = self.eg.next_id
         self.eg.next_id += 1
         if typ is not None:
@@ -69,6 +71,7 @@ class Batch:
         return vid
 
     def union(self, a: int, b: int) -> None:
+        """Append a `UnionRow` that merges the e-classes of handles `a` and `b`."""
         self.rows.setdefault("UnionRow", []).append(f"{a}\t{b}")
 
     def handle(self, c: int, depth: int = 0) -> int:

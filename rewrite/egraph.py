@@ -153,6 +153,10 @@ class Snapshot:
 
     @staticmethod
     def read(eg: EGraph, relations: tuple[str, ...], full: tuple[str, ...] = ()) -> Snapshot:
+        """Read egglog's e-graph of `eg` into a Snapshot: the e-nodes of known ops, `Leaf` and
+        `Absent`, grouped into e-classes (renumbered 0..n-1), the handle `(T v)` of each imported
+        or built value, and the rows of the match relations `relations` (only rows no earlier
+        snapshot read) and `full` (all rows), with Term columns as e-class ids."""
         frozen = eg.egg.freeze().functions
         ids: dict = {}
         cid = lambda v: ids.setdefault(v, len(ids))  # noqa: E731
@@ -282,6 +286,7 @@ class Snapshot:
         return infer_type(n.op, attrs, ins, vals)
 
     def is_absent(self, c: int) -> bool:
+        """True if e-class `c` is the `Absent` class (an omitted optional input)."""
         return self.handle.get(ABSENT) == c
 
     def value_of(self, c: int):

@@ -70,6 +70,8 @@ class HostRule:
 
 
 def relation_name(rule: Rule) -> str:
+    """The egglog relation a host rule's left side fills: `match-NAME`, with characters
+    egglog does not allow in names replaced by `_`."""
     return "match-" + re.sub(r"[^A-Za-z0-9_-]", "_", rule.name)
 
 
@@ -101,6 +103,8 @@ def captures(lhs: Term) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def host_rule(rule: Rule) -> HostRule:
+    """The HostRule of `rule`: its match relation and column layout (term captures, then
+    attribute captures)."""
     return HostRule(rule, relation_name(rule), rule.term_captures + rule.attr_captures)
 
 
@@ -249,4 +253,5 @@ _RESERVED = {"root", "T", "Leaf", "Absent"}
 
 
 def egg_string(s: str) -> str:
+    """`s` as an egglog string literal (backslashes and double quotes escaped)."""
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'

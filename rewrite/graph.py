@@ -55,6 +55,7 @@ class Node:
     provenance: Any = field(default=None, compare=False)
 
     def attr(self, name: str) -> Any:
+        """The value of attribute `name`, or None if the node does not set it."""
         return dict(self.attrs).get(name)
 
 
@@ -83,4 +84,5 @@ class TermGraph:
         return counts
 
     def type_of(self, vid: int) -> TensorType:
+        """The tensor type of value `vid`."""
         return self.values[vid].type

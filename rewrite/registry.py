@@ -38,6 +38,7 @@ class HostFn:
 
     @property
     def doc(self) -> str:
+        """The first line of the function's docstring (empty if it has none), for listings."""
         return (self.fn.__doc__ or "").strip().splitlines()[0] if self.fn.__doc__ else ""
 
 

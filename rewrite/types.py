@@ -28,6 +28,7 @@ class TensorType:
 
     @property
     def rank(self) -> int | None:
+        """Number of dimensions, or None if the shape is unknown."""
         return None if self.shape is None else len(self.shape)
 
     @property
@@ -47,6 +48,7 @@ class TensorType:
 
     @property
     def nbytes(self) -> int | None:
+        """Size in bytes (numel * itemsize), or None if the shape is not static."""
         n = self.numel
         return None if n is None else n * self.itemsize
 
@@ -86,6 +88,7 @@ class ClassInfo:
 
     @property
     def is_constant(self) -> bool:
+        """True when the class holds an imported constant, i.e. `value` is known."""
         return self.value is not None
 
 

@@ -42,6 +42,8 @@ class Outcome:
 
     @property
     def worst(self) -> Diff:
+        """The diff with the largest error over all outputs and executors (a failing one first,
+        see `verify.compare.worst`)."""
         return worst(list(self.diffs.values()))
 
 

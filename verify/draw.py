@@ -72,6 +72,7 @@ class Leaf:
 
     @property
     def type(self) -> TensorType:
+        """The leaf's tensor type (dtype, and shape once drawn)."""
         return TensorType(self.dtype, self.shape)
 
 
@@ -132,6 +133,7 @@ class Gen(Steer, Values):
         self._fresh = 0
 
     def draw(self, strategy, label: str | None = None):
+        """Draw a value from Hypothesis `strategy` (`label` names it in a shrunk example)."""
         return self.data.draw(strategy, label=label)
 
     def pick(self, options, label: str | None = None):
@@ -165,6 +167,7 @@ class Gen(Steer, Values):
         self.plan, self.chosen = plan, chosen
 
     def dtype_of(self, var: int) -> int:
+        """The dtype chosen for dtype-plan variable `var` (its union-find root's choice)."""
         return self.chosen[self.plan.find(var)]
 
     def node(self, t: OpNode) -> str:
@@ -187,19 +190,24 @@ class Gen(Steer, Values):
         return out
 
     def fresh(self, prefix: str) -> str:
+        """A new name `_{prefix}N` for an uncaptured leaf or node (N counts up per example)."""
         self._fresh += 1
         return f"_{prefix}{self._fresh}"
 
     def const_value(self, name: str):
+        """The value of constant leaf `name` if already fixed, else None (also for inputs)."""
         leaf = self.leaves.get(name)
         return leaf.value if leaf is not None and leaf.const and not leaf.absent else None
 
     # ---- shapes ------------------------------------------------------------------------------
 
     def dim(self) -> int:
+        """A dimension size from `_DIMS` (0 to 5, mostly 1 to 3; shrinks towards 1)."""
         return self.pick(_DIMS, "dim")
 
     def new_shape(self, rank: int) -> tuple[int, ...]:
+        """A drawn shape of `rank` dims, its largest dims cut to 1 or 2 until it has at most
+        `MAX_ELEMENTS` elements."""
         shape = [self.dim() for _ in range(rank)]
         while math.prod(shape) > MAX_ELEMENTS:
             shape[shape.index(max(shape))] = 1 if max(shape) <= 2 else 2

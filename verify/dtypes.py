@@ -92,12 +92,15 @@ class DtypePlan:
         return len(self.parent) - 1
 
     def find(self, v: int) -> int:
+        """The root of variable `v`'s class (union-find with path halving)."""
         while self.parent[v] != v:
             self.parent[v] = self.parent[self.parent[v]]
             v = self.parent[v]
         return v
 
     def union(self, a: int, b: int) -> int:
+        """Merge the classes of `a` and `b` (allowed dtypes intersected, ops joined); returns the
+        new root."""
         a, b = self.find(a), self.find(b)
         if a != b:
             self.parent[b] = a
@@ -106,6 +109,7 @@ class DtypePlan:
         return a
 
     def restrict(self, v: int, allowed) -> None:
+        """Narrow the dtypes `v`'s class allows to those also in `allowed`."""
         v = self.find(v)
         self.allowed[v] = self.allowed[v] & frozenset(allowed)
 

@@ -36,14 +36,17 @@ class Val:
 
     @property
     def rank(self) -> int:
+        """Number of dimensions."""
         return len(self.shape)
 
     @property
     def static(self) -> bool:
+        """True if every dimension is an int (no symbolic `N`)."""
         return all(isinstance(d, int) for d in self.shape)
 
     @property
     def numel(self) -> int:
+        """Product of the static dimensions (symbolic ones count as 1)."""
         return int(np.prod([d for d in self.shape if isinstance(d, int)], dtype=np.int64))
 
 
@@ -59,10 +62,12 @@ class Builder:
         self.count = 0
 
     def fresh(self, prefix: str) -> str:
+        """A new value name, `prefix` then a counter unique in the graph."""
         self.count += 1
         return f"{prefix}{self.count}"
 
     def input(self, dtype: int, shape: tuple) -> Val:
+        """A new graph input of `dtype` (ONNX element type) and `shape`, added to the pool."""
         v = Val(self.fresh("in"), dtype, shape)
         self.inputs.append(helper.make_tensor_value_info(v.name, dtype, list(shape)))
         self.pool.append(v)
@@ -128,6 +133,7 @@ class Builder:
         return tuple(out)
 
     def model(self, outputs: list[Val]) -> onnx.ModelProto:
+        """The ONNX model (opset `self.opset`, IR version 10) whose outputs are `outputs`."""
         outs = [helper.make_tensor_value_info(v.name, v.dtype, list(v.shape)) for v in outputs]
         graph = helper.make_graph(self.nodes, "fuzz", self.inputs, outs, self.inits)
         return helper.make_model(

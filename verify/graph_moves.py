@@ -53,6 +53,8 @@ def _f32(v: Val) -> bool:
 
 
 def unary(b: Builder) -> bool:
+    """A unary elementwise op of the value's dtype class (sometimes the op that made it again:
+    Relu(Relu(x)), Neg(Neg(x)) for the idempotent and involutive rules)."""
     x = b.pick(lambda v: v.dtype != BOOL)
     if x is None:
         return False
@@ -67,6 +69,8 @@ def unary(b: Builder) -> bool:
 
 
 def activation(b: Builder) -> bool:
+    """A float32 activation: LeakyRelu, HardSigmoid, Clip (constant or absent bounds),
+    Softmax/LogSoftmax on a drawn axis, Gelu (opset >= 20) or Dropout."""
     x = b.pick(_f32)
     if x is None:
         return False
@@ -93,6 +97,8 @@ def activation(b: Builder) -> bool:
 
 
 def binary(b: Builder) -> bool:
+    """A binary arithmetic op (Pow only by 1, 2 or 0.5) with another pool value of a
+    broadcastable shape or a constant (add-zero, mul-one, constant folds, scale rules)."""
     a = b.pick(lambda v: v.dtype != BOOL)
     if a is None:
         return False
@@ -118,6 +124,7 @@ def binary(b: Builder) -> bool:
 
 
 def compare(b: Builder) -> bool:
+    """A comparison with a constant, whose bool result feeds a `logic` move."""
     a = b.pick(lambda v: v.dtype in (FLOAT, INT64, INT32))
     if a is None:
         return False
@@ -157,6 +164,7 @@ def logic(b: Builder, x: Val | None = None) -> bool:
 
 
 def cast(b: Builder) -> bool:
+    """Cast to another dtype (sometimes cast back: cast-of-widening-cast)."""
     x = b.pick(lambda v: v.dtype in (FLOAT, INT32, INT64, BOOL, HALF))
     if x is None:
         return False
@@ -199,6 +207,8 @@ def matmul(b: Builder) -> bool:
 
 
 def gemm(b: Builder) -> bool:
+    """Gemm of a static float32 matrix by a constant, with drawn transA/transB, optional
+    bias C and alpha/beta."""
     x = b.pick(lambda v: _f32(v) and v.rank == 2 and v.static)
     if x is None:
         return False
@@ -217,6 +227,8 @@ def gemm(b: Builder) -> bool:
 
 
 def transpose(b: Builder) -> bool:
+    """Transpose by a drawn permutation, or the inverse of the Transpose that made the value
+    (transpose-transpose)."""
     x = b.pick(lambda v: v.rank >= 2 and v.dtype != BOOL)
     if x is None:
         return False
@@ -229,6 +241,8 @@ def transpose(b: Builder) -> bool:
 
 
 def reshape(b: Builder) -> bool:
+    """Reshape to a new factorization of the value's shape (with 0 and -1 entries), back to
+    the shape before a Reshape/Flatten (reshape-of-reshape), or Flatten on a drawn axis."""
     x = b.pick(lambda v: v.dtype != BOOL and all(isinstance(d, int) for d in v.shape[1:]))
     if x is None:
         return False
@@ -253,6 +267,8 @@ def reshape(b: Builder) -> bool:
 
 
 def squeeze(b: Builder) -> bool:
+    """Squeeze of some size-1 axes, or Unsqueeze of one axis (sometimes squeezed again:
+    squeeze-unsqueeze)."""
     x = b.pick(lambda v: v.dtype != BOOL and v.rank <= 4)
     if x is None:
         return False
@@ -271,6 +287,8 @@ def squeeze(b: Builder) -> bool:
 
 
 def expand(b: Builder) -> bool:
+    """Expand to a shape with size-1 axes widened and maybe one leading axis (sometimes followed
+    by Add/Mul with a scalar: {op}-of-expand)."""
     x = b.pick(lambda v: v.dtype != BOOL and v.rank <= 3)
     if x is None:
         return False
@@ -292,6 +310,8 @@ def expand(b: Builder) -> bool:
 
 
 def slice_(b: Builder) -> bool:
+    """Slice of one static axis with constant starts/ends/axes (steps 1 or 2; sometimes the
+    whole axis, end n, INT_MAX or -1)."""
     x = b.pick(
         lambda v: v.dtype != BOOL and v.rank >= 1 and any(isinstance(d, int) for d in v.shape)
     )
@@ -322,6 +342,8 @@ def slice_(b: Builder) -> bool:
 
 
 def reduce(b: Builder) -> bool:
+    """ReduceSum/Mean/Max/Min over drawn constant axes with drawn keepdims (ReduceSum instead of
+    ReduceMean for int64)."""
     x = b.pick(lambda v: v.dtype in (FLOAT, INT64) and v.rank >= 1)
     if x is None:
         return False
@@ -406,6 +428,8 @@ def conv(b: Builder) -> bool:
 
 
 def batchnorm(b: Builder, x: Val | None = None) -> bool:
+    """BatchNormalization (inference) of `x` or a float32 pool value of rank >= 2 with a static
+    channel axis, random scale/bias/mean and variance in [0.5, 2]."""
     x = x or b.pick(lambda v: _f32(v) and v.rank >= 2 and isinstance(v.shape[1], int))
     if x is None:
         return False

@@ -75,98 +75,120 @@ class Request:
 
 @dataclass(frozen=True)
 class Const(Request):
-    pass
+    """`name` is an initializer (a constant), not a graph input."""
 
 
 @dataclass(frozen=True)
 class Fill(Request):
+    """`name` is a constant whose every element is `value`."""
+
     value: Any = 0
 
 
 @dataclass(frozen=True)
 class Input(Request):
-    pass
+    """`name` is a graph input (not a constant)."""
 
 
 @dataclass(frozen=True)
 class OneElement(Request):
-    pass
+    """`name` is a constant of one element: shape () or (1, ..., 1)."""
 
 
 @dataclass(frozen=True)
 class Many(Request):
-    pass
+    """`name` has more than one element."""
 
 
 @dataclass(frozen=True)
 class Beyond(Request):
+    """`name`'s shape broadcasts with `big`'s into a shape bigger than `big`'s."""
+
     big: str = ""
 
 
 @dataclass(frozen=True)
 class Zero(Request):
-    pass
+    """`name`, a Reshape target shape, has a 0 entry."""
 
 
 @dataclass(frozen=True)
 class Within(Request):
+    """`name`'s shape broadcasts into `big`'s (`broadcasts-into`)."""
+
     big: str = ""
 
 
 @dataclass(frozen=True)
 class CopyValues(Request):
+    """`name` is a constant equal to `source` (`same-values`)."""
+
     source: str = ""
 
 
 @dataclass(frozen=True)
 class NoZero(Request):
-    pass
+    """`name`, a Reshape target shape, has no 0 entry."""
 
 
 @dataclass(frozen=True)
 class Rank(Request):
+    """`name` has rank `n`."""
+
     n: int = 0
 
 
 @dataclass(frozen=True)
 class RankAtLeast(Request):
+    """`name` has rank `n` or more."""
+
     n: int = 0
 
 
 @dataclass(frozen=True)
 class ChannelOf(Request):
+    """`name` is a per-channel constant for the (N, C, ...) tensor `of`."""
+
     of: str = ""
 
 
 @dataclass(frozen=True)
 class KeepType(Request):
+    """`name`, an op's output, has the type of input `inp`: the op is drawn as a no-op."""
+
     inp: str = ""
 
 
 @dataclass(frozen=True)
 class SameDtype(Request):
+    """`name` and `other` have one dtype."""
+
     other: str = ""
 
 
 @dataclass(frozen=True)
 class DtypeIn(Request):
+    """`name`'s dtype (ONNX element type) is one of `dtypes`."""
+
     dtypes: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
 class DtypeFrom(Request):
+    """`name`'s dtype is in `fn(dtype of source)`."""
+
     source: str = ""
     fn: Callable[[int], frozenset] = frozenset
 
 
 @dataclass(frozen=True)
 class IdentityPerm(Request):
-    pass
+    """Attribute capture `name` is the identity permutation of its length."""
 
 
 @dataclass(frozen=True)
 class SpatialPads(Request):
-    pass
+    """Attribute capture `name` (Pad's pads) is non-negative and 0 on the first two axes."""
 
 
 HINTS: dict[str, Callable[..., list[Request]]] = {}

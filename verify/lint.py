@@ -85,6 +85,7 @@ class Finding:
     other: str = ""
 
     def line(self) -> str:
+        """The finding as one line: `file:line: kind: rule: reason`, plus the acknowledgement."""
         note = f" (allowed: {self.allowed})" if self.allowed else ""
         return f"{self.span.file}:{self.span.line}: {self.kind}: {self.rule}: {self.reason}{note}"
 
@@ -109,6 +110,8 @@ class LintReport:
         return [f for f in self.findings if not f.allowed]
 
     def summary(self) -> str:
+        """One line: rule and file counts, open findings by kind, acknowledged ones, and the
+        critical-pair counts."""
         by_kind = Counter(f.kind for f in self.open)
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(by_kind.items())) or "no findings"
         allowed = len(self.findings) - len(self.open)
@@ -273,6 +276,7 @@ def _literal_attrs(t):
 
 
 def guard_text(g: Guard) -> str:
+    """Guard `g` as written in a rule: `(fn @a @b ...)`, or `(not ...)` when negated."""
     args = " ".join(f"@{a.name}" if hasattr(a, "name") else repr(a.value) for a in g.args)
     body = f"({g.fn} {args})"
     return f"(not {body})" if g.negate else body

@@ -45,6 +45,7 @@ class Growth:
 
     @property
     def grows(self) -> bool:
+        """True if the run hit a limit instead of saturating (the rule set may grow forever)."""
         return self.stop != "saturated"
 
 

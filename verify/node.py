@@ -75,6 +75,7 @@ class NodeCtx:
     # ---- what samplers read ------------------------------------------------------------------
 
     def draw(self, strategy, label: str | None = None):
+        """Draw a value from Hypothesis `strategy` (`label` names it in a shrunk example)."""
         return self.gen.draw(strategy, label)
 
     def pick(self, options, label: str | None = None):
@@ -86,6 +87,7 @@ class NodeCtx:
         return i in self.pending and self.pending[i].shape is None
 
     def present(self, i: int) -> bool:
+        """True if slot i has an input (not absent or past the end)."""
         return i < len(self.names) and self.names[i] != ""
 
     def shape(self, i: int) -> tuple[int, ...] | None:
@@ -94,11 +96,13 @@ class NodeCtx:
         return None if t is None else tuple(t.shape)
 
     def dtype(self, i: int) -> int:
+        """The dtype (ONNX element type) chosen for input slot i."""
         g = self.gen
         return g.dtype_of(g.plan.slot_var[(id(self.t), i)])
 
     @property
     def out_dtype(self) -> int:
+        """The dtype (ONNX element type) chosen for the node's output."""
         g = self.gen
         return g.dtype_of(g.plan.slot_var[(id(self.t), -1)])
 
@@ -180,6 +184,7 @@ class NodeCtx:
                 self.attr(a.name, None if a.default in (NONE, REQUIRED) else a.default)
 
     def attr_tuple(self) -> tuple[tuple[str, Any], ...]:
+        """The node's attributes as (name, value) pairs, in op-table order."""
         return tuple((a.name, self.attrs[a.name]) for a in self.spec.attrs)
 
 

@@ -25,6 +25,8 @@ import pytest
 
 
 def pytest_addoption(parser) -> None:
+    """Add the `--rules`, `--rules-examples`, `--rules-seed` and `--rules-lint-pairs` options
+    and the `rules_paths`, `rules_examples` and `rules_lint_pairs` ini keys."""
     group = parser.getgroup("rewrite-verify", "rule verification (rewrite verify)")
     group.addoption(
         "--rules",
@@ -62,6 +64,8 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_configure(config) -> None:
+    """Register the `rule` marker, load Hypothesis's `ci` profile under `CI`, and add the
+    `--rules` paths to the paths pytest collects (only them when no test path is given)."""
     config.addinivalue_line("markers", "rule: a rule verified by the rewrite verify plugin")
     if os.environ.get("CI"):
         from hypothesis import settings
@@ -76,6 +80,7 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collect_file(file_path: Path, parent):
+    """A `RulesFile` for a `.rules` file under `--rules` or `rules_paths`, else None."""
     if file_path.suffix == ".rules" and _wanted(file_path, parent.config):
         return RulesFile.from_parent(parent, path=file_path)
     return None
@@ -96,6 +101,7 @@ class RulesFile(pytest.File):
     item (`rewrite lint` on the file alone)."""
 
     def collect(self):
+        """One `RuleItem` per rule of the file, then its `LintItem`."""
         from dsl import load_rules
 
         here = Path(self.config.invocation_params.dir)
@@ -119,6 +125,8 @@ class RuleItem(pytest.Item):
         self.add_marker("rule")
 
     def runtest(self) -> None:
+        """Verify the rule; raises RuleNotVerified with its report and repro command if it does
+        not pass."""
         from verify.runner import DEFAULT_EXAMPLES, verify_rule
 
         config = self.config
@@ -143,11 +151,13 @@ class RuleItem(pytest.Item):
             )
 
     def repr_failure(self, excinfo, style=None):
+        """The report alone for a rule that was not verified, else pytest's usual traceback."""
         if isinstance(excinfo.value, RuleNotVerified):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
+        """Where pytest reports the item: the file, the rule's line (0-based) and its name."""
         return self.path, self.rule.span.line - 1, f"rule {self.rule.name}"
 
 
@@ -163,6 +173,7 @@ class LintItem(pytest.Item):
         self.add_marker("rule")
 
     def runtest(self) -> None:
+        """Lint the file; raises RuleNotVerified with the open findings if there are any."""
         from verify.lint import lint
 
         config = self.config
@@ -178,9 +189,11 @@ class LintItem(pytest.Item):
             raise RuleNotVerified(f"lint: {self.target}\n{lines}\n{report.summary()}")
 
     def repr_failure(self, excinfo, style=None):
+        """The lint report alone for a failed lint, else pytest's usual traceback."""
         if isinstance(excinfo.value, RuleNotVerified):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
+        """Where pytest reports the item: the file and `lint PATH`."""
         return self.path, 0, f"lint {self.target}"

@@ -85,22 +85,27 @@ class RuleResult:
 
     @property
     def examples(self) -> int:
+        """Number of valid examples the numeric checks ran."""
         return sum(c.examples for c in self.checks if c.name.startswith("numeric"))
 
     @property
     def max_abs(self) -> float:
+        """The largest absolute error over all checks (0.0 if nothing was compared)."""
         return max((c.max_abs for c in self.checks), default=0.0)
 
     @property
     def max_rel(self) -> float:
+        """The largest relative error over all checks (0.0 if nothing was compared)."""
         return max((c.max_rel for c in self.checks), default=0.0)
 
     @property
     def failure(self) -> Failure | None:
+        """The first check's failure, or None if every check passed."""
         return next((c.failure for c in self.checks if c.failure), None)
 
     @property
     def notes(self) -> Counter:
+        """The notes (why drawn examples were dropped, ...) of all checks, summed."""
         total = Counter()
         for c in self.checks:
             total.update(c.notes)

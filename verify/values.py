@@ -38,6 +38,8 @@ class Values:
                 leaf.value = self.draw(self.array(leaf), f"value of {leaf.name}")
 
     def filled(self, leaf, v) -> np.ndarray:
+        """A constant array of `leaf`'s shape and dtype, every element `v` (for floats and
+        v = 0, the signs of the zeros are drawn: -0.0 is all-equal to 0 too)."""
         dt = np_type(leaf.dtype)
         value = np.full(leaf.shape, v).astype(dt)
         if leaf.dtype in FLOATS and v == 0 and value.size:  # -0.0 is all-equal to 0 as well

@@ -331,12 +331,16 @@ class Builder:
         self.name = ex.node_name(node)
 
     def x(self, i: int) -> fx.Node:
+        """The fx node holding input `i` of the canonical node (raises NoTorchForm if no node
+        computes it)."""
         return self.ex.resolve(self.node.inputs[i], (self.node, i))
 
     def absent(self, i: int) -> bool:
+        """True if input `i` is omitted (past the end of the input list, or `ABSENT`)."""
         return i >= len(self.node.inputs) or self.node.inputs[i] == ABSENT
 
     def const(self, i: int):
+        """The constant (numpy array) held by input `i`, or None if it is absent or not constant."""
         return None if self.absent(i) else self.ex.g.constants.get(self.node.inputs[i])
 
     def scalar_or_x(self, i: int):
@@ -348,16 +352,21 @@ class Builder:
         return bool(c) if kind == "b" else int(c) if kind in "iu" else float(c)
 
     def type(self, i: int):
+        """The tensor type of input `i`."""
         return self.ex.g.values[self.node.inputs[i]].type
 
     @property
     def out(self):
+        """The tensor type of the node's first output."""
         return self.ex.g.values[self.node.outputs[0]].type
 
     def attr(self, name: str):
+        """The node's attribute `name` (None if it does not set it)."""
         return self.node.attr(name)
 
     def call(self, fn, op, *args, **kwargs) -> fx.Node:
+        """A new call_function node named after the canonical node: ATen overload `op` in ATen
+        graphs, else torch function `fn` (whichever exists), applied to `args` and `kwargs`."""
         return self.ex.graph.call_function(self.ex._target(fn, op), args, kwargs, name=self.name)
 
     def size(self, i: int, axis: int) -> fx.Node | int:
@@ -388,9 +397,11 @@ class Builder:
         return sizes[d]
 
     def getitem(self, node: fx.Node, i: int) -> fx.Node:
+        """A node taking item `i` of the tuple `node` returns (e.g. output 0 of a native op)."""
         return self.ex.graph.call_function(operator.getitem, (node, i), name=self.name)
 
     def own_constant(self) -> fx.Node:
+        """A buffer holding the value of this `Constant` node (decoded from its attributes)."""
         from rewrite.egraph import constant_op_value
         from rewrite.ops import encode_attr
 

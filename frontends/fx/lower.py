@@ -33,6 +33,9 @@ class Unmapped(Exception):
 
 @dataclass(frozen=True)
 class Param:
+    """One parameter of a `Params` list: its names, its default (`_MISSING` if required), and
+    whether it collects the remaining positional arguments."""
+
     names: tuple[str, ...]  # canonical name first, then aliases
     default: Any = _MISSING
     rest: bool = False  # `*name`: every remaining positional argument, as a tuple
@@ -130,11 +133,13 @@ class Lowering:
 
     @property
     def out_dtype(self) -> torch.dtype:
+        """torch dtype of the node's output; Unmapped if it is unknown."""
         if not self.out.dtype:
             raise Unmapped("unknown output dtype")
         return torch_dtype(self.out.dtype)
 
     def rank(self, x) -> int:
+        """Rank of a tensor argument; Unmapped if it is unknown or `x` is not a tensor."""
         t = self.type(x)
         if t is None or t.rank is None:
             raise Unmapped("unknown rank")
@@ -148,6 +153,7 @@ class Lowering:
         return t.shape
 
     def out_shape(self) -> tuple[int, ...]:
+        """The node's static output shape; Unmapped if any dimension is symbolic or unknown."""
         if not self.out.static:
             raise Unmapped("output shape not static")
         return self.out.shape
@@ -186,6 +192,7 @@ class Lowering:
         return self.constant(np.asarray(values, dtype=dtype).reshape(len(values)))
 
     def constant(self, array: np.ndarray) -> int:
+        """Value id of a new constant holding `array`, imported for this node."""
         return self.imp.value_constant(array, self.node)
 
     def transposed(self, w) -> int:

@@ -26,6 +26,7 @@ class RewritePass(PassBase):
         self.report = None
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
+        """Optimize `graph_module` with `optimize_fx`; the Report is kept in `self.report`."""
         module, self.report = optimize_fx(
             graph_module, self.example_inputs, self.rules, **self.options
         )

@@ -83,27 +83,34 @@ _BINARY = {
 
 
 def unary(b):
+    """Elementwise unary op (`_UNARY`: Relu, Exp, Not, ...) as its torch function."""
     fn, op = _UNARY[b.node.op]
     return b.call(fn, op, b.x(0))
 
 
 def binary(b):
+    """Elementwise binary op (`_BINARY`); a 0-d constant second operand is passed as a Python
+    number to the Scalar overload where one exists."""
     fn, tensor_op, scalar_op = _BINARY[b.node.op]
     y = b.scalar_or_x(1) if scalar_op is not None else b.x(1)
     return b.call(fn, scalar_op if not isinstance(y, torch.fx.Node) else tensor_op, b.x(0), y)
 
 
 def mod(b):
+    """Mod: torch.fmod when `fmod=1` (sign of the dividend, as C), else torch.remainder (sign of
+    the divisor, as Python's %)."""
     if b.attr("fmod"):
         return b.call(torch.fmod, aten.fmod.Tensor, b.x(0), b.x(1))
     return b.call(torch.remainder, aten.remainder.Tensor, b.x(0), b.x(1))
 
 
 def identity(b):
+    """Identity and inference Dropout: the input itself, no node."""
     return b.x(0)
 
 
 def where(b):
+    """Where(c, x, y): torch.where, with the ATen overload matching which of x, y are scalars."""
     c, x, y = b.x(0), b.scalar_or_x(1), b.scalar_or_x(2)
     kinds = (isinstance(x, torch.fx.Node), isinstance(y, torch.fx.Node))
     op = {
@@ -116,12 +123,15 @@ def where(b):
 
 
 def cast(b):
+    """Cast / CastLike: Tensor.to(dtype) (aten._to_copy); CastLike takes the dtype of input 1."""
     to = b.attr("to") if b.node.op == "Cast" else b.type(1).dtype
     dtype = torch_dtype(to)
     return b.call(torch.Tensor.to, aten._to_copy.default, b.x(0), dtype=dtype)
 
 
 def clip(b):
+    """Clip: torch.clamp with bounds that are all numbers or all tensors (mixed ones become
+    tensors); an absent bound is None."""
     lo, hi = (None if b.absent(i) else b.scalar_or_x(i) for i in (1, 2))
     nodes = [v for v in (lo, hi) if isinstance(v, torch.fx.Node)]
     if nodes and len(nodes) + [lo, hi].count(None) != 2:
@@ -131,10 +141,13 @@ def clip(b):
 
 
 def leaky_relu(b):
+    """LeakyRelu: F.leaky_relu with negative slope `alpha`."""
     return b.call(F.leaky_relu, aten.leaky_relu.default, b.x(0), b.attr("alpha"))
 
 
 def hard_sigmoid(b):
+    """HardSigmoid max(0, min(1, alpha*x + beta)): F.hardsigmoid for torch's alpha=1/6,
+    beta=0.5, else mul, add and clamp."""
     alpha, beta = b.attr("alpha"), b.attr("beta")
     if np.isclose(alpha, 1 / 6) and beta == 0.5:
         return b.call(F.hardsigmoid, aten.hardsigmoid.default, b.x(0))
@@ -144,10 +157,12 @@ def hard_sigmoid(b):
 
 
 def gelu(b):
+    """Gelu: F.gelu, `approximate` "none" or "tanh" as in ONNX (opset 20)."""
     return b.call(F.gelu, aten.gelu.default, b.x(0), approximate=b.attr("approximate"))
 
 
 def softmax(b):
+    """Softmax / LogSoftmax over `axis` (ONNX opset >= 13 semantics, one axis, as torch's dim)."""
     log = b.node.op == "LogSoftmax"
     if b.aten:
         op = aten._log_softmax.default if log else aten._softmax.default
@@ -159,6 +174,7 @@ def softmax(b):
 
 
 def matmul(b):
+    """MatMul: torch.matmul (numpy matmul semantics in both)."""
     return b.call(torch.matmul, aten.matmul.default, b.x(0), b.x(1))
 
 
@@ -219,6 +235,8 @@ def _torch_pads(pads: list[int]) -> list[int]:
 
 
 def batch_norm(b):
+    """BatchNormalization in inference mode: F.batch_norm with running mean and variance
+    (ATen: _native_batch_norm_legit_no_training, output 0). Training mode raises NoTorchForm."""
     if b.attr("training_mode"):
         raise NoTorchForm("BatchNormalization in training mode")
     x, s, bias, mean, var = (b.x(i) for i in range(5))
@@ -232,6 +250,8 @@ def batch_norm(b):
 
 
 def layer_norm(b):
+    """LayerNormalization over the axes from `axis` on: F.layer_norm with that static
+    normalized shape; NoTorchForm if a normalized dimension is symbolic."""
     rank = _static_rank(b)
     shape = b.type(0).shape[b.attr("axis") % rank :]
     if not all(isinstance(d, int) for d in shape):
@@ -264,6 +284,7 @@ def _pool_args(b) -> tuple[int, list[int], list[int], list[int]]:
 
 
 def max_pool(b):
+    """MaxPool: F.max_poolNd (ATen: max_poolNd_with_indices, output 0) with symmetric pads."""
     n, kernel, strides, pads = _pool_args(b)
     dil = list(b.attr("dilations") or [1] * n)
     if not b.aten:
@@ -276,6 +297,7 @@ def max_pool(b):
 
 
 def avg_pool(b):
+    """AveragePool: F.avg_poolNd with symmetric pads, ceil_mode off and `count_include_pad`."""
     n, kernel, strides, pads = _pool_args(b)
     fn = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[n]
     op = {1: aten.avg_pool1d.default, 2: aten.avg_pool2d.default, 3: aten.avg_pool3d.default}[n]
@@ -283,6 +305,7 @@ def avg_pool(b):
 
 
 def global_pool(b):
+    """GlobalAveragePool / GlobalMaxPool: mean / amax over the spatial axes, kept as size 1."""
     dims = list(range(2, _static_rank(b)))
     if b.node.op == "GlobalAveragePool":
         return b.call(torch.mean, aten.mean.dim, b.x(0), dims, True)
@@ -298,6 +321,8 @@ _REDUCE = {
 
 
 def reduce(b):
+    """Reduce*: mean/sum/amax/amin over the constant axes (all when absent, or the input itself
+    with noop_with_empty_axes), ReduceL2 as vector_norm, ReduceProd as one prod per axis."""
     rank = _static_rank(b)
     if b.absent(1):
         if b.attr("noop_with_empty_axes"):
@@ -336,6 +361,8 @@ def reshape(b):
 
 
 def flatten(b):
+    """Flatten: torch.flatten(x, 1) for axis 1, else a reshape to the static 2-D result shape;
+    NoTorchForm otherwise."""
     axis, rank = b.attr("axis"), _static_rank(b)
     if axis % max(rank, 1) == 1 and rank >= 2:
         return b.call(torch.flatten, aten.flatten.using_ints, b.x(0), 1)
@@ -345,12 +372,14 @@ def flatten(b):
 
 
 def transpose(b):
+    """Transpose: torch.permute by `perm` (reversed axes when absent, as ONNX specifies)."""
     perm = b.attr("perm")
     perm = list(perm) if perm is not None else list(reversed(range(_static_rank(b))))
     return b.call(torch.permute, aten.permute.default, b.x(0), perm)
 
 
 def squeeze(b):
+    """Squeeze: torch.squeeze of the constant axes (all size-1 axes when absent)."""
     if b.absent(1):
         return b.call(torch.squeeze, aten.squeeze.default, b.x(0))
     axes = _axes(b, _ints(b, 1), _static_rank(b))
@@ -358,6 +387,7 @@ def squeeze(b):
 
 
 def unsqueeze(b):
+    """Unsqueeze: one torch.unsqueeze per axis, in increasing order of output axis."""
     axes = _axes(b, _ints(b, 1), _static_rank(b) + len(_ints(b, 1)))
     y = b.x(0)
     for a in axes:
@@ -382,10 +412,13 @@ def expand(b):
 
 
 def tile(b):
+    """Tile: Tensor.repeat with the constant repeats."""
     return b.call(torch.Tensor.repeat, aten.repeat.default, b.x(0), _ints(b, 1))
 
 
 def slice_(b):
+    """Slice with constant starts/ends/axes/steps: aten.slice per axis (ATen) or Python
+    indexing; a negative step raises NoTorchForm (torch slicing has none)."""
     starts, ends = _ints(b, 1), _ints(b, 2)
     rank = _static_rank(b)
     axes = _ints(b, 3) if not b.absent(3) else list(range(len(starts)))
@@ -403,6 +436,7 @@ def slice_(b):
 
 
 def gather(b):
+    """Gather: torch.select for a 0-d constant index, else advanced indexing on `axis`."""
     rank, axis = _static_rank(b), b.attr("axis")
     c = b.const(1)
     if c is not None and np.ndim(c) == 0:
@@ -414,6 +448,8 @@ def gather(b):
 
 
 def pad(b):
+    """Pad with constant pads (ONNX begins then ends, reordered for torch): F.pad in constant
+    mode (default value 0), reflect or edge (torch "replicate"); NoTorchForm with axes."""
     if not b.absent(3):
         raise NoTorchForm("Pad with axes")
     pads, mode = _torch_pads(_ints(b, 1)), b.attr("mode")
@@ -426,6 +462,7 @@ def pad(b):
 
 
 def constant(b):
+    """Constant: a buffer holding its value."""
     return b.own_constant()
 
 

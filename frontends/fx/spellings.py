@@ -82,10 +82,12 @@ def rsqrt(lo: Lowering, a: dict) -> None:
 
 
 def gelu(lo: Lowering, a: dict) -> None:
+    """F.gelu / nn.GELU: Gelu with the same `approximate` ("none" or "tanh"), float inputs."""
     unary("Gelu", approximate=a["approximate"])(lo, a)
 
 
 def leaky_relu(lo: Lowering, a: dict) -> None:
+    """F.leaky_relu / nn.LeakyReLU: LeakyRelu with alpha = negative_slope."""
     unary("LeakyRelu", alpha=float(a["negative_slope"]))(lo, a)
 
 
@@ -114,6 +116,7 @@ def where(lo: Lowering, a: dict) -> None:
 
 
 def masked_fill(lo: Lowering, a: dict) -> None:
+    """masked_fill(x, mask, v) = Where(mask, v, x)."""
     where(lo, {"condition": a["mask"], "input": a["value"], "other": a["input"]})
 
 
@@ -169,6 +172,9 @@ def dropout(lo: Lowering, a: dict) -> None:
 
 
 def softmax(op: str):
+    """The handler for softmax/log_softmax over `dim`: `op` (Softmax or LogSoftmax) with
+    axis=dim, float inputs, no dtype change."""
+
     def lower(lo: Lowering, a: dict) -> None:
         x = a["input"]
         if a["dim"] is None or a.get("half_to_float") or a.get("dtype") not in (None, lo.dtype(x)):
@@ -184,6 +190,7 @@ def softmax(op: str):
 
 
 def matmul(lo: Lowering, a: dict) -> None:
+    """matmul / @: MatMul, both operands and the result of one dtype."""
     x, y = a["input"], a["other"]
     if _same_dtype(lo, x, y) != lo.out_dtype:
         raise Unmapped("dtype")
@@ -312,6 +319,9 @@ def pool(op: str, n: int):
 
 
 def global_avg_pool(n: int):
+    """The handler for adaptive_avg_pool{n}d to output size 1: GlobalAveragePool on
+    rank-(n+2) float inputs."""
+
     def lower(lo: Lowering, a: dict) -> None:
         x = a["input"]
         if lo.rank(x) != n + 2 or _ntuple(a["output_size"], n) != (1,) * n:
@@ -384,6 +394,7 @@ def _literal(d) -> bool:
 
 
 def permute(lo: Lowering, a: dict) -> None:
+    """permute(dims): Transpose with perm = dims (made non-negative)."""
     rank = lo.rank(a["input"])
     perm = tuple(d % rank for d in _dims(a["dims"])) if rank else ()
     if sorted(perm) != list(range(rank)):
@@ -392,6 +403,7 @@ def permute(lo: Lowering, a: dict) -> None:
 
 
 def transpose(lo: Lowering, a: dict) -> None:
+    """transpose(dim0, dim1): Transpose with the two axes swapped."""
     rank = lo.rank(a["input"])
     if rank == 0:
         raise Unmapped("0-d transpose")
@@ -402,12 +414,14 @@ def transpose(lo: Lowering, a: dict) -> None:
 
 
 def t(lo: Lowering, a: dict) -> None:
+    """t() of a matrix: Transpose with perm (1, 0); Unmapped for other ranks."""
     if lo.rank(a["input"]) != 2:
         raise Unmapped("t() of a non-matrix")
     lo.emit("Transpose", [lo.tensor(a["input"])], {"perm": (1, 0)})
 
 
 def unsqueeze(lo: Lowering, a: dict) -> None:
+    """unsqueeze(dim): Unsqueeze with axes [dim]."""
     lo.emit("Unsqueeze", [lo.tensor(a["input"]), lo.ints([a["dim"]])])
 
 
@@ -459,6 +473,7 @@ def expand(lo: Lowering, a: dict) -> None:
 
 
 def slice_(lo: Lowering, a: dict) -> None:
+    """x[..., start:end:step] on `dim` (aten.slice): Slice, a missing end becoming INT64_MAX."""
     start = 0 if a["start"] is None else a["start"]
     end = INT64_MAX if a["end"] is None else a["end"]
     ins = [lo.tensor(a["input"]), lo.ints([start]), lo.ints([end]), lo.ints([a["dim"]])]

@@ -33,6 +33,7 @@ FUNCTIONS: dict[object, Spelling] = {}  # call_function target, or "method:<name
 
 
 def spell(params: str, lower, *targets) -> None:
+    """Register `lower`, with parameter list `params` (see `Params`), for each of `targets`."""
     sp = Spelling(Params(params), lower)
     for target in targets:
         FUNCTIONS[target] = sp

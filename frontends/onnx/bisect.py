@@ -94,6 +94,7 @@ class BisectReport:
 
     @property
     def runs(self) -> int:
+        """Total optimize runs of the search: `rule_runs + site_runs`."""
         return self.rule_runs + self.site_runs
 
 
