@@ -42,7 +42,7 @@ def test_every_form_is_shown():
 
 def _table(kind: str) -> set[str]:
     return set(
-        re.findall(rf"^\| `([a-z0-9-]+)` \|", DOC.split(f"| {kind} |")[1].split("\n\n")[0], re.M)
+        re.findall(r"^\| `([a-z0-9-]+)` \|", DOC.split(f"| {kind} |")[1].split("\n\n")[0], re.M)
     )
 
 
