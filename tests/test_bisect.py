@@ -144,7 +144,7 @@ def test_optimize_fx_skip():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).eval()
     x = torch.randn(1, 3, 8, 8)
     gm = torch.fx.symbolic_trace(model)
-    _, kept = rewrite.optimize_fx(gm, (x,), fp=("exact", "reassoc"), skip=["fold-batchnorm*"])
+    _, kept = rewrite.optimize_fx(gm, (x,), allow=["reassoc"], skip=["fold-batchnorm*"])
     assert kept.ops_after == kept.ops_before  # the README example folds it without --skip
     assert not any(n.startswith("fold-batchnorm") for n in kept.fired)
     assert kept.skipped["fold-batchnorm-into-conv"] == "--skip fold-batchnorm*"
