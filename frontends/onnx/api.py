@@ -12,6 +12,7 @@ RuleSet, numeric classes as `fp=`, no output check).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -37,13 +38,13 @@ class OptionError(ValueError):
 class OutputMismatch(AssertionError):
     """The optimized model's outputs differ from the original's beyond the tolerance.
 
-    diffs: one `frontends.onnx.check.OutputDiff` per output. model/report: what the optimizer
-    produced, for a caller that wants to look at it (it must not be used as a replacement)."""
+    run: the `Run` (its `diffs`, one `frontends.onnx.check.OutputDiff` per output; its model,
+    for a caller that wants to look at it: it must not be used as a replacement)."""
 
-    def __init__(self, diffs, model: onnx.ModelProto, report: Report):
-        bad = ", ".join(d.name for d in diffs if not d.ok)
+    def __init__(self, run: Run):
+        bad = ", ".join(d.name for d in run.diffs if not d.ok)
         super().__init__(f"output check failed for {bad}")
-        self.diffs, self.model, self.report = diffs, model, report
+        self.run = run
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,9 @@ class Options:
             )
         o = cls(**keywords)
         shapes = o.input_shapes
-        if not isinstance(shapes, dict):
-            shapes = dict(parse_input_shape(s) for s in _listed(shapes))
+        if not isinstance(shapes, dict):  # "name:1,128" strings: commas are inside a value
+            shapes = [shapes] if isinstance(shapes, str) else list(shapes or ())
+            shapes = dict(parse_input_shape(s) for s in shapes)
         o = replace(
             o,
             allow=_listed(o.allow),
@@ -257,6 +259,100 @@ def check_outputs(
     )
 
 
+@dataclass(frozen=True)
+class Run:
+    """What `run` did: the model as optimized (`original`: the input with `input_shapes`
+    applied, what the check compared against), the Report (`seconds` with `rules`, `load` and
+    `output check` added, `skipped` with the rules skip/only excluded), the output check's
+    OutputDiffs (empty without `check`), the rules after skip/only and the folder of the
+    input's external data (None for a ModelProto)."""
+
+    model: onnx.ModelProto
+    report: Report
+    diffs: list
+    original: onnx.ModelProto
+    rules: object
+    folder: Path | None
+
+
+def _no_stage(label: str):
+    return contextlib.nullcontext()
+
+
+def run(
+    model,
+    options: Options,
+    *,
+    start: float | None = None,
+    stage=_no_stage,
+    stage_output=None,
+) -> Run:
+    """The stages of `optimize_model`, for a caller that watches or extends them (the CLI).
+
+    start: the `time.perf_counter()` value `options.timeout` counts from (default now).
+    stage(label): a context manager around each stage ("reading rules", "loading the model",
+    "optimizing", "checking outputs"), for progress display. stage_output(result, original)
+    -> source: called before the check with the optimized model and the input (its external
+    data not read); returns what onnxruntime loads for the result (bytes, or the path of a
+    staged file: the CLI checks the very file it writes), or None.
+    Raises as `optimize_model`, and OutputMismatch after the check failed (with `.run`).
+    """
+    from rewrite.selection import pick_rules
+
+    start = time.perf_counter() if start is None else start
+    clock = time.perf_counter()
+    with stage("reading rules"):
+        rules, excluded = pick_rules(load_rules(options.rules), options.skip, options.only)
+    t_rules = time.perf_counter() - clock
+    with stage("loading the model"):
+        path = model
+        model, folder = load(model)
+        if options.input_shapes:
+            model = fix_input_shapes(model, options.input_shapes)
+    t_load = time.perf_counter() - clock - t_rules
+    with stage("optimizing (import, saturate, extract, fold)"):
+        result, report = optimize_engine(
+            model,
+            rules,
+            limits=options.limits(start),
+            fp=options.fp,
+            folder=folder,
+            provenance=options.provenance,
+        )
+    clock = time.perf_counter()
+    source = stage_output(result, model) if stage_output is not None else None
+    if source is None and folder is not None:  # the weights in the model the caller gets
+        with_weights(result, folder)
+    diffs = []
+    if options.check:
+        with stage("checking outputs under onnxruntime"):
+            original_source = None
+            if folder is not None and not options.input_shapes:
+                original_source = str(Path(path))
+            elif folder is not None:
+                with_weights(model, folder)  # a copy made by fix_input_shapes
+            diffs = check_outputs(
+                model,
+                result,
+                report,
+                options,
+                original_source=original_source,
+                optimized_source=source,
+            )
+    seconds = {
+        "rules": t_rules,
+        "load": t_load,
+        **report.seconds,
+        "output check": time.perf_counter() - clock,
+    }
+    extra = {**report.extra, "check": [d.__dict__ for d in diffs]} if diffs else report.extra
+    report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped}, extra=extra)
+    done = Run(result, report, diffs, model, rules, folder)
+    if not all(d.ok for d in diffs):
+        raise OutputMismatch(done)
+    return done
+
+
 def optimize_model(model, **options) -> tuple[onnx.ModelProto, Report]:
     """Optimize an ONNX model: a ModelProto or the path of a `.onnx` file.
 
@@ -264,41 +360,16 @@ def optimize_model(model, **options) -> tuple[onnx.ModelProto, Report]:
     `input_shapes`, `atol`, `rtol`, `max_iterations`, `max_nodes`, `timeout` (seconds),
     `provenance`. Returns (optimized ModelProto, Report); the model is the input itself (with
     `input_shapes` applied) when nothing cheaper was found. With `check`, the report's
-    `extra["check"]` lists each output's comparison (dicts of `OutputDiff`'s fields).
+    `extra["check"]` lists each output's comparison (dicts of `OutputDiff`'s fields). A model
+    read from a path with external data comes back with its weights in it.
 
     Raises TypeError for an unknown keyword (naming it and the accepted ones), OptionError for
     a bad value, ModelError for a path that is not a valid model, `dsl.RulesError` for a rules
     error, `rewrite.selection.UnknownRulePatternError` for a skip/only pattern matching no
     rule, OutputMismatch when the check fails, `check.CheckError` when a model cannot run.
     """
-    start = time.perf_counter()
-    o = Options.from_keywords(options)
-    rules = load_rules(o.rules)
-    path = model
-    model, folder = load(model)
-    if o.input_shapes:
-        model = fix_input_shapes(model, o.input_shapes)
-    result, report = optimize_engine(
-        model,
-        rules,
-        limits=o.limits(start),
-        fp=o.fp,
-        skip=o.skip,
-        only=o.only,
-        folder=folder,
-        provenance=o.provenance,
-    )
-    if folder is not None:  # the caller gets the weights in the model, not in a file it names
-        with_weights(result, folder)
-    if o.check:
-        source = str(Path(path)) if folder is not None and not o.input_shapes else None
-        if source is None and folder is not None:
-            with_weights(model, folder)  # a copy made by fix_input_shapes
-        diffs = check_outputs(model, result, report, o, original_source=source)
-        report = replace(report, extra={**report.extra, "check": [d.__dict__ for d in diffs]})
-        if not all(d.ok for d in diffs):
-            raise OutputMismatch(diffs, result, report)
-    return result, report
+    done = run(model, Options.from_keywords(options))
+    return done.model, done.report
 
 
 __all__ = [
@@ -306,10 +377,12 @@ __all__ = [
     "OptionError",
     "Options",
     "OutputMismatch",
+    "Run",
     "check_outputs",
     "fix_input_shapes",
     "load",
     "load_rules",
     "optimize_model",
     "parse_input_shape",
+    "run",
 ]
