@@ -454,6 +454,7 @@ def cmd_optimize(args) -> int:
         _discard(staged)
         return _fail(f"{dst}: cannot write: {e.strerror or e}")
     report = _timed(done.report, start, save=time.perf_counter() - clock)
+    _print_excluded(report, done.rules, quiet=args.quiet)
     if not args.quiet:
         _print_summary(report, done.diffs, options, verbose=args.verbose)
         if args.explain:
@@ -472,6 +473,18 @@ def _missing(paths) -> str:
         if not Path(p).exists():
             return f"--rules {p}: no such file or directory"
     return ""
+
+
+def _print_excluded(report, kept, quiet: bool) -> None:
+    """How many rules --skip/--only left out (stderr), from the reasons in `report.skipped`;
+    `kept`: the RuleSet they left."""
+    names = sorted(
+        r for r, why in report.skipped.items() if why.startswith(("--skip", "not in --only"))
+    )
+    if names and not quiet:
+        shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
+        total = len(kept.rules) + len(names)
+        err.print(f"--skip/--only excluded {len(names)} of {total} rules: {shown}", markup=False)
 
 
 def _discard(staged: list) -> None:
@@ -499,6 +512,7 @@ def _mismatch(args, done, src: Path, start: float) -> int:
     """After a failed output check: the summary (unless --quiet), the report, the bisection,
     and the one-line error."""
     report = _timed(done.report, start, save=0.0)
+    _print_excluded(report, done.rules, quiet=args.quiet)
     if not args.quiet:
         from frontends.onnx.api import Options
 
