@@ -62,6 +62,7 @@ class _Parser(argparse.ArgumentParser):
     usage text and `PROG: error:`; subcommand parsers are of this class too."""
 
     def error(self, message: str):
+        """Raise _UsageError with `message` and where to get help (argparse's hook)."""
         raise _UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 

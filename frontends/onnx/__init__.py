@@ -147,15 +147,18 @@ class Output:
 
     @property
     def source(self) -> bytes | str:
+        """What onnxruntime loads: the serialized model, or the staged file's path."""
         return self.data if self.data is not None else str(self.staged)
 
     def commit(self) -> None:
+        """Put the model (and its data file) in place at `path`. Raises OSError."""
         if self.staged is None:
             save_model(onnx.ModelProto(), self.path, self.data)
         else:
             external.commit(self.staged, self.path)
 
     def discard(self) -> None:
+        """Drop the staged copy, if any."""
         if self.staged is not None:
             external.discard(self.staged)
 
