@@ -453,3 +453,28 @@ def test_explain_says_what_the_rule_did(tmp_path, capsys):
     line = next(x for x in stdout.splitlines() if x.startswith("add-zero"))
     assert line.startswith("add-zero: removed Add node_linear, whose value MatMul m computes (")
     assert line.endswith(": (Add @x @zero) -> @x)")
+
+
+def test_input_shape_on_an_exported_gpt2(tmp_path, capsys):
+    """A model we did not write (transformers' GPT-2, two layers, TorchScript exporter, batch
+    and seq dynamic): `--input-shape input_ids:1,128` fixes both inputs (the mask shares the
+    symbols), the check runs at that shape, and fixed shapes let more fold than symbolic ones."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import make_models
+
+    src = tmp_path / "gpt2.onnx"
+    onnx.save(make_models.dynamic("gpt2", layers=2, hidden=128), str(src))
+    fixed, dynamic = tmp_path / "fixed.onnx", tmp_path / "dynamic.onnx"
+    status, stdout, stderr = cli_in_process(
+        capsys, "optimize", src, fixed, "--input-shape", "input_ids:1,128", "--allow", "reassoc"
+    )
+    assert status == 0, stderr
+    assert "last_hidden_state" in stdout and "FAIL" not in stdout
+    model = onnx.load(str(fixed))
+    shapes = {
+        i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input
+    }
+    assert shapes == {"input_ids": [1, 128], "attention_mask": [1, 128]}
+    assert cli_in_process(capsys, "optimize", src, dynamic, "--allow", "reassoc", "-q")[0] == 0
+    n_fixed, n_dynamic = (len(onnx.load(str(p)).graph.node) for p in (fixed, dynamic))
+    assert n_fixed < n_dynamic < len(onnx.load(str(src)).graph.node)
