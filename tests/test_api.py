@@ -159,3 +159,14 @@ def test_progress_shows_a_stage_on_a_terminal_only():
     with quiet.stage("optimizing"):
         pass
     assert buffer.getvalue() == ""
+
+
+def test_backend_names_an_unknown_option():
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from frontends.fx.backend import rewrite_backend
+
+    gm = torch.fx.symbolic_trace(nn.Sequential(nn.ReLU()))
+    with pytest.warns(UserWarning, match=r"unknown option 'fp'; accepted: allow"):
+        rewrite_backend(gm, [torch.randn(2)], {"backend": "eager", "fp": ("exact",)})

@@ -181,8 +181,23 @@ def test_help_explains_options():
         "--max-nodes",
         "--timeout",
         "--allow",
+        "--skip",
+        "--only",
+        "--input-shape",
+        "--atol",
+        "--rtol",
+        "--external-data",
+        "--no-external-data",
+        "--explain",
+        "--quiet",
+        "--verbose",
     ):
         assert opt in r.stdout
+    # every option has a help text: no option line of --help stands alone
+    lines = r.stdout.split("options:")[1].splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("  -") and len(line.split()) <= 2 and "," not in line:
+            assert lines[i + 1].startswith(" " * 10), line
 
 
 def test_explain_says_why_rules_did_not_fire(tmp_path):
