@@ -443,7 +443,11 @@ def cmd_optimize(args) -> int:
         return _mismatch(args, e.run, src, start)
     except CheckError as e:
         _discard(staged)
-        return _fail(f"output check: {e}")
+        done = e.run
+        culprit = _bisect_failure(args, done.original, done.rules, done.report, done.folder, start)
+        return _fail(f"output check: {e}{culprit}")
+    except UnicodeDecodeError as e:
+        return _fail(f"rules: cannot read a rules file: {e}")
     except Exception as e:  # an engine bug: say so in one line, write nothing
         _discard(staged)
         first = str(e).splitlines()[0] if str(e) else ""

@@ -493,3 +493,22 @@ def test_input_shape_on_an_exported_gpt2(tmp_path, capsys):
     assert cli_in_process(capsys, "optimize", src, dynamic, "--allow", "reassoc", "-q")[0] == 0
     n_fixed, n_dynamic = (len(onnx.load(str(p)).graph.node) for p in (fixed, dynamic))
     assert n_fixed < n_dynamic < len(onnx.load(str(src)).graph.node)
+
+
+def test_model_that_cannot_run_is_one_error_line(tmp_path, capsys, monkeypatch):
+    import frontends.onnx.api as api
+    from frontends.onnx.check import CheckError
+
+    def broken(*args, **kwargs):
+        raise CheckError("onnxruntime cannot load the optimized model: boom")
+
+    monkeypatch.setattr(api, "check_outputs", broken)
+    out = tmp_path / "o.onnx"
+    status, stdout, stderr = cli_in_process(
+        capsys, "optimize", small_model(tmp_path / "m.onnx"), out, "--no-bisect"
+    )
+    assert status == 1 and stdout == "" and not out.exists()
+    assert stderr.strip().splitlines() == [
+        "error: output check: onnxruntime cannot load the optimized model: boom"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]  # nothing staged is left

@@ -23,7 +23,7 @@ import onnx
 
 from frontends.onnx import ModelError, external, load_model
 from frontends.onnx import optimize_model as optimize_engine
-from frontends.onnx.check import compare
+from frontends.onnx.check import CheckError, compare
 from rewrite.optimize import Report
 from rewrite.saturate import Limits
 
@@ -295,7 +295,8 @@ def run(
     -> source: called before the check with the optimized model and the input (its external
     data not read); returns what onnxruntime loads for the result (bytes, or the path of a
     staged file: the CLI checks the very file it writes), or None.
-    Raises as `optimize_model`, and OutputMismatch after the check failed (with `.run`).
+    Raises as `optimize_model`; OutputMismatch after the check failed and CheckError when a
+    model cannot run both carry the `Run` as `.run`.
     """
     from rewrite.selection import pick_rules
 
@@ -331,14 +332,18 @@ def run(
                 original_source = str(Path(path))
             elif folder is not None:
                 with_weights(model, folder)  # a copy made by fix_input_shapes
-            diffs = check_outputs(
-                model,
-                result,
-                report,
-                options,
-                original_source=original_source,
-                optimized_source=source,
-            )
+            try:
+                diffs = check_outputs(
+                    model,
+                    result,
+                    report,
+                    options,
+                    original_source=original_source,
+                    optimized_source=source,
+                )
+            except CheckError as e:  # with what a caller needs to look for the culprit
+                e.run = Run(result, report, [], model, rules, folder)
+                raise
     seconds = {
         "rules": t_rules,
         "load": t_load,
