@@ -13,6 +13,7 @@ RuleSet, numeric classes as `fp=`, no output check).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import time
@@ -212,6 +213,14 @@ def load(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, P
     raise TypeError(f"optimize_model takes a ModelProto or a path, not {type(model).__name__}")
 
 
+@functools.cache
+def _shipped(folder: Path):
+    """The shipped library, parsed once per process (a RuleSet is immutable)."""
+    from dsl import load_rules as parse_rules
+
+    return parse_rules([folder])
+
+
 def load_rules(rules):
     """A RuleSet from `Options.rules`: a RuleSet as it is, paths parsed, None the shipped
     library. Raises `dsl.RulesError`, and OptionError for a path that does not exist."""
@@ -219,7 +228,7 @@ def load_rules(rules):
     from dsl import shipped_rules_dir
 
     if rules is None:
-        return parse_rules([shipped_rules_dir()])
+        return _shipped(shipped_rules_dir())
     if not isinstance(rules, (str, os.PathLike, list, tuple)):
         return rules
     paths = [Path(p) for p in ([rules] if isinstance(rules, (str, os.PathLike)) else rules)]
