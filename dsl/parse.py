@@ -71,8 +71,28 @@ def _syntax_error(e: UnexpectedInput, text: str, file: str) -> RulesSyntaxError:
         what, line, col = f"'{e.token.value}'", e.token.line, e.token.column
     else:
         what, (line, col) = "end of file", _end_of(text)
+        opened = _unclosed(text)
+        if opened:  # the parenthesis at fault is the open one, not the end of the file
+            (oline, ocol), n = opened[-1], len(opened)
+            more = f" ({n} parentheses are open there)" if n > 1 else ""
+            msg = f"'(' is never closed: the file ends at {line}:{col}{more}"
+            return RulesSyntaxError(Span(file, oline, ocol), msg, source_line(text, oline))
     msg = f"unexpected {what}; expected {_describe(_expected(e))}"
     return RulesSyntaxError(Span(file, line, col), msg, source_line(text, line))
+
+
+def _unclosed(text: str) -> list[tuple[int, int]]:
+    """(line, column) of each '(' of `text` that no ')' closes, outermost first; parentheses
+    in comments (`;` to the end of the line) and strings (`"..."`) do not count."""
+    stack: list[tuple[int, int]] = []
+    for i, raw in enumerate(text.splitlines(), 1):
+        code = re.sub(r'"[^"\\\n]*"', lambda m: " " * len(m[0]), raw).split(";", 1)[0]
+        for j, ch in enumerate(code, 1):
+            if ch == "(":
+                stack.append((i, j))
+            elif ch == ")" and stack:
+                stack.pop()
+    return stack
 
 
 def _expected(e: UnexpectedInput) -> set[str]:

@@ -15,8 +15,10 @@ no output file is written unless it passed every check.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,157 +33,103 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `rewrite` console script. Returns the exit status."""
+    """Entry point of the `rewrite` console script: parse `argv` (default `sys.argv[1:]`), run
+    the subcommand, return the exit status (0 ok, 1 failure, 2 usage, 130 interrupted)."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as e:
+        err.print(f"error: {e}", markup=False)
+        return EXIT_USAGE
+    except SystemExit as e:  # --help, --version
+        return int(e.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        err.print("rewrite: interrupted")
+        err.print("error: interrupted", markup=False)
         return 130
 
 
+class _UsageError(Exception):
+    """A command line argparse refuses (raised instead of argparse's two-line exit)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one `error:` line (`main` prints it) instead of the
+    usage text and `PROG: error:`; subcommand parsers are of this class too."""
+
+    def error(self, message: str):
+        """Raise _UsageError with `message` and where to get help (argparse's hook)."""
+        raise _UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _names(text: str) -> list[str]:
+    """An option value of comma-separated names: `"a,b"` -> ["a", "b"] (with action="extend",
+    so the option is also repeatable). One value per option: it never takes the positionals."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected one or more comma-separated names: {text!r}")
+    return names
+
+
+def _classes(text: str) -> list[str]:
+    """`--allow` values: comma-separated numeric classes, each reassoc or approx."""
+    from frontends.onnx.api import NUMERIC_CLASSES
+
+    names = _names(text)
+    for n in names:
+        if n not in NUMERIC_CLASSES:
+            raise argparse.ArgumentTypeError(
+                f"unknown numeric class {n!r} (choose from {', '.join(NUMERIC_CLASSES)})"
+            )
+    return names
+
+
+def _version() -> str:
+    import rewrite
+
+    return f"rewrite {rewrite.__version__}"
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="rewrite",
-        description="Peephole rewriting for neural-network graphs: match.pd-style .rules files, "
-        "applied by equality saturation (egglog) with cost-based extraction.",
+        description="Peephole rewriting for neural-network graphs: match.pd-style .rules "
+        "files, applied by equality saturation (egglog) with cost-based extraction.",
     )
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(metavar="COMMAND")
     c = sub.add_parser(
         "check",
         help="parse and type-check .rules files",
-        description="Parse and type-check .rules files (directories are searched for *.rules). Exit 1 with located errors, 0 with a summary line per file.",
+        description="Parse and type-check .rules files (directories are searched for "
+        "*.rules). Exit 1 with located errors, 0 with a summary line per file.",
     )
-    c.add_argument("paths", nargs="+", metavar="PATH")
+    c.add_argument("paths", nargs="+", metavar="PATH", help="rule files or directories")
     c.set_defaults(func=cmd_check)
     e = sub.add_parser(
         "emit",
         help="print the egglog program generated from .rules files",
-        description="Print the egglog program generated from .rules files: one block per rule with its name and file:line.",
+        description="Print the egglog program generated from .rules files: one block per "
+        "rule with its name and file:line.",
     )
-    e.add_argument("paths", nargs="+", metavar="PATH")
+    e.add_argument("paths", nargs="+", metavar="PATH", help="rule files or directories")
     e.set_defaults(func=cmd_emit)
-    o = sub.add_parser(
-        "optimize",
-        help="optimize an ONNX model",
-        description="Optimize an ONNX model with the shipped rule library (or --rules), check that its outputs still match under onnxruntime, and write it.",
-    )
-    o.add_argument("input", metavar="IN.onnx")
-    o.add_argument("output", metavar="OUT.onnx")
-    o.add_argument(
-        "--rules",
-        nargs="+",
-        metavar="PATH",
-        help="rule files or directories (default: the shipped library)",
-    )
-    o.add_argument("--no-check", action="store_true", help="skip the onnxruntime output comparison")
-    o.add_argument("--report", metavar="R.json", help="write a JSON report")
-    o.add_argument(
-        "--max-iterations",
-        type=int,
-        default=30,
-        metavar="N",
-        help="saturation iterations (default 30)",
-    )
-    o.add_argument(
-        "--max-nodes",
-        type=int,
-        default=1_000_000,
-        metavar="N",
-        help="e-node limit (default 1000000): saturation stops before an iteration that would exceed it, and the best graph found so far is written",
-    )
-    o.add_argument(
-        "--timeout",
-        type=float,
-        default=120.0,
-        metavar="S",
-        help="wall-clock limit of the whole run in seconds (default 120): when it runs out, the best graph found so far is checked and written (the input unchanged if none); the overshoot is at most one saturation iteration plus extraction and the check",
-    )
-    o.add_argument(
-        "--allow",
-        nargs="+",
-        default=[],
-        choices=["reassoc", "approx"],
-        metavar="CLASS",
-        help="also run rules of these numeric classes: reassoc (regroups float arithmetic, e.g. BatchNorm folded into Conv), approx; exact rules always run",
-    )
-    o.add_argument(
-        "--external-data",
-        action="store_true",
-        help="write the weights to OUT.data beside OUT (automatic when OUT would exceed 2 GB)",
-    )
-    o.add_argument(
-        "--explain",
-        action="store_true",
-        help="also list rules that matched but were not applied, with the guard that failed",
-    )
-    o.add_argument(
-        "--no-provenance",
-        action="store_true",
-        help="write a bare model: no rewrite.rules metadata on rewritten nodes and folded constants (see `rewrite explain`)",
-    )
-    _add_rule_filters(o)
-    o.add_argument(
-        "--no-bisect",
-        action="store_true",
-        help="when the output check fails, do not bisect for the culprit rule (by default it does, within what is left of --timeout)",
-    )
-    o.set_defaults(func=cmd_optimize)
+    _optimize_parser(sub)
     x = sub.add_parser(
         "explain",
         help="print the rules that produced a node of an optimized model",
-        description="Print, as a tree, the chain of rules (name and file:line, with the original nodes each replaced) that produced NODE of a model written by `rewrite optimize`. NODE is a node name, an output name or a folded constant's name.",
+        description="Print, as a tree, the chain of rules (name and file:line, with the "
+        "original nodes each replaced) that produced NODE of a model written by `rewrite "
+        "optimize`. NODE is a node name, an output name or a folded constant's name.",
     )
-    x.add_argument("model", metavar="OUT.onnx")
-    x.add_argument("node", metavar="NODE")
+    x.add_argument("model", metavar="OUT.onnx", help="a model written by rewrite optimize")
+    x.add_argument("node", metavar="NODE", help="a node, output or initializer name")
     x.set_defaults(func=cmd_explain)
-    b = sub.add_parser(
-        "bisect",
-        help="find the rule (and node) that breaks a model's outputs",
-        description="Optimize IN.onnx as `rewrite optimize` does; if the output check fails, find a minimal set of the rules that fired, then of their match sites, that still fails it (delta debugging), and print the rule, file:line, the nodes, the counterexample's inputs, the error and the commands that reproduce it. Exit 0 when it ran to the end (culprit found, or nothing fails), 1 on bad input.",
-    )
-    b.add_argument("input", metavar="IN.onnx")
-    b.add_argument(
-        "--rules",
-        nargs="+",
-        metavar="PATH",
-        help="rule files or directories (default: the shipped library)",
-    )
-    b.add_argument(
-        "--allow",
-        nargs="+",
-        default=[],
-        choices=["reassoc", "approx"],
-        metavar="CLASS",
-        help="also run rules of these numeric classes, as for optimize",
-    )
-    _add_rule_filters(b)
-    b.add_argument(
-        "--max-iterations",
-        type=int,
-        default=30,
-        metavar="N",
-        help="saturation iterations per optimize run (default 30)",
-    )
-    b.add_argument(
-        "--max-nodes",
-        type=int,
-        default=1_000_000,
-        metavar="N",
-        help="e-node limit per optimize run (default 1000000)",
-    )
-    b.add_argument(
-        "--timeout",
-        type=float,
-        default=600.0,
-        metavar="S",
-        help="wall-clock limit of the whole bisection in seconds (default 600); when it runs out, what it narrowed down to is printed",
-    )
-    b.set_defaults(func=cmd_bisect)
+    _bisect_parser(sub)
     from verify.cli import add_parser as add_verify
 
     add_verify(sub)
@@ -191,76 +139,201 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _add_rule_filters(p) -> None:
+def _optimize_parser(sub) -> None:
+    o = sub.add_parser(
+        "optimize",
+        help="optimize an ONNX model",
+        description="Optimize an ONNX model with the shipped rule library (or --rules), check "
+        "that its outputs still match under onnxruntime, and write it. Options that take "
+        "several values are repeatable or comma-separated (--allow reassoc,approx); they "
+        "never take the file names after them. The same options are the keywords of "
+        "rewrite.optimize_model() in Python.",
+    )
+    o.add_argument("input", metavar="IN.onnx", help="the model to optimize")
+    o.add_argument("output", metavar="OUT.onnx", help="where to write it (may be IN.onnx)")
+    _add_rule_options(o)
+    o.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME:DIMS",
+        help="fix the dims of graph input NAME, e.g. input_ids:1,128 (repeatable); a symbolic "
+        "dim fixed here is fixed wherever its name appears, other dims stay symbolic",
+    )
+    o.add_argument("--no-check", action="store_true", help="skip the onnxruntime output comparison")
+    o.add_argument(
+        "--atol",
+        type=float,
+        metavar="A",
+        help="absolute tolerance of the output check for float outputs (default: by dtype and "
+        "by the loosest numeric class that fired, e.g. 1e-6 for float32 with exact rules)",
+    )
+    o.add_argument(
+        "--rtol",
+        type=float,
+        metavar="R",
+        help="tolerance relative to the output's largest magnitude, |a-b| <= atol + "
+        "rtol*max|b| (default: by dtype and class, e.g. 1e-5 for float32 with exact rules)",
+    )
+    o.add_argument("--report", metavar="R.json", help="write a JSON report")
+    _add_limits(o, timeout=120.0, what="the whole run")
+    o.add_argument(
+        "--external-data",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="write the weights to OUT.data beside OUT (--external-data) or into OUT "
+        "(--no-external-data); default: as the input has them. Always external above 2 GB",
+    )
+    o.add_argument(
+        "--explain",
+        action="store_true",
+        help="list what each rule did to which node, and the rules that matched but were not "
+        "applied, with the guard that failed",
+    )
+    o.add_argument(
+        "--no-provenance",
+        action="store_true",
+        help="write a bare model: no rewrite.rules metadata on rewritten nodes and folded "
+        "constants (see `rewrite explain`)",
+    )
+    o.add_argument(
+        "--no-bisect",
+        action="store_true",
+        help="when the output check fails, do not bisect for the culprit rule (by default it "
+        "does, within what is left of --timeout)",
+    )
+    o.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing on stdout, errors only"
+    )
+    o.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="more detail: each stage's time as it ends (stderr), saturation per iteration, "
+        "the rules not run and why",
+    )
+    o.set_defaults(func=cmd_optimize)
+
+
+def _bisect_parser(sub) -> None:
+    b = sub.add_parser(
+        "bisect",
+        help="find the rule (and node) that breaks a model's outputs",
+        description="Optimize IN.onnx as `rewrite optimize` does; if the output check fails, "
+        "find a minimal set of the rules that fired, then of their match sites, that still "
+        "fails it (delta debugging), and print the rule, file:line, the nodes, the "
+        "counterexample's inputs, the error and the commands that reproduce it. Exit 0 when "
+        "it ran to the end (culprit found, or nothing fails), 1 on bad input.",
+    )
+    b.add_argument("input", metavar="IN.onnx", help="the model whose optimization fails")
+    _add_rule_options(b)
+    _add_limits(b, timeout=600.0, what="the whole bisection")
+    b.set_defaults(func=cmd_bisect)
+
+
+def _add_rule_options(p) -> None:
     p.add_argument(
-        "--skip",
-        nargs="+",
+        "--rules",
+        type=_names,
+        action="extend",
+        metavar="PATH[,PATH...]",
+        help="rule files or directories, repeatable or comma-separated (default: the shipped "
+        "library)",
+    )
+    p.add_argument(
+        "--allow",
+        type=_classes,
         action="extend",
         default=[],
-        metavar="RULE",
+        metavar="CLASS[,CLASS...]",
+        help="also run rules of these numeric classes: reassoc (regroups float arithmetic, "
+        "e.g. BatchNorm folded into Conv), approx; exact rules always run",
+    )
+    p.add_argument(
+        "--skip",
+        type=_names,
+        action="extend",
+        default=[],
+        metavar="RULE[,RULE...]",
         help="leave these rules out: names, globs (cast-*) or ruleset:NAME",
     )
     p.add_argument(
         "--only",
-        nargs="+",
+        type=_names,
         action="extend",
         default=[],
-        metavar="RULE",
-        help="run only these rules: names, globs or ruleset:NAME",
+        metavar="RULE[,RULE...]",
+        help="run only these rules: names, globs or ruleset:NAME (--only first, then --skip)",
     )
 
 
-def _begin(args):
-    """Check the budgets, load the rules and apply --skip/--only: (start clock, RuleSet,
-    excluded rule -> reason), or the exit status after a one-line error."""
-    for name in ("max_iterations", "max_nodes", "timeout"):
-        if getattr(args, name) <= 0:
-            return _fail(f"--{name.replace('_', '-')} must be positive")
-    start = time.perf_counter()
-    rules = _load_rules(args.rules)
-    if rules is None:
-        return EXIT_FAIL
-    picked = _pick_rules(rules, args)
-    if picked is None:
-        return EXIT_FAIL
-    return start, *picked
+def _add_limits(p, *, timeout: float, what: str) -> None:
+    p.add_argument(
+        "--max-iterations",
+        type=int,
+        default=30,
+        metavar="N",
+        help="saturation iterations per optimize run (default 30)",
+    )
+    p.add_argument(
+        "--max-nodes",
+        type=int,
+        default=1_000_000,
+        metavar="N",
+        help="e-node limit (default 1000000): saturation stops before an iteration that "
+        "would exceed it, and the best graph found so far is used",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=timeout,
+        metavar="S",
+        help=f"wall-clock limit of {what} in seconds (default {timeout:g}): when it runs out, "
+        "the best result so far is used (the overshoot is at most one saturation iteration "
+        "plus extraction and the check)",
+    )
 
 
-def _pick_rules(rules, args):
-    """(RuleSet after --skip/--only, excluded rule -> reason), or None after printing the
-    one-line error for a pattern that matches no rule."""
-    from rewrite.selection import UnknownRulePatternError, pick_rules
+def _options(args, **extra):
+    """`frontends.onnx.api.Options` from the parsed arguments: the CLI's flags are the API's
+    keywords, validated in one place. Raises OptionError."""
+    from frontends.onnx.api import Options
 
-    try:
-        picked, excluded = pick_rules(rules, args.skip, args.only)
-    except UnknownRulePatternError as e:
-        _fail(str(e))
-        return None
-    if excluded:
-        names = sorted(excluded)
-        shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
-        err.print(
-            f"rewrite: --skip/--only excluded {len(names)} of {len(rules.rules)} rules: {shown}",
-            markup=False,
+    return Options.from_keywords(
+        dict(
+            rules=args.rules,
+            allow=args.allow,
+            skip=args.skip,
+            only=args.only,
+            max_iterations=args.max_iterations,
+            max_nodes=args.max_nodes,
+            timeout=args.timeout,
+            **extra,
         )
-    return picked, excluded
+    )
 
 
 def _load_rules(paths):
-    """RuleSet from paths (the shipped library when None); prints errors, returns None on them."""
-    from dsl import RulesError, load_rules, shipped_rules_dir
+    """RuleSet from paths (the shipped library when None); prints the error and returns None
+    on a rules error or a path that does not exist."""
+    from dsl import RulesError
+    from frontends.onnx.api import OptionError, load_rules
 
     try:
-        return load_rules([Path(p) for p in paths] if paths else [shipped_rules_dir()])
+        return load_rules(paths)
     except RulesError as e:
         err.print(str(e), markup=False)
         return None
-    except (FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        err.print(f"rewrite: {e}", markup=False)
+    except OptionError as e:
+        _fail(str(e))
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"{getattr(e, 'filename', None) or paths}: cannot read: {e}")
         return None
 
 
 def cmd_check(args) -> int:
+    """`rewrite check PATH...`: parse and type-check, print one summary line per file."""
     rules = _load_rules(args.paths)
     if rules is None:
         return EXIT_FAIL
@@ -272,6 +345,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_emit(args) -> int:
+    """`rewrite emit PATH...`: print the generated egglog program on stdout."""
     from rewrite.emit import emit
 
     rules = _load_rules(args.paths)
@@ -281,117 +355,12 @@ def cmd_emit(args) -> int:
     return EXIT_OK
 
 
-def cmd_optimize(args) -> int:
-    from frontends.onnx import ModelError, load_model, optimize_model, prepare_output
-    from frontends.onnx.check import CheckError, compare
-    from rewrite.saturate import Limits
-
-    # OUT may be IN: the input is read whole before anything is written, and the output is
-    # renamed into place only after every check passed
-    src, dst = Path(args.input), Path(args.output)
-    if dst.is_dir():
-        return _fail(f"output {dst} is a directory")
-    if not dst.parent.is_dir():
-        return _fail(f"{dst.parent}: output directory does not exist")
-    begun = _begin(args)
-    if isinstance(begun, int):
-        return begun
-    start, rules, excluded = begun
-    t_rules = time.perf_counter() - start
-    try:
-        model = load_model(src)
-    except ModelError as e:
-        return _fail(str(e))
-    t_load = time.perf_counter() - start - t_rules
-    # --timeout bounds the whole run: the clock started before the rules were read
-    limits = Limits(
-        args.max_iterations, args.max_nodes, args.timeout, deadline=start + args.timeout
-    )
-    with err.status("optimizing (import, saturate, extract, fold)..."):
-        try:
-            result, report = optimize_model(
-                model,
-                rules,
-                limits=limits,
-                fp=("exact", *args.allow),
-                folder=src.parent,
-                provenance=not args.no_provenance,
-            )
-        except Exception as e:  # an engine bug: say so in one line, write nothing
-            return _fail(
-                f"optimization failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            )
-    clock = time.perf_counter()
-    try:  # serialized, or staged beside OUT with external data
-        output = prepare_output(result, dst, folder=src.parent, external_data=args.external_data)
-    except OSError as e:
-        return _fail(f"{dst}: cannot write: {e.strerror or e}")
-    except Exception as e:  # protobuf's EncodeError: an engine bug, in one line
-        return _fail(f"{dst}: cannot serialize the model: {type(e).__name__}: {e}")
-    t_serialize = time.perf_counter() - clock
-    diffs = []
-    if not args.no_check:
-        with err.status("checking outputs under onnxruntime..."):
-            try:
-                diffs = compare(
-                    model,
-                    result,
-                    fp=report.fp,
-                    original_source=str(src),
-                    optimized_source=output.source,
-                )
-            except CheckError as e:
-                output.discard()
-                return _fail(
-                    f"output check: {e}{_bisect_failure(args, model, rules, report, src, start)}"
-                )
-    t_check = time.perf_counter() - clock - t_serialize
-    bad = [d for d in diffs if not d.ok]
-    clock = time.perf_counter()
-    try:
-        if bad:
-            output.discard()
-        else:
-            output.commit()
-    except OSError as e:
-        output.discard()
-        return _fail(f"{dst}: cannot write: {e.strerror or e}")
-    t_save = time.perf_counter() - clock + t_serialize
-    seconds = {
-        "rules": t_rules,
-        "load": t_load,
-        **report.seconds,
-        "output check": t_check,
-        "save": t_save,
-    }
-    seconds["other"] = max(time.perf_counter() - start - sum(seconds.values()), 0.0)
-    report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped})
-    _print_summary(report, diffs)
-    if args.explain:
-        _print_rejected(report)
-    if args.report:
-        _write_report(Path(args.report), report, diffs)
-    if bad:
-        culprit = _bisect_failure(args, model, rules, report, src, start)
-        return _fail(
-            f"output check failed for {', '.join(d.name for d in bad)}; nothing written{culprit}"
-        )
-    note = "" if report.changed else "; no rewrite made it cheaper, so it is the input unchanged"
-    if report.limit_stage:
-        best = "the best graph found so far" if report.changed else "the input unchanged"
-        note = f"; {report.stop_reason} reached during {report.limit_stage}, so it is {best}"
-    out.print(
-        f"wrote {dst} ({report.nodes_before} -> {report.nodes_after} nodes{note})", markup=False
-    )
-    return EXIT_OK
-
-
 def cmd_explain(args) -> int:
-    from rich.markup import escape
-    from rich.tree import Tree
-
+    """`rewrite explain OUT NODE`: print what the rules that produced NODE did, one line per
+    rule firing, the last first (`rewrite.provenance.describe`)."""
     from frontends.onnx import ModelError, load_model
     from frontends.onnx.explain import NoProvenance, find_provenance
+    from rewrite.provenance import describe
 
     try:
         what, tree = find_provenance(load_model(Path(args.model)), args.node)
@@ -402,52 +371,236 @@ def cmd_explain(args) -> int:
     if tree is None:
         out.print(f"{what}: original node, not produced by a rewrite", markup=False)
         return EXIT_OK
-
-    def grow(parent, t: dict, prefix: str = "") -> None:
-        if t["rule"] == "original":
-            label = f"original {t['op']} node, standing in for the nodes of its e-class below"
-        else:
-            label = f"{prefix}[b]{escape(t['rule'])}[/b] ({escape(t['at'])}) -> {t['op']}"
-        if t.get("replaces"):
-            label += f"  replaces {escape(', '.join(t['replaces']))}"
-        branch = parent.add(label + ("  [dim](history cut)[/dim]" if t.get("truncated") else ""))
-        for sub in t.get("after", ()):
-            grow(branch, sub)
-        for sub in t.get("merged", ()):
-            grow(branch, sub, "same value: ")
-
-    root = Tree(f"{escape(what)}  [dim](each rule fired after the rules under it)[/dim]")
-    grow(root, tree)
-    Console(highlight=False, width=max(out.width, 200)).print(root)
+    name, op = _name_and_op(what, args.node)
+    out.print(f"{what}: the last rule first; indented rules fired before it", markup=False)
+    for line in describe(name, op, tree):
+        out.print(f"  {line}", markup=False)
     return EXIT_OK
 
 
-def cmd_bisect(args) -> int:
-    from frontends.onnx import ModelError, load_model
-    from frontends.onnx.bisect import BisectError, bisect_model, format_report
-    from rewrite.saturate import Limits
+def _name_and_op(what: str, fallback: str) -> tuple[str, str]:
+    """("rw_3", "Conv") from `find_provenance`'s "node rw_3 (Conv)"; (NAME, "") for a
+    constant."""
+    kind, _, rest = what.partition(" ")
+    if kind == "node" and rest.endswith(")"):
+        name, _, op = rest[:-1].rpartition(" (")
+        return name, op
+    return (rest or fallback), ""
 
-    begun = _begin(args)
-    if isinstance(begun, int):
-        return begun
-    start, rules, _ = begun
+
+def cmd_optimize(args) -> int:
+    """`rewrite optimize IN OUT`: `frontends.onnx.api.run` with the options from the command
+    line, the output staged beside OUT and checked as written, then renamed into place; the
+    summary on stdout (none with --quiet). Returns the exit status."""
+    from dsl import RulesError
+    from frontends.onnx import ModelError, external, prepare_output
+    from frontends.onnx.api import OptionError, OutputMismatch, run
+    from frontends.onnx.check import CheckError
+    from rewrite.selection import UnknownRulePatternError
+
+    start = time.perf_counter()
+    # OUT may be IN: the input is read whole before anything is written, and the output is
+    # renamed into place only after every check passed
+    src, dst = Path(args.input), Path(args.output)
+    if dst.is_dir():
+        return _fail(f"output {dst} is a directory")
+    if not dst.parent.is_dir():
+        return _fail(f"{dst.parent}: output directory does not exist")
     try:
-        model = load_model(args.input)
-    except ModelError as e:
+        options = _options(
+            args,
+            check=not args.no_check,
+            input_shapes=args.input_shape,
+            atol=args.atol,
+            rtol=args.rtol,
+            provenance=not args.no_provenance,
+        )
+    except OptionError as e:
         return _fail(str(e))
-    limits = Limits(
-        args.max_iterations, args.max_nodes, args.timeout, deadline=start + args.timeout
-    )
+    if options.rules is not None and _missing(options.rules):
+        return _fail(_missing(options.rules))
+    staged = []
+
+    def stage_output(result, original):  # serialized, or staged beside OUT with external data
+        keep = args.external_data
+        if keep is None:  # as the input has its weights
+            keep = any(True for _ in external.external_tensors(original))
+        staged.append(prepare_output(result, dst, folder=src.parent, external_data=keep))
+        return staged[-1].source
+
+    stages = _Stages(quiet=args.quiet, verbose=args.verbose)
     try:
+        done = run(src, options, start=start, stage=stages.stage, stage_output=stage_output)
+    except (OptionError, ModelError, UnknownRulePatternError) as e:
+        return _fail(str(e))
+    except RulesError as e:
+        err.print(str(e), markup=False)
+        return EXIT_FAIL
+    except OSError as e:
+        return _fail(f"{dst}: cannot write: {e.strerror or e}")
+    except OutputMismatch as e:
+        _discard(staged)
+        return _mismatch(args, e.run, src, start)
+    except CheckError as e:
+        _discard(staged)
+        done = e.run
+        culprit = _bisect_failure(args, done.original, done.rules, done.report, done.folder, start)
+        return _fail(f"output check: {e}{culprit}")
+    except UnicodeDecodeError as e:
+        return _fail(f"rules: cannot read a rules file: {e}")
+    except Exception as e:  # an engine bug: say so in one line, write nothing
+        _discard(staged)
+        first = str(e).splitlines()[0] if str(e) else ""
+        return _fail(f"optimization failed: {type(e).__name__}: {first}")
+    clock = time.perf_counter()
+    try:
+        staged[-1].commit()
+    except OSError as e:
+        _discard(staged)
+        return _fail(f"{dst}: cannot write: {e.strerror or e}")
+    report = _timed(done.report, start, save=time.perf_counter() - clock)
+    _print_excluded(report, done.rules, quiet=args.quiet)
+    if not args.quiet:
+        _print_summary(report, done.diffs, options, verbose=args.verbose)
+        if args.explain:
+            _print_explained(report, done.model, done.rules)
+            _print_rejected(report)
+    if args.report:
+        _write_report(Path(args.report), report, done.diffs)
+    if not args.quiet:
+        out.print(f"wrote {dst} ({_outcome(report)})", markup=False)
+    return EXIT_OK
+
+
+def _missing(paths) -> str:
+    """The one-line error for the first rules path that does not exist, or ""."""
+    for p in [paths] if isinstance(paths, (str, Path)) else paths:
+        if not Path(p).exists():
+            return f"--rules {p}: no such file or directory"
+    return ""
+
+
+def _print_excluded(report, kept, quiet: bool) -> None:
+    """How many rules --skip/--only left out (stderr), from the reasons in `report.skipped`;
+    `kept`: the RuleSet they left."""
+    names = sorted(
+        r for r, why in report.skipped.items() if why.startswith(("--skip", "not in --only"))
+    )
+    if names and not quiet:
+        shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
+        total = len(kept.rules) + len(names)
+        err.print(f"--skip/--only excluded {len(names)} of {total} rules: {shown}", markup=False)
+
+
+def _discard(staged: list) -> None:
+    for output in staged:
+        output.discard()
+
+
+def _timed(report, start: float, save: float):
+    """`report` with `save` and `other` (what no stage accounts for) added to its seconds."""
+    seconds = {**report.seconds, "save": save}
+    seconds["other"] = max(time.perf_counter() - start - sum(seconds.values()), 0.0)
+    return replace(report, seconds=seconds)
+
+
+def _outcome(report) -> str:
+    """`N -> M nodes`, and why the model is unchanged or the best so far."""
+    note = "" if report.changed else "; no rewrite made it cheaper, so it is the input unchanged"
+    if report.limit_stage:
+        best = "the best graph found so far" if report.changed else "the input unchanged"
+        note = f"; {report.stop_reason} reached during {report.limit_stage}, so it is {best}"
+    return f"{report.nodes_before} -> {report.nodes_after} nodes{note}"
+
+
+def _mismatch(args, done, src: Path, start: float) -> int:
+    """After a failed output check: the summary (unless --quiet), the report, the bisection,
+    and the one-line error."""
+    report = _timed(done.report, start, save=0.0)
+    _print_excluded(report, done.rules, quiet=args.quiet)
+    if not args.quiet:
+        from frontends.onnx.api import Options
+
+        _print_summary(report, done.diffs, Options(atol=args.atol, rtol=args.rtol), False)
+    if args.report:
+        _write_report(Path(args.report), report, done.diffs)
+    culprit = _bisect_failure(args, done.original, done.rules, report, done.folder, start)
+    bad = ", ".join(d.name for d in done.diffs if not d.ok)
+    return _fail(f"output check failed for {bad}; nothing written{culprit}")
+
+
+class _Stages:
+    """Progress on stderr: a stage that has run for `delay` seconds shows a spinner with its
+    name until it ends (rich's status line, erased after); with `verbose` each stage's time is
+    printed as it ends. Off with `quiet` or when stderr is not a terminal (rich's
+    `is_terminal`), so logs and pipes get no control characters."""
+
+    def __init__(
+        self, quiet: bool = False, verbose: bool = False, delay: float = 1.0, console=None
+    ):
+        self.console = console or err
+        self.live = not quiet and self.console.is_terminal
+        self.verbose, self.delay = verbose and not quiet, delay
+
+    @contextlib.contextmanager
+    def stage(self, label: str):
+        """Context manager around one stage named `label`."""
+        clock = time.perf_counter()
+        status = self.console.status(f"{label}...") if self.live else None
+        lock, shown = threading.Lock(), []
+
+        def show():
+            with lock:
+                if shown == []:
+                    status.start()
+                    shown.append(True)
+
+        timer = threading.Timer(self.delay, show) if status is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            yield
+        finally:
+            if timer is not None:
+                timer.cancel()
+                with lock:
+                    if shown:
+                        status.stop()
+                    shown.append(False)
+            if self.verbose:
+                seconds = time.perf_counter() - clock
+                self.console.print(f"{label}: {seconds:.2f} s", markup=False)
+
+
+def cmd_bisect(args) -> int:
+    """`rewrite bisect IN`: look for the rules (and sites) that break the outputs; print the
+    report on stdout. Returns the exit status."""
+    from frontends.onnx import ModelError, load_model
+    from frontends.onnx.api import OptionError
+    from frontends.onnx.bisect import BisectError, bisect_model, format_report
+    from rewrite.selection import UnknownRulePatternError, pick_rules
+
+    start = time.perf_counter()
+    try:
+        options = _options(args)
+    except OptionError as e:
+        return _fail(str(e))
+    rules = _load_rules(options.rules)
+    if rules is None:
+        return EXIT_FAIL
+    try:
+        rules, _ = pick_rules(rules, options.skip, options.only)
+        model = load_model(args.input)
         report = bisect_model(
             model,
             rules,
-            fp=("exact", *args.allow),
-            limits=limits,
+            fp=options.fp,
+            limits=options.limits(start),
             folder=Path(args.input).parent,
             progress=_progress,
         )
-    except BisectError as e:
+    except (UnknownRulePatternError, ModelError, BisectError) as e:
         return _fail(str(e))
     for line in format_report(report, model=args.input, rule_paths=args.rules, allow=args.allow):
         out.print(line, markup=False)
@@ -455,34 +608,33 @@ def cmd_bisect(args) -> int:
 
 
 def _progress(line: str) -> None:
+    """Bisection progress: one line on stderr."""
     err.print(line, markup=False)
 
 
-def _bisect_failure(args, model, rules, report, src, start: float) -> str:
+def _bisect_failure(args, model, rules, report, folder, start: float) -> str:
     """After a failed output check of `optimize` (which began at `start`, a perf_counter
-    value): bisect for the culprit within what is left of --timeout, print the detailed report on stderr, and return the end of the one-line
-    error ("; culprit: rule R (file:line)"), or "" with --no-bisect."""
+    value): bisect for the culprit within what is left of --timeout, print the detailed
+    report on stderr, and return the end of the one-line error ("; culprit: rule R
+    (file:line)"), or "" with --no-bisect."""
     from frontends.onnx.bisect import BisectError, bisect_model, format_report
-    from rewrite.saturate import Limits
 
     if args.no_bisect:
         return ""
-    limits = Limits(
-        args.max_iterations, args.max_nodes, args.timeout, deadline=start + args.timeout
-    )
+    options = _options(args)
     try:
         found = bisect_model(
             model,
             rules,
-            fp=("exact", *args.allow),
-            limits=limits,
-            folder=src.parent,
+            fp=options.fp,
+            limits=options.limits(start),
+            folder=folder,
             fired=report.fired,
             progress=_progress,
         )
     except BisectError as e:
         return f"; bisection failed: {e}"
-    for line in format_report(found, model=str(src), rule_paths=args.rules, allow=args.allow):
+    for line in format_report(found, model=args.input, rule_paths=args.rules, allow=args.allow):
         err.print(line, markup=False)
     if not found.culprits:
         return f"; bisection: {found.note}" if found.note else ""
@@ -493,11 +645,15 @@ def _bisect_failure(args, model, rules, report, src, start: float) -> str:
 
 
 def _fail(msg: str) -> int:
-    err.print(f"rewrite: error: {msg}", markup=False)
+    """Print `error: msg` (one line) on stderr; return EXIT_FAIL."""
+    err.print(f"error: {msg}", markup=False)
     return EXIT_FAIL
 
 
-def _print_summary(report, diffs) -> None:
+def _print_summary(report, diffs, options, verbose: bool = False) -> None:
+    """The summary on stdout: op counts before/after, seconds per stage, why saturation
+    stopped, the rules that fired, the output check and its tolerances (`options.atol`/`rtol`
+    when given); with `verbose` also each saturation iteration and the rules not run."""
     ops = Table(title="ops before/after", title_justify="left")
     for col in ("op", "before", "after", "change"):
         ops.add_column(col, justify="left" if col == "op" else "right")
@@ -531,6 +687,11 @@ def _print_summary(report, diffs) -> None:
         + (f"; the budget ran out during {report.limit_stage}" if report.limit_stage else ""),
         markup=False,
     )
+    if verbose:
+        for i, (seconds, enodes) in enumerate(report.extra.get("history", ()), 1):
+            out.print(f"  iteration {i}: {seconds:.3f} s, {enodes} e-nodes", markup=False)
+        for rule, why in sorted(report.skipped.items()):
+            out.print(f"  not run: {rule} ({why})", markup=False)
     if report.fired:
         fired = Table(title="rules fired", title_justify="left")
         fired.add_column("rule")
@@ -557,10 +718,30 @@ def _print_summary(report, diffs) -> None:
                 if rtol == 0 and atol == 0
                 else f"|a-b| <= atol + rtol*max|b| with rtol {rtol:g}, atol {atol:g}"
             )
-            out.print(f"tolerance for {dtype} ({report.fp} rules fired): {rule}", markup=False)
+            given = " (--atol/--rtol)" if (options.atol, options.rtol) != (None, None) else ""
+            out.print(
+                f"tolerance for {dtype} ({report.fp} rules fired){given}: {rule}", markup=False
+            )
+
+
+def _print_explained(report, model, rules) -> None:
+    """What each rule did to each node of the optimized `model` (`rewrite.provenance.describe`,
+    with each rule's source pattern from `rules`)."""
+    from rewrite.provenance import describe, pattern_text
+
+    patterns = {r.name: pattern_text(r.lhs, r.rhs) for r in rules.rules}
+    ops = {n.name: n.op_type for n in model.graph.node}
+    ops.update({o: n.op_type for n in model.graph.node for o in n.output if o not in ops})
+    if not report.provenance:
+        out.print("no node was produced by a rewrite", markup=False)
+    for name, tree in report.provenance.items():
+        for line in describe(name, ops.get(name, ""), tree, patterns):
+            out.print(line, markup=False)
 
 
 def _print_rejected(report) -> None:
+    """The host-rule matches that were not applied, with the failing guard, and the rules
+    not run."""
     table = Table(title="matched but not applied", title_justify="left")
     for col in ("rule", "reason", "matches"):
         table.add_column(col, justify="right" if col == "matches" else "left")
@@ -579,6 +760,7 @@ def _print_rejected(report) -> None:
 
 
 def _write_report(path: Path, report, diffs) -> None:
+    """The JSON report: `Report.to_json()` and the output check."""
     data = report.to_json()
     data["check"] = [d.__dict__ for d in diffs]
     path.write_text(json.dumps(data, indent=2, default=float) + "\n")

@@ -90,6 +90,7 @@ def _fold_tree(nodes: list[Node], g: TermGraph) -> dict:
         "at": "rewrite/fold.py",
         "op": nodes[-1].op,
         "replaces": [name(n) for n in nodes if n.provenance is None],
+        "ops": [n.op for n in nodes if n.provenance is None],
         "after": list(after.values()),
     }
 

@@ -20,10 +20,12 @@ The tree of one node, the format of ONNX `rewrite.rules` metadata, fx `node.meta
 and the report's `provenance` section (see README, "Provenance"):
 
     {"rule": NAME, "at": "FILE:LINE", "op": OP, "replaces": [ORIGINAL NODE NAMES],
-     "after": [TREES of the rewritten e-nodes the rule matched, fired before it]}
+     "ops": [THEIR OPS], "after": [TREES of the rewritten e-nodes the rule matched, fired
+     before it], "merged": [TREES of original nodes of the same value a rule removed]}
 
 Constant folding adds `{"rule": "constant-folding", "at": "rewrite/fold.py", ...}`, whose
-`replaces` names every node folded into the constant (`rewrite.fold`).
+`replaces` names every node folded into the constant (`rewrite.fold`). `describe` says in
+words what each firing of a tree did (`--explain`, `rewrite explain`).
 """
 
 from __future__ import annotations
@@ -261,11 +263,13 @@ class Justification:
         def walk(e: ENode, i: int) -> dict:
             f = self.fired[i]
             budget[0] -= 1
+            gone = sorted({(self.names[m], m.op) for m in self.lhs[i] if m in self.names})
             node = {
                 "rule": f.name,
                 "at": f.at,
                 "op": e.op,
-                "replaces": sorted({self.names[m] for m in self.lhs[i] if m in self.names}),
+                "replaces": [name for name, _ in gone],
+                "ops": [op for _, op in gone],
             }
             if budget[0] <= 0:
                 node["truncated"] = True
@@ -287,7 +291,14 @@ class Justification:
         if n in self.best:
             top = walk(n, self.best[n])
         elif merged and n in self.names:
-            top = {"rule": "original", "at": "", "op": n.op, "replaces": [], "after": []}
+            top = {
+                "rule": "original",
+                "at": "",
+                "op": n.op,
+                "replaces": [],
+                "ops": [],
+                "after": [],
+            }
         else:
             return None
         if merged:
@@ -339,3 +350,68 @@ def collect(g: TermGraph) -> dict[str, dict]:
 def dumps(tree: dict) -> str:
     """The compact JSON text of a tree (the ONNX metadata value)."""
     return json.dumps(tree, separators=(",", ":"))
+
+
+def describe(name: str, op: str, tree: dict, patterns: dict[str, str] | None = None) -> list[str]:
+    """What the rules of `tree` (the provenance of node or constant `name`, of op `op`) did,
+    one line per firing, the last firing first, e.g. `add-zero: removed Add node_linear, whose
+    value node_mm computes (patterns/cleanup/identity.rules:12)`. patterns: rule name -> its
+    source pattern (`pattern_text`), shown after the location when given. Older trees without
+    `ops` name the nodes without their ops."""
+    lines: list[str] = []
+
+    def gone(t: dict) -> str:
+        ops = t.get("ops") or [""] * len(t["replaces"])
+        return ", ".join(f"{o} {n}".strip() for o, n in zip(ops, t["replaces"]))
+
+    def where(t: dict) -> str:
+        rule = (patterns or {}).get(t["rule"].removesuffix(" (reverse)"))
+        return f" ({t['at']}{': ' + rule if rule else ''})" if t["at"] else ""
+
+    def walk(t: dict, made: str, depth: int) -> None:
+        pad = "  " * depth
+        if t["rule"] == "constant-folding":
+            lines.append(
+                f"{pad}constant-folding: folded {gone(t) or 'rewritten nodes'} into {made}"
+            )
+        elif t["rule"] != "original":
+            was = f"replaced {gone(t)} with" if t["replaces"] else "rewrote rewritten nodes into"
+            lines.append(f"{pad}{t['rule']}: {was} {made}{where(t)}")
+        for sub in t.get("merged", ()):
+            lines.append(
+                f"{pad}{sub['rule']}: removed {gone(sub) or sub['op']}, whose value "
+                f"{f'{op} {name}'.strip()} computes{where(sub)}"
+            )
+            for before in sub.get("after", ()):
+                walk(before, f"an intermediate {before['op']}", depth + 1)
+        for before in t.get("after", ()):
+            walk(before, f"an intermediate {before['op']} (rewritten again above)", depth + 1)
+
+    made = f"constant {name}" if tree["rule"] == "constant-folding" else f"{op} {name}"
+    walk(tree, made, 0)
+    return lines
+
+
+def pattern_text(lhs: Term, rhs: Term) -> str:
+    """A rule's source pattern in the DSL's notation, `(Add @x 0) -> @x` (attributes the rule
+    leaves free are not shown)."""
+
+    def text(t) -> str:
+        if isinstance(t, Capture):
+            return f"@{t.name}"
+        if isinstance(t, Wildcard):
+            return "_"
+        if isinstance(t, Absent):
+            return "_"
+        attrs = [f":{k} {_attr_text(v)}" for k, v in t.attrs if not isinstance(v, Wildcard)]
+        return "(" + " ".join([t.op, *map(text, t.args), *attrs]) + ")"
+
+    return f"{text(lhs)} -> {text(rhs)}"
+
+
+def _attr_text(v) -> str:
+    if isinstance(v, Capture):
+        return f"@{v.name}"
+    if isinstance(v, Literal):
+        return json.dumps(list(v.value) if isinstance(v.value, tuple) else v.value)
+    return f"({v.fn} {' '.join(_attr_text(a) for a in v.args)})"

@@ -144,7 +144,7 @@ def test_optimize_fx_skip():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).eval()
     x = torch.randn(1, 3, 8, 8)
     gm = torch.fx.symbolic_trace(model)
-    _, kept = rewrite.optimize_fx(gm, (x,), fp=("exact", "reassoc"), skip=["fold-batchnorm*"])
+    _, kept = rewrite.optimize_fx(gm, (x,), allow=["reassoc"], skip=["fold-batchnorm*"])
     assert kept.ops_after == kept.ops_before  # the README example folds it without --skip
     assert not any(n.startswith("fold-batchnorm") for n in kept.fired)
     assert kept.skipped["fold-batchnorm-into-conv"] == "--skip fold-batchnorm*"
@@ -159,7 +159,7 @@ def test_optimize_fx_skip():
 def test_cli_unknown_pattern_is_one_line(cli):
     r = cli("optimize", RESNET, ROOT / "never-written.onnx", "--only", "ruleset:nope")
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
-        "rewrite: error: --only ruleset:nope: matches no rule (a name, a glob or ruleset:NAME; "
+        "error: --only ruleset:nope: matches no rule (a name, a glob or ruleset:NAME; "
         f"{len(shipped().rules)} rules loaded)"
     ]
     assert not (ROOT / "never-written.onnx").exists()
@@ -283,13 +283,13 @@ def test_bisect_out_of_time_says_so(planted):
 
 
 def test_cli_bisect_and_optimize_name_the_culprit(cli, tmp_path):
-    r = cli("bisect", RESNET, "--rules", "patterns", BROKEN, "--allow", "reassoc")
+    r = cli("bisect", RESNET, "--rules", "patterns", "--rules", BROKEN, "--allow", "reassoc")
     assert r.returncode == 0, r.stderr
     assert "culprit: rule relu-of-add-dropped (examples/broken.rules:7)" in r.stdout
     assert "site: node node_relu_" in r.stdout and "pixel_values float32[1, 3, 64, 64]" in r.stdout
     assert "bisect: rules: run" in r.stderr  # progress
     out = tmp_path / "out.onnx"
-    r = cli("optimize", RESNET, out, "--rules", "patterns", BROKEN, "--allow", "reassoc")
+    r = cli("optimize", RESNET, out, "--rules", f"patterns,{BROKEN}", "--allow", "reassoc")
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 1 and not out.exists()
     assert (
@@ -298,7 +298,14 @@ def test_cli_bisect_and_optimize_name_the_culprit(cli, tmp_path):
     )
     assert "reproduce: rewrite optimize" in r.stderr
     r = cli(
-        "optimize", RESNET, out, "--rules", "patterns", BROKEN, "--allow", "reassoc", "--no-bisect"
+        "optimize",
+        RESNET,
+        out,
+        "--rules",
+        f"patterns,{BROKEN}",
+        "--allow",
+        "reassoc",
+        "--no-bisect",
     )
     assert r.returncode == 1 and "culprit" not in r.stderr and not out.exists()
     r = cli(
@@ -307,6 +314,7 @@ def test_cli_bisect_and_optimize_name_the_culprit(cli, tmp_path):
         out,
         "--rules",
         "patterns",
+        "--rules",
         BROKEN,
         "--allow",
         "reassoc",

@@ -181,8 +181,23 @@ def test_help_explains_options():
         "--max-nodes",
         "--timeout",
         "--allow",
+        "--skip",
+        "--only",
+        "--input-shape",
+        "--atol",
+        "--rtol",
+        "--external-data",
+        "--no-external-data",
+        "--explain",
+        "--quiet",
+        "--verbose",
     ):
         assert opt in r.stdout
+    # every option has a help text: no option line of --help stands alone
+    lines = r.stdout.split("options:")[1].splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("  -") and len(line.split()) <= 2 and "," not in line:
+            assert lines[i + 1].startswith(" " * 10), line
 
 
 def test_explain_says_why_rules_did_not_fire(tmp_path):
@@ -222,8 +237,278 @@ def test_wrong_rule_on_a_real_model_is_refused(tmp_path):
     wrong = tmp_path / "wrong.rules"
     wrong.write_text("(ruleset wrong)\n(simplify erf-as-identity (Erf @x) @x)\n")
     out = tmp_path / "out.onnx"
-    r = run_cli("optimize", str(src), str(out), "--rules", str(ROOT / "patterns"), str(wrong))
+    r = run_cli("optimize", str(src), str(out), "--rules", f"{ROOT / 'patterns'},{wrong}")
     assert r.returncode == 1 and "output check failed" in r.stderr, r.stdout + r.stderr
     assert "erf-as-identity" in r.stdout and not out.exists()
     r = run_cli("optimize", str(src), str(out))  # the shipped rules alone pass the same check
     assert r.returncode == 0 and out.exists(), r.stderr
+
+
+# ---- issue 18, point 3: options as onnxsim/onnxslim have them ------------------------------
+
+
+def cli_in_process(capsys, *args) -> tuple[int, str, str]:
+    """Run `rewrite ARGS...` in this process: (status, stdout, stderr)."""
+    status = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+DYNAMIC = """<ir_version: 10, opset_import: ["" : 18]>
+g (int64[batch, seq] input_ids, float[batch, seq] mask) => (float[batch, seq, 4] y)
+  <float[10, 4] emb = {0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 0., 1., 2., 3., 4., 5., 6., 7.,
+   8., 9., 0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 0., 1., 2., 3., 4., 5., 6., 7., 8., 9.}> {
+    e = Gather(emb, input_ids)
+    m = Unsqueeze(mask, [-1])
+    t = Mul(e, m)
+    i = Identity(t)
+    y = Relu(i) }"""
+
+
+def dynamic_model(path: Path) -> Path:
+    text = DYNAMIC.replace("Unsqueeze(mask, [-1])", "Unsqueeze(mask, axes)")
+    text = text.replace("8., 9.}>", "8., 9.}, int64[1] axes = {-1}>")
+    onnx.save(onnx.parser.parse_model(text), str(path))
+    return path
+
+
+def test_positional_after_allow_is_not_taken(tmp_path, capsys):
+    out = tmp_path / "out.onnx"
+    status, stdout, stderr = cli_in_process(
+        capsys, "optimize", "--allow", "reassoc", small_model(tmp_path / "m.onnx"), out
+    )
+    assert status == 0, stderr
+    assert out.exists() and "wrote" in stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--only", "identity,idempotent-relu"],
+        ["--only", "identity", "--only", "idempotent-relu"],
+        ["--skip", "idempotent-relu,transpose-transpose", "--allow", "reassoc,approx"],
+    ],
+)
+def test_comma_separated_and_repeated_values(tmp_path, capsys, args):
+    rule = "identity"
+    out, rep = tmp_path / "out.onnx", tmp_path / "r.json"
+    status, _, stderr = cli_in_process(
+        capsys, "optimize", small_model(tmp_path / "m.onnx"), out, *args, "--report", rep
+    )
+    assert status == 0, stderr
+    skipped = json.loads(rep.read_text())["skipped"]
+    if "--only" in args:
+        assert rule not in skipped and "idempotent-relu" not in skipped
+        assert skipped["transpose-transpose"] == "not in --only"
+    else:
+        assert skipped["idempotent-relu"].startswith("--skip")
+        assert skipped["transpose-transpose"].startswith("--skip")
+        assert not any("numeric class" in why for why in skipped.values())
+
+
+def test_unknown_numeric_class_is_one_usage_line(tmp_path, capsys):
+    status, _, stderr = cli_in_process(
+        capsys, "optimize", small_model(tmp_path / "m.onnx"), tmp_path / "o.onnx", "--allow", "x"
+    )
+    assert status == 2 and len(stderr.strip().splitlines()) == 1
+    assert stderr.startswith("error: rewrite optimize: argument --allow") and "'x'" in stderr
+
+
+def test_missing_rules_file_is_one_error_line(tmp_path, capsys):
+    missing = tmp_path / "nope.rules"
+    for cmd in (
+        ["optimize", small_model(tmp_path / "m.onnx"), tmp_path / "o.onnx", "--rules", missing],
+        ["check", missing],
+        ["bisect", tmp_path / "m.onnx", "--rules", missing],
+    ):
+        status, _, stderr = cli_in_process(capsys, *cmd)
+        assert status == 1, cmd
+        assert stderr.strip().splitlines() == [
+            f"error: --rules {missing}: no such file or directory"
+            if cmd[0] == "optimize"
+            else f"error: rules: {missing}: no such file or directory"
+        ]
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_unclosed_paren_names_its_line_and_column(tmp_path, capsys):
+    rules = tmp_path / "open.rules"
+    rules.write_text(";; header\n\n\n(simplify relu-relu\n  (Relu (Relu @x))\n  (Relu @x)\n")
+    status, _, stderr = cli_in_process(capsys, "check", rules)
+    assert status == 1
+    assert stderr.splitlines()[0] == (
+        f"{rules}:4:1: error: '(' is never closed: the file ends at 6:12"
+    )
+
+
+def test_quiet_prints_nothing_on_stdout(tmp_path, capsys):
+    out = tmp_path / "out.onnx"
+    status, stdout, stderr = cli_in_process(
+        capsys, "optimize", small_model(tmp_path / "m.onnx"), out, "--quiet"
+    )
+    assert status == 0 and stdout == "" and stderr == "" and out.exists()
+
+
+def test_verbose_prints_iterations_and_stage_times(tmp_path, capsys):
+    status, stdout, stderr = cli_in_process(
+        capsys, "optimize", small_model(tmp_path / "m.onnx"), tmp_path / "o.onnx", "-v"
+    )
+    assert status == 0
+    assert "iteration 1:" in stdout and "not run:" in stdout
+    assert "optimizing (import, saturate, extract, fold): " in stderr
+
+
+def test_version(capsys):
+    import rewrite
+
+    status, stdout, _ = cli_in_process(capsys, "--version")
+    assert status == 0 and stdout.strip() == f"rewrite {rewrite.__version__}"
+    assert rewrite.__version__[0].isdigit()
+
+
+def test_input_shape_fixes_dims_and_optimizes(tmp_path, capsys):
+    src, out = dynamic_model(tmp_path / "d.onnx"), tmp_path / "o.onnx"
+    status, stdout, stderr = cli_in_process(
+        capsys, "optimize", src, out, "--input-shape", "input_ids:1,128"
+    )
+    assert status == 0, stderr
+    model = onnx.load(str(out))
+    dims = {
+        i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim]
+        for i in [*model.graph.input, *model.graph.output]
+    }
+    # batch and seq are fixed wherever they appear: the mask shares them with the ids
+    assert dims == {"input_ids": [1, 128], "mask": [1, 128], "y": [1, 128, 4]}
+    assert "Identity" not in [n.op_type for n in model.graph.node]
+    assert "y " in stdout and "ok" in stdout  # the output check ran on the fixed shapes
+
+
+def test_input_shape_leaves_other_symbols(tmp_path):
+    from frontends.onnx.api import fix_input_shapes
+
+    model = onnx.load(str(dynamic_model(tmp_path / "d.onnx")))
+    fixed = fix_input_shapes(model, {"mask": (3, 7)})
+    dims = [d.dim_value for d in fixed.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [3, 7]
+    model.graph.input[1].type.tensor_type.shape.dim[1].dim_param = "other"
+    fixed = fix_input_shapes(model, {"mask": (3, 7)})
+    ids = [d.dim_value or d.dim_param for d in fixed.graph.input[0].type.tensor_type.shape.dim]
+    assert ids == [3, "seq"]
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("nope:1,2", "error: input shape: the model has no input 'nope' (inputs: input_ids, mask)"),
+        ("input_ids:1", "error: input shape: input_ids has rank 2, got 1 dims [1]"),
+        (
+            "input_ids=1,2",
+            "error: input shape 'input_ids=1,2': expected NAME:DIMS with positive integer dims, "
+            "e.g. input_ids:1,128",
+        ),
+        (
+            "input_ids:1,x",
+            "error: input shape 'input_ids:1,x': expected NAME:DIMS with positive integer dims, "
+            "e.g. input_ids:1,128",
+        ),
+    ],
+)
+def test_input_shape_errors_are_one_line(tmp_path, capsys, value, message):
+    src, out = dynamic_model(tmp_path / "d.onnx"), tmp_path / "o.onnx"
+    status, _, stderr = cli_in_process(capsys, "optimize", src, out, "--input-shape", value)
+    assert status == 1 and stderr.strip().splitlines() == [message]
+    assert not out.exists()
+
+
+def test_atol_rtol_reach_the_check(tmp_path, capsys):
+    src = small_model(tmp_path / "m.onnx")
+    status, stdout, _ = cli_in_process(capsys, "optimize", src, tmp_path / "a.onnx")
+    assert status == 0 and "with rtol 1e-05, atol 1e-06" in stdout  # the defaults, printed
+    status, stdout, _ = cli_in_process(
+        capsys, "optimize", src, tmp_path / "b.onnx", "--atol", "0.5", "--rtol", "0.25"
+    )
+    assert status == 0
+    assert "(--atol/--rtol): |a-b| <= atol + rtol*max|b| with rtol 0.25, atol 0.5" in stdout
+    rep = tmp_path / "r.json"
+    cli_in_process(capsys, "optimize", src, tmp_path / "c.onnx", "--atol", "0.5", "--report", rep)
+    (check,) = json.loads(rep.read_text())["check"]
+    assert (check["atol"], check["rtol"]) == (0.5, 1e-5)
+
+
+def test_tolerance_decides_the_check(tmp_path):
+    """A wrong rule whose error is small: refused at the default tolerance, accepted with a
+    larger --atol (the check uses what it is given)."""
+    from frontends.onnx.check import compare
+
+    a = onnx.parser.parse_model(
+        '<ir_version: 10, opset_import: ["" : 18]> g (float[2,3] x) => (float[2,3] y) '
+        "<float[1] c = {0.001}> { y = Add(x, c) }"
+    )
+    b = onnx.parser.parse_model(
+        '<ir_version: 10, opset_import: ["" : 18]> g (float[2,3] x) => (float[2,3] y) '
+        "{ y = Identity(x) }"
+    )
+    assert not compare(a, b)[0].ok
+    assert compare(a, b, atol=0.01)[0].ok
+    assert not compare(a, b, atol=0.0001)[0].ok
+
+
+def test_explain_says_what_the_rule_did(tmp_path, capsys):
+    src = tmp_path / "z.onnx"
+    onnx.save(
+        onnx.parser.parse_model(
+            '<ir_version: 10, opset_import: ["" : 18]> g (float[4,3] x, float[3,4] w) => '
+            "(float[4,4] y) <float[1] z = {0.0}> "
+            "{ m = MatMul(x, w)  node_linear = Add(m, z)  y = Relu(node_linear) }"
+        ),
+        str(src),
+    )
+    status, stdout, _ = cli_in_process(capsys, "optimize", src, tmp_path / "o.onnx", "--explain")
+    assert status == 0
+    line = next(x for x in stdout.splitlines() if x.startswith("add-zero"))
+    assert line.startswith("add-zero: removed Add node_linear, whose value MatMul m computes (")
+    assert line.endswith(": (Add @x @zero) -> @x)")
+
+
+def test_input_shape_on_an_exported_gpt2(tmp_path, capsys):
+    """A model we did not write (transformers' GPT-2, two layers, TorchScript exporter, batch
+    and seq dynamic): `--input-shape input_ids:1,128` fixes both inputs (the mask shares the
+    symbols), the check runs at that shape, and fixed shapes let more fold than symbolic ones."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import make_models
+
+    src = tmp_path / "gpt2.onnx"
+    onnx.save(make_models.dynamic("gpt2", layers=2, hidden=128), str(src))
+    fixed, dynamic = tmp_path / "fixed.onnx", tmp_path / "dynamic.onnx"
+    status, stdout, stderr = cli_in_process(
+        capsys, "optimize", src, fixed, "--input-shape", "input_ids:1,128", "--allow", "reassoc"
+    )
+    assert status == 0, stderr
+    assert "last_hidden_state" in stdout and "FAIL" not in stdout
+    model = onnx.load(str(fixed))
+    shapes = {
+        i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input
+    }
+    assert shapes == {"input_ids": [1, 128], "attention_mask": [1, 128]}
+    assert cli_in_process(capsys, "optimize", src, dynamic, "--allow", "reassoc", "-q")[0] == 0
+    n_fixed, n_dynamic = (len(onnx.load(str(p)).graph.node) for p in (fixed, dynamic))
+    assert n_fixed < n_dynamic < len(onnx.load(str(src)).graph.node)
+
+
+def test_model_that_cannot_run_is_one_error_line(tmp_path, capsys, monkeypatch):
+    import frontends.onnx.api as api
+    from frontends.onnx.check import CheckError
+
+    def broken(*args, **kwargs):
+        raise CheckError("onnxruntime cannot load the optimized model: boom")
+
+    monkeypatch.setattr(api, "check_outputs", broken)
+    out = tmp_path / "o.onnx"
+    status, stdout, stderr = cli_in_process(
+        capsys, "optimize", small_model(tmp_path / "m.onnx"), out, "--no-bisect"
+    )
+    assert status == 1 and stdout == "" and not out.exists()
+    assert stderr.strip().splitlines() == [
+        "error: output check: onnxruntime cannot load the optimized model: boom"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]  # nothing staged is left

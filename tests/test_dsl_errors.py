@@ -120,9 +120,9 @@ EXPECTED = {
     ),
     "unexpected_eof": (
         dsl.RulesSyntaxError,
-        "unexpected_eof.rules:3:5: error: unexpected end of file; expected ')'\n"
-        "      @x\n"
-        "        ^",
+        "unexpected_eof.rules:1:1: error: '(' is never closed: the file ends at 3:5\n"
+        "    (simplify identity\n"
+        "    ^",
     ),
     "unknown_attribute": (
         dsl.UnknownAttributeError,
@@ -247,3 +247,17 @@ def test_more_errors(text, cls, message):
     with pytest.raises(cls) as info:
         dsl.check(dsl.parse(text))
     assert message in str(info.value)
+
+
+def test_unclosed_paren_names_the_innermost_open_one_not_the_end():
+    """Of the parentheses left open at the end, the error points at the innermost; parentheses
+    in comments and strings do not count."""
+    text = ";; a comment (\n(simplify relu-relu ; (\n  (Relu (Relu @x)\n  @x\n\n"
+    with pytest.raises(dsl.RulesSyntaxError) as e:
+        dsl.parse(text, "f.rules")
+    assert str(e.value).splitlines()[:3] == [
+        "f.rules:3:3: error: '(' is never closed: the file ends at 4:5 "
+        "(2 parentheses are open there)",
+        "      (Relu (Relu @x)",
+        "      ^",
+    ]

@@ -82,10 +82,29 @@ def test_weights_are_mapped_not_read(tmp_path):
     np.testing.assert_array_equal(w, numpy_helper.to_array(weighted_model().graph.initializer[0]))
 
 
-def test_external_input_small_output_inline(tmp_path):
+def test_external_input_gives_external_output_by_default(tmp_path):
+    """Weights in a file beside the input: the output gets its weights in OUT.data beside it."""
     src = save_external(weighted_model(), tmp_path / "m.onnx", "m.weights")
     out = tmp_path / "out.onnx"
     r = cli("optimize", str(src), str(out))
+    assert r.returncode == 0, r.stderr
+    result = onnx.load(str(out), load_external_data=False)
+    assert _external_names(result) == ["W"]
+    assert ExternalDataInfo(result.graph.initializer[0]).location == "out.onnx.data"
+    assert [n.op_type for n in result.graph.node] == ["MatMul", "Relu"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "m.onnx",
+        "m.weights",
+        "out.onnx",
+        "out.onnx.data",
+    ]
+    assert _same_outputs(src, out)
+
+
+def test_no_external_data_writes_one_file(tmp_path):
+    src = save_external(weighted_model(), tmp_path / "m.onnx", "m.weights")
+    out = tmp_path / "out.onnx"
+    r = cli("optimize", str(src), str(out), "--no-external-data")
     assert r.returncode == 0, r.stderr
     result = onnx.load(str(out), load_external_data=False)
     assert _external_names(result) == [] and [n.op_type for n in result.graph.node] == [
@@ -94,6 +113,15 @@ def test_external_input_small_output_inline(tmp_path):
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.weights", "out.onnx"]
     assert _same_outputs(src, out)
+
+
+def test_inline_input_gives_inline_output(tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(weighted_model(), str(src))
+    out = tmp_path / "out.onnx"
+    r = cli("optimize", str(src), str(out), "--quiet")
+    assert r.returncode == 0 and r.stdout == "", r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "out.onnx"]
 
 
 def test_external_data_on_request(tmp_path):

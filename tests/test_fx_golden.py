@@ -322,7 +322,7 @@ def test_same_rewrites(case, dialect):
         graph = torch.fx.symbolic_trace(module)
     else:
         graph = torch.export.export(module, inputs, strict=False)
-    fx_out, fx_report = optimize_fx(graph, inputs, RULES, fp=fp)
+    fx_out, fx_report = optimize_fx(graph, inputs, RULES, allow=fp)
     onnx_ops = lambda m: _ops([n.op_type for n in m.graph.node], {"CustomOp"})  # noqa: E731
     same_input = _fx_ops(graph, inputs) == onnx_ops(model)
     if dialect == "symbolic_trace":  # torch.export normalizes some spellings (1 / x, Identity)

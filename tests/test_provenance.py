@@ -102,7 +102,7 @@ def chain_files(tmp_path_factory, rules):
     return d
 
 
-def test_explain_prints_the_tree(chain_files, capsys):
+def test_explain_says_what_each_rule_did(chain_files, capsys):
     node = next(
         n for n in onnx.load(str(chain_files / "out.onnx")).graph.node if n.op_type == "Transpose"
     )
@@ -111,7 +111,10 @@ def test_explain_prints_the_tree(chain_files, capsys):
     text = capsys.readouterr().out
     lines = [ln for ln in text.splitlines() if "rules:" in ln]
     assert "transpose-transpose" in lines[0] and "transpose-through-relu" in lines[1]
-    assert "replaces a" in lines[0] and "replaces b, y" in lines[1]
+    assert f"transpose-transpose: replaced Transpose a with Transpose {node.name} (" in lines[0]
+    assert lines[1].startswith(
+        "    transpose-through-relu: replaced Relu b, Transpose y with an intermediate Transpose"
+    )
 
 
 @pytest.mark.parametrize(

@@ -222,5 +222,5 @@ def _table(results) -> Table:
 
 
 def _usage(msg: str) -> int:
-    err.print(f"rewrite verify: error: {msg}", markup=False)
+    err.print(f"error: verify: {msg}", markup=False)
     return EXIT_USAGE

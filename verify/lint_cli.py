@@ -72,10 +72,10 @@ def cmd_lint(args) -> int:
             seed=args.seed,
         )
     except RulesError as e:
-        print(f"rewrite lint: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"error: lint: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     except (LintInputError, OSError) as e:
-        print(f"rewrite lint: {e}", file=sys.stderr)
+        print(f"error: lint: {e}", file=sys.stderr)
         return 2
     for f in report.findings:
         print(f.line())

@@ -42,40 +42,60 @@ def shipped_rules():
     return load_rules([shipped_rules_dir()])
 
 
-def optimize_fx(
-    gm,
-    example_inputs=None,
-    rules=None,
-    *,
-    fp: tuple[str, ...] = ("exact",),
-    freeze: bool = False,
-    check: bool = True,
-    cost: CostModel = CostModel(),
-    provenance: bool = True,
-    skip: tuple[str, ...] = (),
-    only: tuple[str, ...] = (),
-    **limits,
-):
+# the keywords of `optimize_fx`, named as `rewrite optimize`'s options and
+# `rewrite.optimize_model`'s keywords (`allow`, not the engine's `fp`)
+FX_OPTIONS = (
+    "allow",
+    "skip",
+    "only",
+    "check",
+    "atol",
+    "rtol",
+    "freeze",
+    "cost",
+    "provenance",
+    "max_iterations",
+    "max_nodes",
+    "timeout",
+)
+
+
+def optimize_fx(gm, example_inputs=None, rules=None, **options):
     """Optimize a torch.fx GraphModule (or a torch.export ExportedProgram) with `.rules`.
 
     example_inputs: tensors for the graph's placeholders (user inputs only for an
         ExportedProgram); shapes and dtypes come from them when nodes carry no metadata.
     rules: a RuleSet, `.rules` paths, or None for the shipped library.
-    fp: numeric classes allowed (`exact` always; add `reassoc` for BatchNorm folding, scale
-        folding; `approx`), as `rewrite optimize --allow`.
-    freeze: take parameters that torch.compile passes as inputs as constants (inference only).
-    check: run both modules on `example_inputs` and compare every output with the tolerance
-        of the loosest numeric class that fired (`frontends.onnx.check.TOLERANCES`).
-    provenance: each fx node a rewrite produced (and each folded constant's node) gets
-        `node.meta["rewrite"]`, the tree of rules that justify it (`rewrite.provenance`);
-        False gives a bare module.
+    Options (keywords, `FX_OPTIONS`; the names of `rewrite optimize`'s options):
+    allow: numeric classes beyond `exact` (`reassoc` for BatchNorm folding and scale folding,
+        `approx`), as `rewrite optimize --allow`; a string or a list.
     skip/only: rule names, globs or `ruleset:NAME`, as `rewrite optimize --skip/--only`
         (`rewrite.selection.pick_rules`); the excluded rules are in `report.skipped`.
-    limits: `max_iterations`, `max_nodes`, `timeout` (seconds) for saturation.
+    check (default True): run both modules on `example_inputs` and compare every output with
+        the tolerance of the loosest numeric class that fired (`frontends.onnx.check.TOLERANCES`),
+        or `atol`/`rtol` when given (float outputs).
+    freeze: take parameters that torch.compile passes as inputs as constants (inference only).
+    cost: a `rewrite.cost.CostModel`.
+    provenance (default True): each fx node a rewrite produced (and each folded constant's node)
+        gets `node.meta["rewrite"]`, the tree of rules that justify it (`rewrite.provenance`).
+    max_iterations, max_nodes, timeout (seconds): saturation limits.
     Returns (module, Report): a new GraphModule (ExportedProgram for one), or `gm` itself when
-    nothing cheaper was found. Raises FxCheckError when the check fails, and
+    nothing cheaper was found. Raises TypeError for an unknown keyword (naming it and the
+    accepted ones), FxCheckError when the check fails, and
     `rewrite.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
     """
+    unknown = sorted(set(options) - set(FX_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"optimize_fx: unknown option {', '.join(map(repr, unknown))}; "
+            f"accepted: {', '.join(FX_OPTIONS)}"
+        )
+    allow = _listed(options.get("allow", ()))
+    limits = {k: options[k] for k in ("max_iterations", "max_nodes", "timeout") if k in options}
+    fp = ("exact", *(c for c in allow if c != "exact"))
+    skip, only = _listed(options.get("skip", ())), _listed(options.get("only", ()))
+    freeze, check = options.get("freeze", False), options.get("check", True)
+    cost, provenance = options.get("cost", CostModel()), options.get("provenance", True)
     rules = shipped_rules() if rules is None else _rules(rules)
     rules, excluded = pick_rules(rules, skip, only)
     before = fx_op_counts(gm)
@@ -106,8 +126,15 @@ def optimize_fx(
         extra={**report.extra, **extra},
     )
     if check and result is not gm and _concrete(example_inputs):
-        compare(gm, result, example_inputs, report.fp)
+        tolerance = (options.get("rtol"), options.get("atol"))
+        compare(gm, result, example_inputs, report.fp, tolerance)
     return result, report
+
+
+def _listed(value) -> tuple[str, ...]:
+    """Names from a string ("a,b") or an iterable of such strings."""
+    items = [value] if isinstance(value, str) else list(value or ())
+    return tuple(p.strip() for v in items for p in str(v).split(",") if p.strip())
 
 
 def _rules(rules):
@@ -191,9 +218,10 @@ def _qualified(target) -> str:
         return str(target)
 
 
-def compare(original, optimized, example_inputs, fp: str = "exact") -> None:
+def compare(original, optimized, example_inputs, fp: str = "exact", tolerance=(None, None)):
     """Run both modules on `example_inputs`; raise FxCheckError if an output differs by more
-    than the tolerance of numeric class `fp` for its dtype (|a-b| <= atol + rtol*|b|)."""
+    than the tolerance of numeric class `fp` for its dtype (|a-b| <= atol + rtol*|b|), or
+    `tolerance` (rtol, atol; each None for the class's) for float outputs."""
     from frontends.onnx.check import TOLERANCES
 
     with torch.no_grad():
@@ -206,6 +234,9 @@ def compare(original, optimized, example_inputs, fp: str = "exact") -> None:
                 raise FxCheckError(f"output {i}: {a!r} != {b!r}")
             continue
         rtol, atol = TOLERANCES[fp].get(onnx_elem(b.dtype), (0.0, 0.0))
+        if b.is_floating_point():
+            rtol = rtol if tolerance[0] is None else tolerance[0]
+            atol = atol if tolerance[1] is None else tolerance[1]
         if a.shape != b.shape or a.dtype != b.dtype or not torch.allclose(a, b, rtol, atol, True):
             err = (a.double() - b.double()).abs().max().item() if a.shape == b.shape else "shape"
             raise FxCheckError(f"output {i} differs (max |a-b| {err}; rtol {rtol}, atol {atol})")

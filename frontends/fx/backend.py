@@ -10,14 +10,17 @@ Options (`torch.compile(..., options={...})`):
         when the graph is captured with grad disabled (`torch.no_grad()`, inference), off
         otherwise. Frozen values are those at compile time: as with inductor's freezing,
         parameters changed afterwards are not seen by the compiled graph.
-    check: compare outputs against the captured graph once (default off).
+    check: compare outputs against the captured graph once (default off); atol, rtol: its
+        tolerance for float outputs (default: the numeric class's).
     skip, only: rule names, globs or `ruleset:NAME` to leave out / to run alone, as
         `rewrite optimize --skip/--only` (a pattern matching no rule is an error, which the
         backend turns into a warning and the captured graph).
     max_iterations, max_nodes, timeout: saturation limits.
 The rewritten graph stays cacheable by inductor's FX graph and AOTAutograd caches (see
 `constants_as_inputs`, `fill_example_values`). The backend never fails a model: if the
-rewrite raises, the captured graph is used as it is (with a warning). Each compile's Report is appended to `REPORTS`.
+rewrite raises, the captured graph is used as it is (with a warning, which names an unknown
+option). Each compile's Report is appended to `REPORTS`. The option names are `optimize_fx`'s
+(`FX_OPTIONS`), which are `rewrite optimize`'s.
 """
 
 from __future__ import annotations
@@ -44,10 +47,10 @@ def rewrite_backend(
         raise ValueError(f"rewrite backend: unknown backend {backend!r} (inductor or eager)")
     freeze = opts.pop("freeze", None)
     freeze = not torch.is_grad_enabled() if freeze is None else freeze
-    fp = ("exact", *opts.pop("allow", ("reassoc",)))
+    allow = opts.pop("allow", ("reassoc",))
     try:
         optimized, report = optimize_fx(
-            gm, example_inputs, fp=fp, freeze=freeze, check=opts.pop("check", False), **opts
+            gm, example_inputs, allow=allow, freeze=freeze, check=opts.pop("check", False), **opts
         )
         REPORTS.append(report)
     except Exception as e:  # never fail the user's model because of the rewrite

@@ -75,7 +75,9 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
 
 
 def optimize_model(model: onnx.ModelProto, rules, **kw):
-    """Optimize an ONNX model with a RuleSet. Keyword arguments go to `rewrite.optimize`.
+    """Optimize an ONNX model with a RuleSet: the engine-level call under
+    `rewrite.optimize_model` (`frontends.onnx.api`, which takes a path, the CLI's option names
+    and runs the output check). Keyword arguments go to `rewrite.optimize`.
 
     Returns (optimized ModelProto, Report). When nothing cheaper is found the original model
     object is returned. Raises onnx.checker.ValidationError if the result fails the checker
@@ -83,9 +85,10 @@ def optimize_model(model: onnx.ModelProto, rules, **kw):
     `onnx-import` (shape inference and the TermGraph), `export` and `checker`.
 
     `folder`: where the model's external data is, if `load_model` left it there (see
-    `import_model`). `limits` (a `rewrite.saturate.Limits`) bound the whole call: a deadline already past on
-    entry (`limit_stage` "load": the caller spent the time) or after the import returns the
-    model unchanged; later, the best graph found so far is exported (see `rewrite.optimize`).
+    `import_model`). `limits` (a `rewrite.saturate.Limits`) bound the whole call: a deadline
+    already past on entry (`limit_stage` "load": the caller spent the time) or after the import
+    returns the model unchanged; later, the best graph found so far is exported (see
+    `rewrite.optimize`).
     """
     from rewrite.optimize import as_given, optimize
 
@@ -145,15 +148,18 @@ class Output:
 
     @property
     def source(self) -> bytes | str:
+        """What onnxruntime loads: the serialized model, or the staged file's path."""
         return self.data if self.data is not None else str(self.staged)
 
     def commit(self) -> None:
+        """Put the model (and its data file) in place at `path`. Raises OSError."""
         if self.staged is None:
             save_model(onnx.ModelProto(), self.path, self.data)
         else:
             external.commit(self.staged, self.path)
 
     def discard(self) -> None:
+        """Drop the staged copy, if any."""
         if self.staged is not None:
             external.discard(self.staged)
 

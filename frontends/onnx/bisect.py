@@ -383,9 +383,9 @@ def format_report(report: BisectReport, *, model: str, rule_paths=None, allow=()
         shapes = ", ".join(f"{k} {v}" for k, v in report.inputs.items())
         lines.append(f"  counterexample input: {shapes} (check.random_inputs seed {report.seed})")
         lines.append(f"  error: {report.error}")
-    rules = f" --rules {' '.join(map(str, rule_paths))}" if rule_paths else ""
-    allowed = f" --allow {' '.join(allow)}" if allow else ""
-    names = " ".join(c.rule for c in report.culprits)
+    rules = f" --rules {','.join(map(str, rule_paths))}" if rule_paths else ""
+    allowed = f" --allow {','.join(allow)}" if allow else ""
+    names = ",".join(c.rule for c in report.culprits)
     lines.append(f"  reproduce: rewrite optimize {model} out.onnx{rules} --only {names}{allowed}")
     for c in report.culprits:
         lines.append(f"             rewrite verify {c.file} --rule {c.rule}")

@@ -126,6 +126,8 @@ def compare(
     *,
     original_source: bytes | str | None = None,
     optimized_source: bytes | str | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
 ) -> list[OutputDiff]:
     """Run both models on `runs` sets of random inputs and compare every output, with the
     tolerances of numeric class `fp` (the loosest class among the rules that fired), each
@@ -134,8 +136,9 @@ def compare(
 
     Each model gets one onnxruntime session, loaded from `*_source` when given (the file path
     or the serialized bytes, so that a large model is not serialized again) or else from the
-    ModelProto. Returns one OutputDiff per output (the worst over all runs). Raises CheckError
-    when either model fails to load or run.
+    ModelProto. `rtol`/`atol`, when given, replace the class's tolerance for float outputs
+    (integer and bool outputs are compared exactly all the same). Returns one OutputDiff per
+    output (the worst over all runs). Raises CheckError when either model fails to load or run.
     """
     worst: dict[str, OutputDiff] = {}
     elem = {o.name: o.type.tensor_type.elem_type for o in original.graph.output}
@@ -150,7 +153,8 @@ def compare(
     del sess
     for outs_a, outs_b in zip(want, got):
         for name, a, b in zip(elem, outs_a, outs_b):
-            d = _diff(name, elem[name], np.asarray(b), np.asarray(a), TOLERANCES[fp], tol[name])
+            g, w = np.asarray(b), np.asarray(a)
+            d = _diff(name, elem[name], g, w, TOLERANCES[fp], tol[name], rtol, atol)
             if (
                 name not in worst
                 or (worst[name].ok and not d.ok)
@@ -167,8 +171,13 @@ def _diff(
     want: np.ndarray,
     tolerances,
     tol_type: int | None = None,
+    rtol_given: float | None = None,
+    atol_given: float | None = None,
 ) -> OutputDiff:
     rtol, atol = tolerances.get(elem_type if tol_type is None else tol_type, EXACT)
+    if np.issubdtype(want.dtype, np.inexact):  # the caller's tolerance, for floats only
+        rtol = rtol if rtol_given is None else rtol_given
+        atol = atol if atol_given is None else atol_given
     dtype = TensorProto.DataType.Name(elem_type).lower()
     if got.shape != want.shape or got.dtype != want.dtype:
         return OutputDiff(name, dtype, float("inf"), float("inf"), rtol, atol, False)

@@ -1,0 +1,402 @@
+"""`rewrite.optimize_model`: the ONNX optimizer in one call, as `onnxsim.simplify(model)` and
+`onnxslim.slim(model)` are.
+
+    optimized, report = rewrite.optimize_model("model.onnx", allow=["reassoc"])
+
+It takes a ModelProto or a path, the shipped rules unless told otherwise, and the options of
+`rewrite optimize` as keywords with the same names (`Options`); the CLI is a thin layer over
+the same `Options` and stages (`load`, `fix_input_shapes`, `check_outputs`), so each option has
+one implementation. `frontends.onnx.optimize_model` is the engine-level call underneath (a
+RuleSet, numeric classes as `fp=`, no output check).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import time
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+import onnx
+
+from frontends.onnx import ModelError, external, load_model
+from frontends.onnx import optimize_model as optimize_engine
+from frontends.onnx.check import CheckError, compare
+from rewrite.optimize import Report
+from rewrite.saturate import Limits
+
+NUMERIC_CLASSES = ("reassoc", "approx")  # beyond `exact`, which always runs
+
+
+class OptionError(ValueError):
+    """An option value that cannot be used (an unknown numeric class, an input shape for an
+    input the model does not have, a limit that is not positive). One line."""
+
+
+class OutputMismatch(AssertionError):
+    """The optimized model's outputs differ from the original's beyond the tolerance.
+
+    run: the `Run` (its `diffs`, one `frontends.onnx.check.OutputDiff` per output; its model,
+    for a caller that wants to look at it: it must not be used as a replacement)."""
+
+    def __init__(self, run: Run):
+        bad = ", ".join(d.name for d in run.diffs if not d.ok)
+        super().__init__(f"output check failed for {bad}")
+        self.run = run
+
+
+@dataclass(frozen=True)
+class Options:
+    """The options of one optimization, by the names `rewrite optimize` gives them.
+
+    rules: a `dsl.ir.RuleSet`, a `.rules` path or a list of paths (files or folders), or None
+        for the shipped library (`patterns/`).
+    allow: numeric classes to run beyond `exact`: `reassoc` (regroups float arithmetic, e.g.
+        BatchNorm folded into Conv), `approx`.
+    skip/only: rule names, globs (`cast-*`) or `ruleset:NAME` (`rewrite.selection.pick_rules`).
+    check: run both models under onnxruntime on random inputs and compare every output.
+    input_shapes: input name -> dims (ints), or `"name:1,128"` strings; fixes those inputs'
+        dimensions (`fix_input_shapes`).
+    atol/rtol: the output check's tolerance for float outputs, |a-b| <= atol + rtol*max|b|;
+        None keeps the default of the numeric class that fired (`check.TOLERANCES`).
+    max_iterations, max_nodes: saturation limits. timeout: seconds for the whole call.
+    provenance: record on each rewritten node the rules that produced it (`rewrite explain`).
+    """
+
+    rules: object = None
+    allow: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    only: tuple[str, ...] = ()
+    check: bool = True
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    atol: float | None = None
+    rtol: float | None = None
+    max_iterations: int = 30
+    max_nodes: int = 1_000_000
+    timeout: float = 120.0
+    provenance: bool = True
+
+    @classmethod
+    def from_keywords(cls, keywords: dict) -> Options:
+        """Options from keyword arguments. Raises TypeError naming an unknown keyword and the
+        accepted ones, OptionError for a value that cannot be used."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(keywords) - set(names))
+        if unknown:
+            raise TypeError(
+                f"unknown option {', '.join(map(repr, unknown))}; accepted: {', '.join(names)}"
+            )
+        o = cls(**keywords)
+        shapes = o.input_shapes
+        if not isinstance(shapes, dict):  # "name:1,128" strings: commas are inside a value
+            shapes = [shapes] if isinstance(shapes, str) else list(shapes or ())
+            shapes = dict(parse_input_shape(s) for s in shapes)
+        o = replace(
+            o,
+            allow=_listed(o.allow),
+            skip=_listed(o.skip),
+            only=_listed(o.only),
+            input_shapes={k: tuple(v) for k, v in shapes.items()},
+        )
+        o.validate()
+        return o
+
+    def validate(self) -> None:
+        """Raise OptionError for a value that cannot be used."""
+        bad = [c for c in self.allow if c not in ("exact", *NUMERIC_CLASSES)]
+        if bad:
+            raise OptionError(
+                f"allow: unknown numeric class {bad[0]!r} "
+                f"(choose from {', '.join(NUMERIC_CLASSES)})"
+            )
+        for name in ("max_iterations", "max_nodes", "timeout"):
+            if getattr(self, name) <= 0:
+                raise OptionError(f"{name.replace('_', '-')} must be positive")
+        for name in ("atol", "rtol"):
+            v = getattr(self, name)
+            if v is not None and not v >= 0:
+                raise OptionError(f"{name} must be a number >= 0, not {v}")
+
+    @property
+    def fp(self) -> tuple[str, ...]:
+        """The numeric classes allowed, as the engine takes them (`exact` first)."""
+        return ("exact", *(c for c in self.allow if c != "exact"))
+
+    def limits(self, start: float) -> Limits:
+        """The budgets, the deadline counted from `start` (a `time.perf_counter()` value)."""
+        return Limits(self.max_iterations, self.max_nodes, self.timeout, start + self.timeout)
+
+
+def _listed(value) -> tuple[str, ...]:
+    """A tuple of names from a string ("a,b"), or an iterable of strings each "a,b" or "a"."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else list(value)
+    return tuple(p.strip() for v in items for p in str(v).split(",") if p.strip())
+
+
+_SHAPE = re.compile(r"(?P<name>.+):(?P<dims>\d+(,\d+)*)")
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """`"input_ids:1,128"` -> ("input_ids", (1, 128)). The name is everything before the last
+    colon (ONNX names may hold colons, `input:0`); dims are positive integers separated by
+    commas. Raises OptionError."""
+    m = _SHAPE.fullmatch(text.strip())
+    if m is None or any(int(d) <= 0 for d in m["dims"].split(",")):
+        raise OptionError(
+            f"input shape {text!r}: expected NAME:DIMS with positive integer dims, "
+            "e.g. input_ids:1,128"
+        )
+    return m["name"], tuple(int(d) for d in m["dims"].split(","))
+
+
+def fix_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """A copy of `model` whose named graph inputs have the given dims (ints), the way onnxsim's
+    `--overwrite-input-shape` does. A symbolic dimension (`dim_param` P) fixed to n is n
+    wherever P appears in the graph's inputs, outputs and value_info, so inputs that share the
+    symbol (an attention mask beside the ids) agree; other symbols stay symbolic, and the shape
+    analysis propagates the numbers through the graph. Raises OptionError for a name that is not
+    a graph input (initializers excluded) or dims of another rank, or a fixed dimension changed.
+    """
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    inputs = {i.name: i for i in g.input if i.name not in inits}
+    for name, dims in shapes.items():
+        if name not in inputs:
+            raise OptionError(
+                f"input shape: the model has no input {name!r} (inputs: {', '.join(inputs)})"
+            )
+        have = inputs[name].type.tensor_type.shape.dim
+        if inputs[name].type.tensor_type.HasField("shape") and len(have) != len(dims):
+            raise OptionError(
+                f"input shape: {name} has rank {len(have)}, got {len(dims)} dims {list(dims)}"
+            )
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    symbols: dict[str, int] = {}
+    for vi in g.input:
+        if vi.name not in shapes:
+            continue
+        shape = vi.type.tensor_type.shape
+        if not vi.type.tensor_type.HasField("shape"):
+            shape.dim.extend(onnx.TensorShapeProto.Dimension() for _ in shapes[vi.name])
+        for d, n in zip(shape.dim, shapes[vi.name]):
+            if d.HasField("dim_value") and d.dim_value != n:
+                raise OptionError(
+                    f"input shape: {vi.name} has a fixed dimension {d.dim_value}, not {n}"
+                )
+            if d.HasField("dim_param"):
+                if symbols.setdefault(d.dim_param, n) != n:
+                    was = symbols[d.dim_param]
+                    raise OptionError(f"input shape: {d.dim_param} fixed to both {was} and {n}")
+            d.dim_value = n
+    for vi in [*g.input, *g.output, *g.value_info]:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in symbols:
+                d.dim_value = symbols[d.dim_param]
+    return out
+
+
+def load(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, Path | None]:
+    """(model, folder of its external data): a path is read with `load_model` (raises
+    ModelError), a ModelProto is taken as it is (its external data, if any, is read already or
+    relative to the working directory)."""
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    if isinstance(model, (str, os.PathLike)):
+        return load_model(model), Path(model).parent
+    raise TypeError(f"optimize_model takes a ModelProto or a path, not {type(model).__name__}")
+
+
+@functools.cache
+def _shipped(folder: Path):
+    """The shipped library, parsed once per process (a RuleSet is immutable)."""
+    from dsl import load_rules as parse_rules
+
+    return parse_rules([folder])
+
+
+def load_rules(rules):
+    """A RuleSet from `Options.rules`: a RuleSet as it is, paths parsed, None the shipped
+    library. Raises `dsl.RulesError`, and OptionError for a path that does not exist."""
+    from dsl import load_rules as parse_rules
+    from dsl import shipped_rules_dir
+
+    if rules is None:
+        return _shipped(shipped_rules_dir())
+    if not isinstance(rules, (str, os.PathLike, list, tuple)):
+        return rules
+    paths = [Path(p) for p in ([rules] if isinstance(rules, (str, os.PathLike)) else rules)]
+    for p in paths:
+        if not p.exists():
+            raise OptionError(f"rules: {p}: no such file or directory")
+    return parse_rules(paths)
+
+
+def with_weights(model: onnx.ModelProto, folder: Path) -> onnx.ModelProto:
+    """`model` with the external data it refers to read from `folder` into it (in place)."""
+    if any(True for _ in external.external_tensors(model)):
+        onnx.external_data_helper.load_external_data_for_model(model, str(folder))
+    return model
+
+
+def check_outputs(
+    original: onnx.ModelProto,
+    result: onnx.ModelProto,
+    report: Report,
+    options: Options,
+    *,
+    original_source: bytes | str | None = None,
+    optimized_source: bytes | str | None = None,
+) -> list:
+    """Compare both models' outputs under onnxruntime at the tolerance of `report.fp` (or
+    `options.atol`/`rtol`): one OutputDiff per output. Raises `check.CheckError` when a model
+    cannot run."""
+    return compare(
+        original,
+        result,
+        fp=report.fp,
+        original_source=original_source,
+        optimized_source=optimized_source,
+        rtol=options.rtol,
+        atol=options.atol,
+    )
+
+
+@dataclass(frozen=True)
+class Run:
+    """What `run` did: the model as optimized (`original`: the input with `input_shapes`
+    applied, what the check compared against), the Report (`seconds` with `rules`, `load` and
+    `output check` added, `skipped` with the rules skip/only excluded), the output check's
+    OutputDiffs (empty without `check`), the rules after skip/only and the folder of the
+    input's external data (None for a ModelProto)."""
+
+    model: onnx.ModelProto
+    report: Report
+    diffs: list
+    original: onnx.ModelProto
+    rules: object
+    folder: Path | None
+
+
+def _no_stage(label: str):
+    return contextlib.nullcontext()
+
+
+def run(
+    model,
+    options: Options,
+    *,
+    start: float | None = None,
+    stage=_no_stage,
+    stage_output=None,
+) -> Run:
+    """The stages of `optimize_model`, for a caller that watches or extends them (the CLI).
+
+    start: the `time.perf_counter()` value `options.timeout` counts from (default now).
+    stage(label): a context manager around each stage ("reading rules", "loading the model",
+    "optimizing", "checking outputs"), for progress display. stage_output(result, original)
+    -> source: called before the check with the optimized model and the input (its external
+    data not read); returns what onnxruntime loads for the result (bytes, or the path of a
+    staged file: the CLI checks the very file it writes), or None.
+    Raises as `optimize_model`; OutputMismatch after the check failed and CheckError when a
+    model cannot run both carry the `Run` as `.run`.
+    """
+    from rewrite.selection import pick_rules
+
+    start = time.perf_counter() if start is None else start
+    clock = time.perf_counter()
+    with stage("reading rules"):
+        rules, excluded = pick_rules(load_rules(options.rules), options.skip, options.only)
+    t_rules = time.perf_counter() - clock
+    with stage("loading the model"):
+        path = model
+        model, folder = load(model)
+        if options.input_shapes:
+            model = fix_input_shapes(model, options.input_shapes)
+    t_load = time.perf_counter() - clock - t_rules
+    with stage("optimizing (import, saturate, extract, fold)"):
+        result, report = optimize_engine(
+            model,
+            rules,
+            limits=options.limits(start),
+            fp=options.fp,
+            folder=folder,
+            provenance=options.provenance,
+        )
+    clock = time.perf_counter()
+    source = stage_output(result, model) if stage_output is not None else None
+    if source is None and folder is not None:  # the weights in the model the caller gets
+        with_weights(result, folder)
+    diffs = []
+    if options.check:
+        with stage("checking outputs under onnxruntime"):
+            original_source = None
+            if folder is not None and not options.input_shapes:
+                original_source = str(Path(path))
+            elif folder is not None:
+                with_weights(model, folder)  # a copy made by fix_input_shapes
+            try:
+                diffs = check_outputs(
+                    model,
+                    result,
+                    report,
+                    options,
+                    original_source=original_source,
+                    optimized_source=source,
+                )
+            except CheckError as e:  # with what a caller needs to look for the culprit
+                e.run = Run(result, report, [], model, rules, folder)
+                raise
+    seconds = {
+        "rules": t_rules,
+        "load": t_load,
+        **report.seconds,
+        "output check": time.perf_counter() - clock,
+    }
+    extra = {**report.extra, "check": [d.__dict__ for d in diffs]} if diffs else report.extra
+    report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped}, extra=extra)
+    done = Run(result, report, diffs, model, rules, folder)
+    if not all(d.ok for d in diffs):
+        raise OutputMismatch(done)
+    return done
+
+
+def optimize_model(model, **options) -> tuple[onnx.ModelProto, Report]:
+    """Optimize an ONNX model: a ModelProto or the path of a `.onnx` file.
+
+    Keywords are `Options`' fields: `rules`, `allow`, `skip`, `only`, `check` (default True),
+    `input_shapes`, `atol`, `rtol`, `max_iterations`, `max_nodes`, `timeout` (seconds),
+    `provenance`. Returns (optimized ModelProto, Report); the model is the input itself (with
+    `input_shapes` applied) when nothing cheaper was found. With `check`, the report's
+    `extra["check"]` lists each output's comparison (dicts of `OutputDiff`'s fields). A model
+    read from a path with external data comes back with its weights in it.
+
+    Raises TypeError for an unknown keyword (naming it and the accepted ones), OptionError for
+    a bad value, ModelError for a path that is not a valid model, `dsl.RulesError` for a rules
+    error, `rewrite.selection.UnknownRulePatternError` for a skip/only pattern matching no
+    rule, OutputMismatch when the check fails, `check.CheckError` when a model cannot run.
+    """
+    done = run(model, Options.from_keywords(options))
+    return done.model, done.report
+
+
+__all__ = [
+    "ModelError",
+    "OptionError",
+    "Options",
+    "OutputMismatch",
+    "Run",
+    "check_outputs",
+    "fix_input_shapes",
+    "load",
+    "load_rules",
+    "optimize_model",
+    "parse_input_shape",
+    "run",
+]
