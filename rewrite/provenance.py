@@ -352,12 +352,16 @@ def dumps(tree: dict) -> str:
     return json.dumps(tree, separators=(",", ":"))
 
 
+PATTERN_WIDTH = 80  # longest rule pattern `describe` prints inline
+
+
 def describe(name: str, op: str, tree: dict, patterns: dict[str, str] | None = None) -> list[str]:
     """What the rules of `tree` (the provenance of node or constant `name`, of op `op`) did,
     one line per firing, the last firing first, e.g. `add-zero: removed Add node_linear, whose
     value node_mm computes (patterns/cleanup/identity.rules:12)`. patterns: rule name -> its
     source pattern (`pattern_text`), shown after the location when given. Older trees without
-    `ops` name the nodes without their ops."""
+    `ops` name the nodes without their ops. A pattern longer than `PATTERN_WIDTH` characters is
+    left out (its file:line says where to read it)."""
     lines: list[str] = []
 
     def gone(t: dict) -> str:
@@ -366,6 +370,8 @@ def describe(name: str, op: str, tree: dict, patterns: dict[str, str] | None = N
 
     def where(t: dict) -> str:
         rule = (patterns or {}).get(t["rule"].removesuffix(" (reverse)"))
+        if rule and len(rule) > PATTERN_WIDTH:  # a long pattern is read at its file:line
+            rule = None
         return f" ({t['at']}{': ' + rule if rule else ''})" if t["at"] else ""
 
     def walk(t: dict, made: str, depth: int) -> None:
