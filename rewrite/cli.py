@@ -126,6 +126,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_rule_filters(o)
     o.add_argument(
+        "--opset",
+        type=int,
+        metavar="N",
+        help="convert the model to default-domain opset N first (onnx.version_converter), then optimize it with the rules that exist at N; the output is at opset N. Without it, a model older than opset 13 is converted to 18, and kept there only if that made it cheaper",
+    )
+    o.add_argument(
         "--no-bisect",
         action="store_true",
         help="when the output check fails, do not bisect for the culprit rule (by default it does, within what is left of --timeout)",
@@ -282,7 +288,7 @@ def cmd_emit(args) -> int:
 
 
 def cmd_optimize(args) -> int:
-    from frontends.onnx import ModelError, load_model, optimize_model, prepare_output
+    from frontends.onnx import ModelError, OpsetError, load_model, optimize_model, prepare_output
     from frontends.onnx.check import CheckError, compare
     from rewrite.saturate import Limits
 
@@ -316,7 +322,10 @@ def cmd_optimize(args) -> int:
                 fp=("exact", *args.allow),
                 folder=src.parent,
                 provenance=not args.no_provenance,
+                opset=args.opset,
             )
+        except OpsetError as e:
+            return _fail(f"--opset {args.opset}: {e}")
         except Exception as e:  # an engine bug: say so in one line, write nothing
             return _fail(
                 f"optimization failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -531,6 +540,11 @@ def _print_summary(report, diffs) -> None:
         + (f"; the budget ran out during {report.limit_stage}" if report.limit_stage else ""),
         markup=False,
     )
+    conv = report.extra.get("opset", {})
+    if conv.get("converted") or conv.get("note"):
+        done = f"converted to opset {conv['output']}" if conv.get("converted") else "not converted"
+        why = f" ({conv['note']})" if conv.get("note") else ""
+        out.print(f"opset {conv['input']}: {done} by onnx.version_converter{why}", markup=False)
     if report.fired:
         fired = Table(title="rules fired", title_justify="left")
         fired.add_column("rule")
@@ -539,7 +553,8 @@ def _print_summary(report, diffs) -> None:
             fired.add_row(name, str(n))
         out.print(fired)
     if diffs:
-        check = Table(title="output check (onnxruntime, random inputs)", title_justify="left")
+        executors = ", ".join(sorted({d.executor for d in diffs}))
+        check = Table(title=f"output check ({executors}, random inputs)", title_justify="left")
         for col in ("output", "dtype", "max abs err", "max err / max|b|", "status"):
             check.add_column(col)
         for d in diffs:

@@ -20,10 +20,12 @@ from frontends.onnx.check import compare
 from frontends.onnx.exporter import MAX_OPSET, export_model
 from frontends.onnx.external import ExternalDataError, check_locations, load_small_tensors
 from frontends.onnx.importer import default_opset, import_model, skeleton
+from frontends.onnx.opset import OpsetError, auto_target, convert_opset
 from rewrite.saturate import Limits
 
 __all__ = [
     "ModelError",
+    "OpsetError",
     "Output",
     "load_model",
     "optimize_model",
@@ -74,8 +76,18 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     return model
 
 
-def optimize_model(model: onnx.ModelProto, rules, **kw):
-    """Optimize an ONNX model with a RuleSet. Keyword arguments go to `rewrite.optimize`.
+def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, **kw):
+    """Optimize an ONNX model with a RuleSet. Other keyword arguments go to `rewrite.optimize`.
+
+    opset: convert the model to this default-domain opset first (`frontends.onnx.opset`,
+    `onnx.version_converter`), then optimize it with the rules whose ops exist at that opset;
+    the result is at `opset` even when no rule made it cheaper. Raises OpsetError when it
+    cannot be converted. Without it, a model older than the op table's forms (opset < 13) is
+    converted to `UPGRADE_OPSET` so that the rules apply, and kept only if that made it
+    cheaper with no more nodes (else the original comes back, at its own opset); if the
+    converter fails, the model is optimized at its own opset (rules needing a newer one do not
+    fire). `report.extra["opset"]` says what was done: `input`, `output`, `converted`, and
+    `note` (why not) when an automatic conversion was dropped.
 
     Returns (optimized ModelProto, Report). When nothing cheaper is found the original model
     object is returned. Raises onnx.checker.ValidationError if the result fails the checker
@@ -87,6 +99,33 @@ def optimize_model(model: onnx.ModelProto, rules, **kw):
     entry (`limit_stage` "load": the caller spent the time) or after the import returns the
     model unchanged; later, the best graph found so far is exported (see `rewrite.optimize`).
     """
+    clock = time.perf_counter()
+    source = default_opset(model)
+    target = opset if opset is not None else auto_target(model)
+    info: dict = {"input": source, "output": source, "converted": False}
+    work = model
+    if target is not None and target != source:
+        try:
+            work = convert_opset(model, target)
+            info.update(output=target, converted=True)
+        except OpsetError as e:
+            if opset is not None:
+                raise
+            info["note"] = str(e)
+    t_convert = time.perf_counter() - clock
+    result, report = _optimize_model(work, rules, **kw)
+    if opset is None and info["converted"]:
+        if not report.changed or len(result.graph.node) > len(model.graph.node):
+            result, why = model, "no cheaper graph with no more nodes at the new opset"
+            info.update(output=source, converted=False, note=why)
+            report = replace(report, changed=False, provenance={}, cost_after=report.cost_before)
+    report.extra["opset"] = info
+    seconds = {"convert": t_convert, **report.seconds} if target is not None else report.seconds
+    return result, _onnx_counts(replace(report, seconds=seconds), model, result)
+
+
+def _optimize_model(model: onnx.ModelProto, rules, **kw):
+    """`optimize_model` at the model's own opset."""
     from rewrite.optimize import as_given, optimize
 
     clock = time.perf_counter()
