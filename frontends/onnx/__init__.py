@@ -113,7 +113,7 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
                 raise
             info["note"] = str(e)
     t_convert = time.perf_counter() - clock
-    result, report = _optimize_model(work, rules, **kw)
+    result, report = _rounds(work, rules, **kw)
     if opset is None and info["converted"]:
         if not report.changed or len(result.graph.node) > len(model.graph.node):
             result, why = model, "no cheaper graph with no more nodes at the new opset"
@@ -124,8 +124,65 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
     return result, _onnx_counts(replace(report, seconds=seconds), model, result)
 
 
+MAX_ROUNDS = 3
+
+
+def _rounds(model: onnx.ModelProto, rules, **kw):
+    """`_optimize_model` again on its own result, up to MAX_ROUNDS times in all, while a round
+    removes nodes and the budget lasts.
+
+    A guard such as `is-constant` sees the constants of the graph that was imported, not those
+    a rewrite computes: a BatchNormalization folded into a Conv gives it a weight that is a
+    constant only after constant folding, so the Mul and Add that follow (DenseNet's and
+    Inception v2's explicit scale and bias) fold into it in the next round, on the folded
+    graph. The report adds up the rounds (`fired`, `iterations`, `seconds`) and keeps the
+    last round's stop reason and provenance; `extra["rounds"]` is how many ran."""
+    clock = time.perf_counter()
+    limits = kw.pop("limits", Limits())
+    limits = replace(
+        limits, deadline=limits.deadline if limits.deadline is not None else clock + limits.timeout
+    )
+    result, report = _optimize_model(model, rules, limits=limits, **kw)
+    rounds = 1
+    while rounds < MAX_ROUNDS and report.changed and not report.limit_stage:
+        if time.perf_counter() > limits.deadline:
+            break
+        again, more = _optimize_model(result, rules, limits=limits, **kw)
+        rounds += 1
+        if not more.changed:
+            break
+        fewer = len(again.graph.node) < len(result.graph.node)
+        result, report = again, _merge_reports(report, more)
+        if not fewer:
+            break
+    report.extra["rounds"] = rounds
+    return result, report
+
+
+def _merge_reports(first, then):
+    """The report of two rounds: `then`'s, with counts and seconds added up and the cost
+    before the first."""
+    seconds = dict(first.seconds)
+    for k, v in then.seconds.items():
+        seconds[k] = seconds.get(k, 0.0) + v
+    fired = dict(first.fired)
+    for k, v in then.fired.items():
+        fired[k] = fired.get(k, 0) + v
+    fp = max((first.fp, then.fp), key=("exact", "reassoc", "approx").index)
+    return replace(
+        then,
+        seconds=seconds,
+        fired=fired,
+        iterations=first.iterations + then.iterations,
+        cost_before=first.cost_before,
+        fp=fp,
+        changed=True,
+        extra={**then.extra, "first_round": {"fired": first.fired}},
+    )
+
+
 def _optimize_model(model: onnx.ModelProto, rules, **kw):
-    """`optimize_model` at the model's own opset."""
+    """`optimize_model` at the model's own opset, one round."""
     from rewrite.optimize import as_given, optimize
 
     clock = time.perf_counter()
