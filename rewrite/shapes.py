@@ -189,8 +189,8 @@ def analyze(g: TermGraph) -> ShapeAnalysis:
 # The first opset of the form (inputs and attributes) this module's rules are written for, for
 # the ops whose older forms differ: Reshape-1 had a `shape` attribute, Slice-1 `starts`/`ends`
 # attributes, Pad-2 a `pads` attribute, Split-1 an optional `split` input besides the
-# attribute, Concat-1 an optional axis. A node of an older form is unknown to the analysis (its output keeps the type
-# ONNX shape inference gave it) and is never folded or dropped here.
+# attribute, Concat-1 an optional axis. A node of an older form is unknown to the analysis
+# (its output keeps the type ONNX shape inference gave it) and is never folded or dropped here.
 _FORM_SINCE = {"Reshape": 5, "Slice": 10, "Pad": 11, "Split": 2, "Concat": 4}
 
 
