@@ -54,8 +54,10 @@ SEED = 0
 def fill_weights(model: onnx.ModelProto, seed: int = SEED) -> onnx.ModelProto:
     """A copy of `model` whose `ConstantOfShape` nodes with a constant shape are initializers
     of random trained-like values, chosen by what reads them: Conv and Gemm weights
-    N(0, 2/fan_in) (He), BatchNormalization scale 1 + N(0, 0.1^2), bias and mean N(0, 0.1^2),
-    variance U(0.5, 1.5), a Mul's operand 1 + N(0, 0.1^2), anything else N(0, 0.1^2). Shape
+    N(0, 2/fan_in) (He, which keeps activations near unit variance through Conv + ReLU),
+    BatchNormalization scale 1 + N(0, 0.1^2), bias N(0, 0.1^2), mean N(0, 0.05^2), variance
+    U(0.8, 1.2), a Mul's operand 1 + N(0, 0.1^2), anything else N(0, 0.1^2); the
+    model's own float initializers that those ops read are replaced the same way. Shape
     initializers no longer read are dropped, with their graph inputs; below IR 4 the new
     initializers are graph inputs too (as IR 3 requires)."""
     rng = np.random.default_rng(seed)
@@ -81,6 +83,10 @@ def fill_weights(model: onnx.ModelProto, seed: int = SEED) -> onnx.ModelProto:
         filled.append(numpy_helper.from_array(_values(rng, shape, use), n.output[0]))
     del g.node[:]
     g.node.extend(keep)
+    for t in g.initializer:  # the light models' own float parameters are placeholders too
+        use = readers.get(t.name, [("", 0)])[0]
+        if t.data_type == onnx.TensorProto.FLOAT and use[0] in _PARAMETER_READERS and t.dims:
+            t.CopyFrom(numpy_helper.from_array(_values(rng, tuple(t.dims), use), t.name))
     g.initializer.extend(filled)
     used = {x for n in g.node for x in n.input} | {o.name for o in g.output}
     drop = {t.name for t in g.initializer if t.name not in used}
@@ -97,13 +103,18 @@ def fill_weights(model: onnx.ModelProto, seed: int = SEED) -> onnx.ModelProto:
     return out
 
 
+_PARAMETER_READERS = ("Conv", "Gemm", "BatchNormalization", "Mul", "Add", "Sum")
+
+
 def _values(rng, shape: tuple[int, ...], use: tuple[str, int]) -> np.ndarray:
     op, slot = use
     if op in ("Conv", "Gemm") and slot == 1:
         fan_in = int(np.prod(shape[1:])) if op == "Conv" else shape[-1]
         w = rng.standard_normal(shape) * np.sqrt(2.0 / max(fan_in, 1))
     elif op == "BatchNormalization" and slot == 4:
-        w = rng.uniform(0.5, 1.5, shape)
+        w = rng.uniform(0.8, 1.2, shape)
+    elif op == "BatchNormalization" and slot == 3:
+        w = 0.05 * rng.standard_normal(shape)
     elif (op == "BatchNormalization" and slot == 1) or op == "Mul":
         w = 1 + 0.1 * rng.standard_normal(shape)
     else:
@@ -111,9 +122,83 @@ def _values(rng, shape: tuple[int, ...], use: tuple[str, int]) -> np.ndarray:
     return w.astype(np.float32)
 
 
+def calibrate_batchnorm(model: onnx.ModelProto, seed: int = SEED) -> dict[str, np.ndarray]:
+    """Set every BatchNormalization's mean and variance (initializers, in place) to the
+    per-channel statistics of its input on a random standard-normal input, as training would
+    leave them, so that each BN normalizes (random statistics let a deep network's activations
+    explode or saturate its softmax: the output stops depending on the input). One run of
+    `onnx.reference` in which each BN normalizes with its input's own statistics and records
+    them: every BN sees the ones before it already calibrated. Returns the new tensors by
+    name. Slow (onnx.reference: 10 s to 2 min a model), hence `STATS`."""
+    from onnx.reference import ReferenceEvaluator
+    from onnx.reference.op_run import OpRun
+
+    stats: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    class BatchNormalization(OpRun):
+        op_domain = ""
+
+        def _run(self, x, scale, bias, mean, var, epsilon=1e-5, **_):
+            axes = (0, *range(2, x.ndim))
+            m, v = x.mean(axis=axes), x.var(axis=axes)
+            v = np.maximum(v, 0.01 * np.median(v) + 1e-6)  # a dead channel: no 1/sqrt(eps)
+            stats[self.onnx_node.input[3]], stats[self.onnx_node.input[4]] = m, v
+            shape = (1, -1) + (1,) * (x.ndim - 2)
+            y = (x - m.reshape(shape)) / np.sqrt(v.reshape(shape) + epsilon)
+            return ((y * scale.reshape(shape) + bias.reshape(shape)).astype(x.dtype),)
+
+    if any(n.op_type == "BatchNormalization" for n in model.graph.node):
+        ref = ReferenceEvaluator(model, new_ops=[BatchNormalization])
+        ref.run(None, _feeds(model, np.random.default_rng(seed + 1)))
+    out = {k: v.astype(np.float32) for k, v in stats.items()}
+    _set(model, out)
+    return out
+
+
+def _set(model: onnx.ModelProto, tensors: dict[str, np.ndarray]) -> None:
+    for t in model.graph.initializer:
+        if t.name in tensors:
+            t.CopyFrom(numpy_helper.from_array(tensors[t.name], t.name))
+
+
+def _feeds(model: onnx.ModelProto, rng) -> dict[str, np.ndarray]:
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+# BatchNorm statistics of `zoo_model`'s models, as `calibrate_batchnorm` computes them
+# (`python bench/zoo.py --calibrate` rewrites the file): "MODEL/TENSOR" -> array.
+STATS = Path(__file__).resolve().parent / "zoo_bn_stats.npz"
+
+
 def zoo_model(name: str) -> onnx.ModelProto:
-    """The zoo CNN `name` (one of ZOO) with trained-like weights (`fill_weights`)."""
-    return fill_weights(onnx.load(str(DATA / "light" / f"light_{name}.onnx")))
+    """The zoo CNN `name` (one of ZOO) with trained-like weights (`fill_weights`) and
+    BatchNorm statistics calibrated on a random input (`calibrate_batchnorm`, read from
+    `STATS` when it has them)."""
+    model = fill_weights(onnx.load(str(DATA / "light" / f"light_{name}.onnx")))
+    if STATS.exists():
+        with np.load(STATS) as f:
+            saved = {k.split("/", 1)[1]: f[k] for k in f.files if k.split("/", 1)[0] == name}
+        if saved or not any(n.op_type == "BatchNormalization" for n in model.graph.node):
+            _set(model, saved)
+            return model
+    calibrate_batchnorm(model)
+    return model
+
+
+def write_stats(names=ZOO) -> None:
+    """Calibrate every zoo model's BatchNorms and save the statistics to `STATS`."""
+    data = {}
+    for name in names:
+        model = fill_weights(onnx.load(str(DATA / "light" / f"light_{name}.onnx")))
+        data.update({f"{name}/{k}": v for k, v in calibrate_batchnorm(model).items()})
+    np.savez_compressed(STATS, **data)
 
 
 def run_rewrite(src: Path, dst: Path, *extra: str) -> tuple[int | None, str]:
@@ -237,7 +322,10 @@ def main(argv=None) -> int:
     ap.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS)
     ap.add_argument("--no-check", action="store_true", help="also run rewrite with --no-check")
     ap.add_argument("--suite", action="store_true", help="also the onnx backend test models")
+    ap.add_argument("--calibrate", action="store_true", help=f"rewrite {STATS.name} first")
     args = ap.parse_args(argv)
+    if args.calibrate:
+        write_stats()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import importlib.metadata as md
 
