@@ -1,16 +1,15 @@
 """Output check: does the optimized model compute what the original computes?
 
-Both models run under onnxruntime (CPU, its own graph optimizations disabled, so only our
-rewrites are under test) on the same random inputs; when onnxruntime cannot load or run the
-original model (it has no kernel for an op at the model's opset, e.g. `Mul`-6 or
-`BatchNormalization`-6 in onnxruntime 1.32), both run under
-`onnx.reference.ReferenceEvaluator` instead, and every `OutputDiff` names the executor that
-checked it; every output is compared with a tolerance per dtype that scales with the
-output's magnitude: |a - b| <= atol + rtol * max|b| for every element, max over the
-output's finite elements of the original (b), NaN equal to NaN and infinities equal only to themselves. An elementwise rule (numpy.isclose's) rejects correct
-rewrites: a kernel that sums in another order (MatMul + Add as Gemm) is off by a few ulps of
-the sum's largest terms, which is large next to an output element that happens to be near
-zero. Integer and bool outputs must match exactly.
+Both models run under onnxruntime (CPU, its own graph optimizations disabled, so only our rewrites
+are under test) on the same random inputs; when onnxruntime cannot load or run the original model
+(it has no kernel for an op at the model's opset, e.g. `Mul`-6 or `BatchNormalization`-6 in
+onnxruntime 1.32), both run under `onnx.reference.ReferenceEvaluator` instead, and every
+`OutputDiff` names the executor that checked it; every output is compared with a tolerance per dtype
+that scales with the output's magnitude: |a - b| <= atol + rtol * max|b| for every element, max over
+the output's finite elements of the original (b), NaN equal to NaN and infinities equal only to
+themselves. An elementwise rule (numpy.isclose's) rejects correct rewrites: a kernel that sums in
+another order (MatMul + Add as Gemm) is off by a few ulps of the sum's largest terms, which is large
+next to an output element that happens to be near zero. Integer and bool outputs must match exactly.
 """
 
 from __future__ import annotations
