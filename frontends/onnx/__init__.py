@@ -97,7 +97,8 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
     `folder`: where the model's external data is, if `load_model` left it there (see
     `import_model`). `limits` (a `rewrite.saturate.Limits`) bound the whole call: a deadline
     already past on entry (`limit_stage` "load": the caller spent the time) or after the
-    import returns the model unchanged; later, the best graph found so far is exported (see `rewrite.optimize`).
+    import returns the model unchanged; later, the best graph found so far is exported (see
+    `rewrite.optimize`).
     """
     clock = time.perf_counter()
     source = default_opset(model)
