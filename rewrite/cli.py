@@ -153,6 +153,15 @@ def _optimize_parser(sub) -> None:
     o.add_argument("output", metavar="OUT.onnx", help="where to write it (may be IN.onnx)")
     _add_rule_options(o)
     o.add_argument(
+        "--opset",
+        type=int,
+        metavar="N",
+        help="convert the model to default-domain opset N first (onnx.version_converter), then "
+        "optimize it with the rules that exist at N; the output is at opset N. Without it, a "
+        "model older than opset 13 is converted to 18, and kept there only if that made it "
+        "cheaper",
+    )
+    o.add_argument(
         "--input-shape",
         action="append",
         default=[],
@@ -393,7 +402,7 @@ def cmd_optimize(args) -> int:
     line, the output staged beside OUT and checked as written, then renamed into place; the
     summary on stdout (none with --quiet). Returns the exit status."""
     from dsl import RulesError
-    from frontends.onnx import ModelError, external, prepare_output
+    from frontends.onnx import ModelError, OpsetError, external, prepare_output
     from frontends.onnx.api import OptionError, OutputMismatch, run
     from frontends.onnx.check import CheckError
     from rewrite.selection import UnknownRulePatternError
@@ -414,6 +423,7 @@ def cmd_optimize(args) -> int:
             atol=args.atol,
             rtol=args.rtol,
             provenance=not args.no_provenance,
+            opset=args.opset,
         )
     except OptionError as e:
         return _fail(str(e))
@@ -433,6 +443,8 @@ def cmd_optimize(args) -> int:
         done = run(src, options, start=start, stage=stages.stage, stage_output=stage_output)
     except (OptionError, ModelError, UnknownRulePatternError) as e:
         return _fail(str(e))
+    except OpsetError as e:
+        return _fail(f"--opset {args.opset}: {e}")
     except RulesError as e:
         err.print(str(e), markup=False)
         return EXIT_FAIL
@@ -699,8 +711,14 @@ def _print_summary(report, diffs, options, verbose: bool = False) -> None:
         for name, n in sorted(report.fired.items(), key=lambda kv: (-kv[1], kv[0])):
             fired.add_row(name, str(n))
         out.print(fired)
+    conv = report.extra.get("opset", {})
+    if conv.get("converted") or conv.get("note"):
+        done = f"converted to opset {conv['output']}" if conv.get("converted") else "not converted"
+        why = f" ({conv['note']})" if conv.get("note") else ""
+        out.print(f"opset {conv['input']}: {done} by onnx.version_converter{why}", markup=False)
     if diffs:
-        check = Table(title="output check (onnxruntime, random inputs)", title_justify="left")
+        executors = ", ".join(sorted({d.executor for d in diffs}))
+        check = Table(title=f"output check ({executors}, random inputs)", title_justify="left")
         for col in ("output", "dtype", "max abs err", "max err / max|b|", "status"):
             check.add_column(col)
         for d in diffs:

@@ -9,7 +9,10 @@ cost = OVERHEAD_NS + FLOPs * NS_PER_FLOP + bytes moved * NS_PER_BYTE
   for elementwise ops, a few per element for reductions and normalizations.
 - bytes: all inputs read plus the output written, for ops that touch data; views (Reshape,
   Squeeze, Unsqueeze, Flatten) and shape queries pay the overhead only.
-When a shape is unknown, `UNKNOWN_BYTES` stands in for its size. Constant-only subgraphs cost 0
+When a shape is unknown, `UNKNOWN_BYTES` stands in for its size; when an input's type is not
+given at all (an opaque node of an op the table knows, e.g. a Conv at an opset older than the
+table's, is costed without its input types), the FLOPs fall back to the per-output guesses below.
+Constant-only subgraphs cost 0
 in extraction, because they are folded away afterwards (see `rewrite.extract`).
 """
 
@@ -38,11 +41,14 @@ class CostModel:
     ns_per_byte: float = NS_PER_BYTE
 
     def node_cost(
-        self, op: str, attrs, inputs: tuple[TensorType | None, ...], out: TensorType
+        self, op: str, attrs, inputs: tuple[TensorType | None, ...], out: TensorType | None
     ) -> float:
         """Estimated nanoseconds for `op` reading `inputs` (None = absent) and writing `out`.
 
         Opaque ops (not in the op table) are charged the overhead plus their output bytes.
+        `inputs` may be shorter than the op's arity, or empty, and `out` None or of unknown
+        shape: what is missing is priced as `UNKNOWN_BYTES`, and FLOPs that need a missing
+        type (Conv's weight, MatMul's K) take the fallback guess. Never raises for any op.
         """
         spec = OPS.get(op)
         klass = spec.cost if spec else "opaque"
@@ -53,8 +59,8 @@ class CostModel:
         return self.overhead_ns + flops * self.ns_per_flop + moved * self.ns_per_byte
 
 
-def _bytes(t: TensorType) -> int:
-    n = t.nbytes
+def _bytes(t: TensorType | None) -> int:
+    n = t.nbytes if t is not None else None
     return UNKNOWN_BYTES if n is None else n
 
 
@@ -65,17 +71,22 @@ def _numel(t: TensorType | None) -> int:
     return UNKNOWN_BYTES // 4 if n is None else n
 
 
-def _flops(klass: str, attrs, inputs, out: TensorType) -> float:
+def _input(inputs, i: int) -> TensorType | None:
+    """The type of input `i`, or None when it is absent or not given."""
+    return inputs[i] if i < len(inputs) else None
+
+
+def _flops(klass: str, attrs, inputs, out: TensorType | None) -> float:
     if klass in _PER_ELEMENT:
-        return _PER_ELEMENT[klass] * max(_numel(out), _numel(inputs[0]) if inputs else 0)
+        return _PER_ELEMENT[klass] * max(_numel(out), _numel(_input(inputs, 0)))
     if klass in ("matmul", "gemm"):
-        a = inputs[0]
+        a = _input(inputs, 0)
         k = a.shape[-1] if a is not None and a.static and a.rank else None
         if klass == "gemm" and k is not None and dict(attrs).get("transA"):
             k = a.shape[0]
         return 2.0 * _numel(out) * (k if isinstance(k, int) else 64)
     if klass == "conv":
-        w = inputs[1]
-        per_out = int(np.prod(w.shape[1:])) if w is not None and w.static else 64
+        w = _input(inputs, 1)
+        per_out = int(np.prod(w.shape[1:])) if w is not None and w.static and w.rank else 64
         return 2.0 * _numel(out) * per_out
     return 0.0

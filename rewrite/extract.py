@@ -89,9 +89,7 @@ class _Costs:
         if n.op in ("Leaf", "Absent"):
             if self.group[i] < 0:
                 return 0.0
-            node = self.snap.graph.nodes[self.group[i]]
-            out = self.snap.graph.values[node.outputs[0]].type if node.outputs else None
-            return self.model.node_cost(node.op, (), (), out) if out else self.model.overhead_ns
+            return opaque_cost(self.snap.graph, self.snap.graph.nodes[self.group[i]], self.model)
         if c in self.constant and self._foldable(i):
             return _EPS
         ins = tuple(self.snap.type_of(k) for k in self.kids[i])
@@ -357,9 +355,20 @@ def input_cost(g: TermGraph, model: CostModel) -> float:
     """DAG cost (ns) of a TermGraph as it stands: every node paid once, nothing folded."""
     total = 0.0
     for n in g.nodes:
+        if n.opaque:
+            total += opaque_cost(g, n, model)
+            continue
         ins = tuple(g.values[i].type for i in n.inputs if i != ABSENT)
         out = g.values[n.outputs[0]].type if n.outputs else None
-        total += model.node_cost(
-            n.op, n.attrs if not n.opaque else (), ins if not n.opaque else (), out
-        )
+        total += model.node_cost(n.op, n.attrs, ins, out)
     return total
+
+
+def opaque_cost(g: TermGraph, n, model: CostModel) -> float:
+    """Cost (ns) of opaque node `n` of `g`: its op's cost formula over the input and output
+    types the graph knows (absent inputs None), without attributes (an opaque node's are not
+    canonical). The same number in the input's cost and in every extraction, since an opaque
+    node is never rewritten."""
+    ins = tuple(None if i == ABSENT else g.values[i].type for i in n.inputs)
+    out = g.values[n.outputs[0]].type if n.outputs and n.outputs[0] != ABSENT else None
+    return model.node_cost(n.op, (), ins, out)

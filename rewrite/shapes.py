@@ -176,13 +176,28 @@ def analyze(g: TermGraph) -> ShapeAnalysis:
             a.values[vid] = v
     for n in g.nodes:
         try:
-            _visit(n, g, a)
+            if not old_form(n, g.opset):
+                _visit(n, g, a)
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError):
             pass  # what the rule could not follow stays unknown
         for o in n.outputs:
             if o not in a.shapes:
                 a.shapes[o] = from_type(o)
     return a
+
+
+# The first opset of the form (inputs and attributes) this module's rules are written for, for
+# the ops whose older forms differ: Reshape-1 had a `shape` attribute, Slice-1 `starts`/`ends`
+# attributes, Pad-2 a `pads` attribute, Split-1 an optional `split` input besides the
+# attribute, Concat-1 an optional axis. A node of an older form is unknown to the analysis
+# (its output keeps the type ONNX shape inference gave it) and is never folded or dropped here.
+_FORM_SINCE = {"Reshape": 5, "Slice": 10, "Pad": 11, "Split": 2, "Concat": 4}
+
+
+def old_form(n: Node, opset: int) -> bool:
+    """True if default-domain node `n` at `opset` is in an older form than the one the shape
+    rules read (see `_FORM_SINCE`)."""
+    return n.domain in ("", "ai.onnx") and opset < _FORM_SINCE.get(n.op, 0)
 
 
 def _value_of_array(arr) -> SymValue | None:
@@ -745,7 +760,7 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
                 )
             n_const += 1
             continue
-        if n.domain in ("", "ai.onnx") and len(n.outputs) == 1:
+        if n.domain in ("", "ai.onnx") and len(n.outputs) == 1 and not old_form(n, g.opset):
             same = _noop_input(n, a, consts)
             if same is not None and g.values[same].type.dtype == g.values[n.outputs[0]].type.dtype:
                 alias[n.outputs[0]] = same

@@ -20,10 +20,12 @@ from frontends.onnx.check import compare
 from frontends.onnx.exporter import MAX_OPSET, export_model
 from frontends.onnx.external import ExternalDataError, check_locations, load_small_tensors
 from frontends.onnx.importer import default_opset, import_model, skeleton
+from frontends.onnx.opset import OpsetError, auto_target, convert_opset
 from rewrite.saturate import Limits
 
 __all__ = [
     "ModelError",
+    "OpsetError",
     "Output",
     "load_model",
     "optimize_model",
@@ -74,10 +76,20 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     return model
 
 
-def optimize_model(model: onnx.ModelProto, rules, **kw):
+def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, **kw):
     """Optimize an ONNX model with a RuleSet: the engine-level call under
     `rewrite.optimize_model` (`frontends.onnx.api`, which takes a path, the CLI's option names
-    and runs the output check). Keyword arguments go to `rewrite.optimize`.
+    and runs the output check). Other keyword arguments go to `rewrite.optimize`.
+
+    opset: convert the model to this default-domain opset first (`frontends.onnx.opset`,
+    `onnx.version_converter`), then optimize it with the rules whose ops exist at that opset;
+    the result is at `opset` even when no rule made it cheaper. Raises OpsetError when it
+    cannot be converted. Without it, a model older than the op table's forms (opset < 13) is
+    converted to `UPGRADE_OPSET` so that the rules apply, and kept only if that made it
+    cheaper with no more nodes (else the original comes back, at its own opset); if the
+    converter fails, the model is optimized at its own opset (rules needing a newer one do not
+    fire). `report.extra["opset"]` says what was done: `input`, `output`, `converted`, and
+    `note` (why not) when an automatic conversion was dropped.
 
     Returns (optimized ModelProto, Report). When nothing cheaper is found the original model
     object is returned. Raises onnx.checker.ValidationError if the result fails the checker
@@ -86,10 +98,94 @@ def optimize_model(model: onnx.ModelProto, rules, **kw):
 
     `folder`: where the model's external data is, if `load_model` left it there (see
     `import_model`). `limits` (a `rewrite.saturate.Limits`) bound the whole call: a deadline
-    already past on entry (`limit_stage` "load": the caller spent the time) or after the import
-    returns the model unchanged; later, the best graph found so far is exported (see
+    already past on entry (`limit_stage` "load": the caller spent the time) or after the
+    import returns the model unchanged; later, the best graph found so far is exported (see
     `rewrite.optimize`).
     """
+    clock = time.perf_counter()
+    source = default_opset(model)
+    target = opset if opset is not None else auto_target(model)
+    info: dict = {"input": source, "output": source, "converted": False}
+    work = model
+    if target is not None and target != source:
+        try:
+            work = convert_opset(model, target)
+            info.update(output=target, converted=True)
+        except OpsetError as e:
+            if opset is not None:
+                raise
+            info["note"] = str(e)
+    t_convert = time.perf_counter() - clock
+    result, report = _rounds(work, rules, **kw)
+    if opset is None and info["converted"]:
+        if not report.changed or len(result.graph.node) > len(model.graph.node):
+            result, why = model, "no cheaper graph with no more nodes at the new opset"
+            info.update(output=source, converted=False, note=why)
+            report = replace(report, changed=False, provenance={}, cost_after=report.cost_before)
+    report.extra["opset"] = info
+    seconds = {"convert": t_convert, **report.seconds} if target is not None else report.seconds
+    return result, _onnx_counts(replace(report, seconds=seconds), model, result)
+
+
+MAX_ROUNDS = 3
+
+
+def _rounds(model: onnx.ModelProto, rules, **kw):
+    """`_optimize_model` again on its own result, up to MAX_ROUNDS times in all, while a round
+    removes nodes and the budget lasts.
+
+    A guard such as `is-constant` sees the constants of the graph that was imported, not those
+    a rewrite computes: a BatchNormalization folded into a Conv gives it a weight that is a
+    constant only after constant folding, so the Mul and Add that follow (DenseNet's and
+    Inception v2's explicit scale and bias) fold into it in the next round, on the folded
+    graph. The report adds up the rounds (`fired`, `iterations`, `seconds`) and keeps the
+    last round's stop reason and provenance; `extra["rounds"]` is how many ran."""
+    clock = time.perf_counter()
+    limits = kw.pop("limits", Limits())
+    limits = replace(
+        limits, deadline=limits.deadline if limits.deadline is not None else clock + limits.timeout
+    )
+    result, report = _optimize_model(model, rules, limits=limits, **kw)
+    rounds = 1
+    while rounds < MAX_ROUNDS and report.changed and not report.limit_stage:
+        if time.perf_counter() > limits.deadline:
+            break
+        again, more = _optimize_model(result, rules, limits=limits, **kw)
+        rounds += 1
+        if not more.changed:
+            break
+        fewer = len(again.graph.node) < len(result.graph.node)
+        result, report = again, _merge_reports(report, more)
+        if not fewer:
+            break
+    report.extra["rounds"] = rounds
+    return result, report
+
+
+def _merge_reports(first, then):
+    """The report of two rounds: `then`'s, with counts and seconds added up and the cost
+    before the first."""
+    seconds = dict(first.seconds)
+    for k, v in then.seconds.items():
+        seconds[k] = seconds.get(k, 0.0) + v
+    fired = dict(first.fired)
+    for k, v in then.fired.items():
+        fired[k] = fired.get(k, 0) + v
+    fp = max((first.fp, then.fp), key=("exact", "reassoc", "approx").index)
+    return replace(
+        then,
+        seconds=seconds,
+        fired=fired,
+        iterations=first.iterations + then.iterations,
+        cost_before=first.cost_before,
+        fp=fp,
+        changed=True,
+        extra={**then.extra, "first_round": {"fired": first.fired}},
+    )
+
+
+def _optimize_model(model: onnx.ModelProto, rules, **kw):
+    """`optimize_model` at the model's own opset, one round."""
     from rewrite.optimize import as_given, optimize
 
     clock = time.perf_counter()

@@ -64,6 +64,9 @@ class Options:
         None keeps the default of the numeric class that fired (`check.TOLERANCES`).
     max_iterations, max_nodes: saturation limits. timeout: seconds for the whole call.
     provenance: record on each rewritten node the rules that produced it (`rewrite explain`).
+    opset: convert the model to this default-domain opset first (`onnx.version_converter`) and
+        optimize it with the rules whose ops exist there; None converts only a model older
+        than the op table's forms (see `frontends.onnx.optimize_model`).
     """
 
     rules: object = None
@@ -78,6 +81,7 @@ class Options:
     max_nodes: int = 1_000_000
     timeout: float = 120.0
     provenance: bool = True
+    opset: int | None = None
 
     @classmethod
     def from_keywords(cls, keywords: dict) -> Options:
@@ -115,6 +119,8 @@ class Options:
         for name in ("max_iterations", "max_nodes", "timeout"):
             if getattr(self, name) <= 0:
                 raise OptionError(f"{name.replace('_', '-')} must be positive")
+        if self.opset is not None and not (isinstance(self.opset, int) and self.opset > 0):
+            raise OptionError(f"opset must be a positive integer, not {self.opset!r}")
         for name in ("atol", "rtol"):
             v = getattr(self, name)
             if v is not None and not v >= 0:
@@ -328,6 +334,7 @@ def run(
             fp=options.fp,
             folder=folder,
             provenance=options.provenance,
+            opset=options.opset,
         )
     clock = time.perf_counter()
     source = stage_output(result, model) if stage_output is not None else None

@@ -1,18 +1,20 @@
 """Output check: does the optimized model compute what the original computes?
 
-Both models run under onnxruntime (CPU, its own graph optimizations disabled, so only our
-rewrites are under test) on the same random inputs; every output is compared with a tolerance
-per dtype that scales with the output's magnitude: |a - b| <= atol + rtol * max|b| for every
-element, max over the output's finite elements of the original (b), NaN equal to NaN and
-infinities equal only to themselves. An elementwise rule (numpy.isclose's) rejects correct
-rewrites: a kernel that sums in another order (MatMul + Add as Gemm) is off by a few ulps of
-the sum's largest terms, which is large next to an output element that happens to be near
-zero. Integer and bool outputs must match exactly.
+Both models run under onnxruntime (CPU, its own graph optimizations disabled, so only our rewrites
+are under test) on the same random inputs; when onnxruntime cannot load or run the original model
+(it has no kernel for an op at the model's opset, e.g. `Mul`-6 or `BatchNormalization`-6 in
+onnxruntime 1.32), both run under `onnx.reference.ReferenceEvaluator` instead, and every
+`OutputDiff` names the executor that checked it; every output is compared with a tolerance per dtype
+that scales with the output's magnitude: |a - b| <= atol + rtol * max|b| for every element, max over
+the output's finite elements of the original (b), NaN equal to NaN and infinities equal only to
+themselves. An elementwise rule (numpy.isclose's) rejects correct rewrites: a kernel that sums in
+another order (MatMul + Add as Gemm) is off by a few ulps of the sum's largest terms, which is large
+next to an output element that happens to be near zero. Integer and bool outputs must match exactly.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -47,14 +49,18 @@ EXACT = (0.0, 0.0)
 DIM_DEFAULT = 2  # size given to symbolic or unknown input dimensions
 
 
+ORT, REFERENCE = "onnxruntime", "onnx.reference"  # the executors `compare` names
+
+
 class CheckError(RuntimeError):
-    """A model could not be run under onnxruntime."""
+    """A model could not be run under onnxruntime (or, as the fallback, onnx.reference)."""
 
 
 @dataclass(frozen=True)
 class OutputDiff:
     """Comparison of one output: max absolute error, max relative error (max |a-b| over the
-    output's largest finite magnitude max|b|), the tolerance, the verdict."""
+    output's largest finite magnitude max|b|), the tolerance, the verdict, and the executor
+    both models ran under (`ORT` or `REFERENCE`)."""
 
     name: str
     dtype: str
@@ -63,6 +69,7 @@ class OutputDiff:
     rtol: float
     atol: float
     ok: bool
+    executor: str = ORT
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
@@ -117,6 +124,34 @@ def run(
         raise CheckError(f"onnxruntime could not run the model: {str(e).splitlines()[0]}") from None
 
 
+def run_reference(
+    model: onnx.ModelProto | bytes | str, feeds: list[dict[str, np.ndarray]]
+) -> list[list[np.ndarray]]:
+    """Run a model (a ModelProto, its serialized bytes or a file path, external data read from
+    beside it) under `onnx.reference.ReferenceEvaluator`, the ONNX package's Python executor of
+    every op at every opset, once per feed dict. Returns one list of outputs per feed. Raises
+    CheckError when it cannot load or run the model."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        if isinstance(model, bytes):
+            model = onnx.load_model_from_string(model)
+        elif isinstance(model, str):
+            model = onnx.load(model)
+        ref = ReferenceEvaluator(model)
+    except Exception as e:  # the reference raises whatever its op implementation raises
+        raise CheckError(f"onnx.reference could not load the model: {_first_line(e)}") from None
+    try:
+        return [list(ref.run(None, f)) for f in feeds]
+    except Exception as e:
+        raise CheckError(f"onnx.reference could not run the model: {_first_line(e)}") from None
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 def compare(
     original: onnx.ModelProto,
     optimized: onnx.ModelProto,
@@ -137,24 +172,35 @@ def compare(
     Each model gets one onnxruntime session, loaded from `*_source` when given (the file path
     or the serialized bytes, so that a large model is not serialized again) or else from the
     ModelProto. `rtol`/`atol`, when given, replace the class's tolerance for float outputs
-    (integer and bool outputs are compared exactly all the same). Returns one OutputDiff per
-    output (the worst over all runs). Raises CheckError when either model fails to load or run.
+    (integer and bool outputs are compared exactly all the same). When onnxruntime cannot load
+    or run the original, both models run under `onnx.reference` (`run_reference`) and the diffs
+    say so (`OutputDiff.executor`). Returns one OutputDiff per output (the worst over all runs).
+    Raises CheckError when either model fails to load or run (the optimized one under the
+    executor that ran the original).
     """
     worst: dict[str, OutputDiff] = {}
     elem = {o.name: o.type.tensor_type.elem_type for o in original.graph.output}
     tol = tolerance_types(original)
     feeds = [random_inputs(original, seed + r) for r in range(runs)]
-    # one session at a time: each holds a copy of the weights
-    sess = session(original_source or original)
-    want = [run(sess, f) for f in feeds]
-    del sess
-    sess = session(optimized_source or optimized)
-    got = [run(sess, f) for f in feeds]
-    del sess
+    executor = ORT
+    try:  # one session at a time: each holds a copy of the weights
+        sess = session(original_source or original)
+        want = [run(sess, f) for f in feeds]
+        del sess
+    except CheckError:  # no onnxruntime kernel for the original (an old opset): the reference
+        executor = REFERENCE
+        want = run_reference(original_source or original, feeds)
+    if executor == ORT:
+        sess = session(optimized_source or optimized)
+        got = [run(sess, f) for f in feeds]
+        del sess
+    else:
+        got = run_reference(optimized_source or optimized, feeds)
     for outs_a, outs_b in zip(want, got):
         for name, a, b in zip(elem, outs_a, outs_b):
             g, w = np.asarray(b), np.asarray(a)
             d = _diff(name, elem[name], g, w, TOLERANCES[fp], tol[name], rtol, atol)
+            d = replace(d, executor=executor)
             if (
                 name not in worst
                 or (worst[name].ok and not d.ok)

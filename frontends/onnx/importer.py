@@ -5,7 +5,9 @@ the e-graph sees one value); shapes and dtypes come from ONNX shape inference wi
 propagation; every node whose op is in the op table at the model's opset becomes a matchable
 node with all attributes canonical (defaults filled in). Everything else is opaque and comes back
 out unchanged: unknown ops, custom domains, ops with subgraph attributes (If, Loop, Scan),
-random or effectful ops, and ops with more than one used output.
+random or effectful ops, and ops with more than one used output (an output is used when a
+node, a subgraph or the graph's outputs read it: a Dropout's or a BatchNormalization's extra
+outputs that an exporter named but nothing reads do not count, and are left out).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def import_model(model: onnx.ModelProto, folder: Path | None = None) -> TermGrap
         inferred = model
     b = _Builder(opset, _types_of(inferred.graph))
     g = model.graph
+    b.read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    b.read |= {name for n in g.node for name in _outer_names(n)}
     for init in g.initializer:
         if uses_external_data(init) and folder is None:  # never read relative to the cwd
             raise ImportError_(
@@ -134,6 +138,7 @@ class _Builder:
         self.constants: dict[int, np.ndarray] = {}
         self.const_names: set[str] = set()
         self._by_digest: dict[tuple, int] = {}
+        self.read: set[str] | None = None  # names something reads (None: every named output)
 
     def value(self, name: str) -> int:
         if not name:
@@ -168,8 +173,8 @@ class _Builder:
         inputs = tuple(self.value(i) for i in n.input)
         spec = OPS.get(n.op_type, self.opset) if n.domain in ("", "ai.onnx") else None
         attrs = _canonical_attrs(n, spec, inputs, self) if spec else None
-        used_outputs = [o for o in n.output if o]
-        if attrs is None or len(used_outputs) != 1 or n.output[0] == "":
+        used_outputs = [o for o in n.output if o and (self.read is None or o in self.read)]
+        if attrs is None or used_outputs not in ([n.output[0]], []) or n.output[0] == "":
             outputs = tuple(self.value(o) for o in n.output)
             names = tuple(sorted(_outer_names(n) & self.ids.keys()))
             implicit = tuple(self.ids[name] for name in names)

@@ -1,0 +1,76 @@
+"""Opset conversion before optimizing: `onnx.version_converter` up (or down) to a target opset.
+
+The op table (`rewrite.ops`) knows the operators in their forms of opset 13 and later; a node
+of an older opset is imported as an opaque node, so no rule matches it (a BatchNormalization-9
+with its removed `spatial` attribute, a Reshape-1 with a `shape` attribute, a Pad-2 with a
+`pads` attribute are not the ops the rules are written for). Two ways to let the rules see them:
+
+* normalize old nodes at import into the table's forms and write rewritten nodes back in the
+  model's old forms: that needs, per op and per opset, the conditions under which the two forms
+  mean the same thing and a writer for every old form (Unsqueeze's axes attribute before 13,
+  Gemm's required C before 11, Softmax's 2-D coercion before 13, ...), i.e. the op table's
+  per-version semantics, which it does not have yet;
+* convert the whole model with `onnx.version_converter`, whose adapters are the ONNX project's
+  own statement of what each version change means, and optimize the converted model, whose
+  nodes are then in forms the table knows. The output is at the new opset.
+
+The second is what this module does, and it is sound where it matters: the output check
+compares the optimized model with the original, unconverted one, so an adapter that changed a
+value would fail the check like a wrong rule would, and nothing would be written.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import onnx
+from onnx import helper, version_converter
+
+from frontends.onnx.exporter import MAX_IR_VERSION, MAX_OPSET
+from frontends.onnx.importer import default_opset
+
+# Models older than OLDEST_TABLE_OPSET (the op table's oldest forms) are converted to
+# UPGRADE_OPSET when no opset is asked for: the first opset at which every op of the table
+# that ONNX had at 13 is in the form the table declares (the Reduce ops' axes input is 18's).
+OLDEST_TABLE_OPSET = 13
+UPGRADE_OPSET = 18
+
+
+class OpsetError(ValueError):
+    """The model cannot be converted to the asked opset (bad target, or no adapter)."""
+
+
+def convert_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
+    """A copy of `model` converted to default-domain opset `target` by
+    `onnx.version_converter.convert_version`, its IR version raised to the lowest one that
+    allows `target` (at most `MAX_IR_VERSION`). A model already at `target` comes back as it
+    is (the same object). Raises OpsetError with a one-line reason: a target outside
+    1..MAX_OPSET, a model without a default-domain opset, or no adapter for one of its ops.
+    """
+    if not 1 <= target <= MAX_OPSET:
+        raise OpsetError(f"opset {target} is outside 1..{MAX_OPSET} (what onnxruntime runs)")
+    source = default_opset(model)
+    if source == target:
+        return model
+    if source == 0:
+        raise OpsetError("the model imports no ai.onnx opset to convert")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = version_converter.convert_version(model, target)
+    except Exception as e:  # the C++ converter raises RuntimeError/ConvertError
+        text = str(e).strip().splitlines()
+        raise OpsetError(
+            f"onnx.version_converter cannot convert opset {source} to {target}: "
+            f"{text[0] if text else type(e).__name__}"
+        ) from None
+    need = helper.find_min_ir_version_for(list(out.opset_import), ignore_unknown=True)
+    out.ir_version = min(max(out.ir_version, need), MAX_IR_VERSION)
+    return out
+
+
+def auto_target(model: onnx.ModelProto) -> int | None:
+    """The opset to convert `model` to when none is asked for: UPGRADE_OPSET for a model
+    older than the op table's forms, None (keep it) otherwise."""
+    source = default_opset(model)
+    return UPGRADE_OPSET if 0 < source < OLDEST_TABLE_OPSET else None

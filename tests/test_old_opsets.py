@@ -1,0 +1,238 @@
+"""Every valid model gets an answer (issue 18, point 2): old opsets, the onnx.reference
+fallback of the output check, `--opset`, and the ONNX model zoo's classic CNNs.
+
+The zoo CNNs are the `onnx` package's own `light_*.onnx` (opset 9, weights stripped to
+ConstantOfShape nodes), given random trained-like weights by `bench/zoo.py`'s `fill_weights`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from dsl import load_rules, shipped_rules_dir
+from frontends.onnx import OpsetError, optimize_model
+from frontends.onnx.check import ORT, REFERENCE, compare
+from rewrite.cli import main
+from rewrite.cost import CostModel
+from rewrite.types import TensorType
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from zoo import ZOO, zoo_model  # noqa: E402  (bench/zoo.py)
+
+RULES = load_rules([shipped_rules_dir()])
+
+# Nodes after the best of onnxsim 0.8.1 (`onnxsim.simplify(model)`, defaults) and onnxslim
+# 0.1.98 (`onnxslim.slim(model)`), measured with `python bench/zoo.py` (onnx 1.23.2,
+# onnxruntime 1.32.0) on the same filled models: (nodes before, best peer's nodes after).
+BEST_PEER = {
+    "bvlc_alexnet": (24, 22),  # onnxslim 22, onnxsim 24
+    "densenet121": (910, 491),  # onnxslim 491, onnxsim 550
+    "inception_v1": (144, 142),  # onnxslim 142, onnxsim 143
+    "inception_v2": (509, 164),  # onnxslim 164, onnxsim 233
+    "resnet50": (176, 123),  # both 123
+    "shufflenet": (203, 154),  # both 154
+    "squeezenet": (66, 65),  # onnxslim 65 (drops the Dropout), onnxsim 66
+    "vgg19": (46, 44),  # onnxslim 44, onnxsim 46
+    "zfnet512": (22, 22),  # both 22
+}
+# Where we leave more than the best peer, and why (see the report of issue 18): SqueezeNet's
+# Softmax-1 becomes Flatten + Softmax-13 + Reshape when converted to opset 13 (the 2-D
+# coercion of the old Softmax), which costs the one node that dropping the Dropout saves.
+SHORT_OF_PEER = {"squeezenet": 1}
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=6, ir=3):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir)
+
+
+def _conv_model(opset: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 3, 3], rng.standard_normal(108))
+    b = helper.make_tensor("b", TensorProto.FLOAT, [4], rng.standard_normal(4))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])
+    ins = [x] + [helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in (w, b)]
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[3, 3])
+    return _model([conv], ins, [y], [w, b], opset=opset)
+
+
+def test_cost_of_a_node_without_input_types():
+    """The cost model prices what it is given: an opaque Conv or Gemm with no input types
+    (the crash of issue 18: `inputs[1]` of `()`), and no output type at all."""
+    m = CostModel()
+    out = TensorType(TensorProto.FLOAT, (1, 4, 6, 6))
+    for op in ("Conv", "Gemm", "MatMul", "Pad", "Relu", "Softmax", "NoSuchOp"):
+        assert m.node_cost(op, (), (), out) >= m.overhead_ns
+        assert m.node_cost(op, (), (), None) >= m.overhead_ns
+    # with the weight's type it is what the formula says: 2 * outputs * C_in * k * k
+    w = TensorType(TensorProto.FLOAT, (4, 3, 3, 3))
+    full = m.node_cost("Conv", (), (TensorType(TensorProto.FLOAT, (1, 3, 8, 8)), w), out)
+    assert full > m.node_cost("Conv", (), (), out) - 1e9  # finite, no exception
+    assert full >= m.overhead_ns + 2 * 144 * 27 * m.ns_per_flop
+
+
+@pytest.mark.parametrize("opset", [6, 7, 8, 9, 10, 11, 12])
+def test_single_conv_at_old_opsets(opset):
+    """A lone Conv written with onnx.helper at opsets 6-12 optimizes without error, at its
+    own opset (`opset=`) and converted automatically."""
+    model = _conv_model(opset)
+    onnx.checker.check_model(model)
+    out, report = optimize_model(model, RULES, opset=opset)
+    assert len(out.graph.node) == 1
+    out, report = optimize_model(model, RULES)
+    assert report.extra["opset"]["input"] == opset
+    assert len(out.graph.node) == 1
+
+
+def test_gemm_and_pad_at_opset_6(tmp_path):
+    """Gemm (with its required C) and Pad-2 (pads as an attribute) at opset 6, through the
+    CLI with the output check: the Pad by zeros goes, the answer is checked."""
+    rng = np.random.default_rng(1)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [5, 4], rng.standard_normal(20))
+    c = helper.make_tensor("c", TensorProto.FLOAT, [5], rng.standard_normal(5))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])
+    ins = [x] + [helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in (w, c)]
+    nodes = [
+        helper.make_node("Pad", ["x"], ["p"], pads=[0, 0, 0, 0], value=0.0),
+        helper.make_node("Gemm", ["p", "w", "c"], ["y"], transB=1, broadcast=1),
+    ]
+    model = _model(nodes, ins, [y], [w, c])
+    onnx.checker.check_model(model)
+    src, dst, rep = tmp_path / "in.onnx", tmp_path / "out.onnx", tmp_path / "r.json"
+    onnx.save(model, src)
+    assert main(["optimize", str(src), str(dst), "--report", str(rep)]) == 0
+    out = onnx.load(dst)
+    assert [n.op_type for n in out.graph.node] == ["Gemm"]
+    data = json.loads(rep.read_text())
+    assert data["extra"]["opset"] == {"input": 6, "output": 18, "converted": True}
+    assert all(d["ok"] for d in data["check"])
+
+
+def test_torch_exports_at_opset_6(tmp_path, capsys):
+    """Conv, Linear and ConstantPad2d exported by torch's TorchScript exporter at opset 6 (the
+    backend test suite's pytorch-converted models were made this way). torch writes Linear
+    as a Gemm-6 whose (N,) bias needs `broadcast=1` and does not set it, which the Gemm-6
+    spec does not allow; onnxruntime has no Gemm-6 kernel and onnx.reference refuses it: a
+    one-line refusal, not a crash."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    torch.manual_seed(0)
+    mods = {
+        "conv": (nn.Conv2d(3, 4, 3), (1, 3, 8, 8)),
+        "linear": (nn.Linear(4, 5), (2, 4)),
+        "pad": (nn.ConstantPad2d((1, 2, 0, 1), 0.5), (1, 2, 3, 3)),
+    }
+    for name, (mod, shape) in mods.items():
+        src = tmp_path / f"{name}.onnx"
+        torch.onnx.export(mod.eval(), torch.randn(*shape), str(src), opset_version=6, dynamo=False)
+        model = onnx.load(src)
+        assert model.opset_import[0].version == 6
+        capsys.readouterr()
+        rc = main(["optimize", str(src), str(tmp_path / f"{name}.opt.onnx"), "--no-bisect"])
+        if name == "linear":
+            err = capsys.readouterr().err.strip().splitlines()
+            assert rc == 1 and len(err) == 1, err
+            assert "onnx.reference could not run" in err[0] and "without broadcast" in err[0]
+        else:
+            assert rc == 0, name
+
+
+def _mul_6_model() -> onnx.ModelProto:
+    """Mul-6 with a broadcast attribute: onnxruntime 1.32 has no kernel for it."""
+    rng = np.random.default_rng(2)
+    s = helper.make_tensor("s", TensorProto.FLOAT, [3], rng.standard_normal(3))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    sv = helper.make_tensor_value_info("s", TensorProto.FLOAT, [3])
+    nodes = [
+        helper.make_node("Identity", ["x"], ["i"]),
+        helper.make_node("Mul", ["i", "s"], ["m"], broadcast=1),
+        helper.make_node("Relu", ["m"], ["y"]),
+    ]
+    return _model(nodes, [x, sv], [y], [s])
+
+
+def test_reference_fallback_when_onnxruntime_has_no_kernel(tmp_path):
+    """The original cannot run under onnxruntime (Mul-6): both models are checked under
+    onnx.reference, and the summary and the JSON report say so."""
+    model = _mul_6_model()
+    onnx.checker.check_model(model)
+    out, _ = optimize_model(model, RULES, opset=6)  # kept at 6: still no kernel
+    diffs = compare(model, out)
+    assert diffs and all(d.ok and d.executor == REFERENCE for d in diffs)
+    src, dst, rep = tmp_path / "in.onnx", tmp_path / "out.onnx", tmp_path / "r.json"
+    onnx.save(model, src)
+    assert main(["optimize", str(src), str(dst), "--opset", "6", "--report", str(rep)]) == 0
+    data = json.loads(rep.read_text())
+    assert [d["executor"] for d in data["check"]] == [REFERENCE]
+    # a model onnxruntime runs is checked by onnxruntime
+    conv = _conv_model(13)
+    assert all(d.executor == ORT for d in compare(conv, conv))
+
+
+def test_reference_fallback_catches_a_wrong_answer():
+    """Under the fallback a model that computes something else still fails the check."""
+    model = _mul_6_model()
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    wrong.graph.node[2].op_type = "Sigmoid"
+    diffs = compare(model, wrong)
+    assert [d.executor for d in diffs] == [REFERENCE] and not diffs[0].ok
+
+
+def test_opset_option(tmp_path, capsys):
+    """`--opset N` converts first and writes opset N; a conversion that cannot be done is a
+    one-line error and writes nothing."""
+    src = tmp_path / "in.onnx"
+    onnx.save(_conv_model(9), src)
+    dst = tmp_path / "out.onnx"
+    assert main(["optimize", str(src), str(dst), "--opset", "15"]) == 0
+    assert onnx.load(dst).opset_import[0].version == 15
+    capsys.readouterr()
+    bad = tmp_path / "bad.onnx"
+    for n in ("0", "99"):
+        assert main(["optimize", str(src), str(bad), "--opset", n]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("rewrite: error: --opset"), err
+        assert not bad.exists()
+    with pytest.raises(OpsetError):
+        optimize_model(_conv_model(9), RULES, opset=99)
+
+
+def test_opset_keyword_keeps_the_conversion_when_nothing_is_cheaper():
+    """`opset=` is what the caller asked for: the result is at that opset even unchanged."""
+    out, report = optimize_model(_conv_model(11), RULES, opset=14)
+    assert out.opset_import[0].version == 14
+    assert report.extra["opset"] == {"input": 11, "output": 14, "converted": True}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_cnn(name):
+    """The zoo CNN optimizes (reassoc rules allowed, as `--allow reassoc`) with its outputs
+    checked under onnxruntime, to no more nodes than the best peer measured."""
+    model = zoo_model(name)
+    before, best = BEST_PEER[name]
+    assert len(model.graph.node) == before
+    out, report = optimize_model(model, RULES, fp=("exact", "reassoc"))
+    onnx.checker.check_model(out)
+    diffs = compare(model, out, fp=report.fp)
+    assert diffs and all(d.ok and d.executor == ORT for d in diffs), diffs
+    from frontends.onnx.check import random_inputs, run
+
+    outs = [run(model, random_inputs(model, seed))[0] for seed in (0, 1)]
+    for o in outs:  # trained-like weights: the answer depends on the input
+        assert np.std(o) > 1e-3 * np.max(np.abs(o)), name
+    assert np.max(np.abs(outs[0] - outs[1])) > 1e-3 * np.max(np.abs(outs[0])), name
+    assert len(out.graph.node) <= best + SHORT_OF_PEER.get(name, 0), report.ops_after
