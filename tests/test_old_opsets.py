@@ -204,7 +204,7 @@ def test_opset_option(tmp_path, capsys):
     for n in ("0", "99"):
         assert main(["optimize", str(src), str(bad), "--opset", n]) == 1
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("rewrite: error: --opset"), err
+        assert len(err) == 1 and err[0].startswith("error:") and "opset" in err[0], err
         assert not bad.exists()
     with pytest.raises(OpsetError):
         optimize_model(_conv_model(9), RULES, opset=99)
