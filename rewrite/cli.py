@@ -282,8 +282,16 @@ def cmd_emit(args) -> int:
 
 
 def cmd_optimize(args) -> int:
-    from frontends.onnx import ModelError, load_model, optimize_model, prepare_output
+    from frontends.onnx import (
+        ModelError,
+        import_model,
+        load_model,
+        optimize_model,
+        prepare_output,
+        structure,
+    )
     from frontends.onnx.check import CheckError, compare
+    from frontends.onnx.importer import skeleton
     from rewrite.saturate import Limits
 
     # OUT may be IN: the input is read whole before anything is written, and the output is
@@ -309,14 +317,32 @@ def cmd_optimize(args) -> int:
     )
     with err.status("optimizing (import, saturate, extract, fold)..."):
         try:
+            clock = time.perf_counter()
+            graph = None
+            if clock < limits.deadline:
+                # imported here, so that the loaded model (its weights, now arrays) can be
+                # freed: `model` keeps its structure only (a third copy of the weights fewer)
+                graph = import_model(model, src.parent)
+                model = structure(model)
+                graph = replace(graph, meta=model)
+            t_import = time.perf_counter() - clock
             result, report = optimize_model(
                 model,
                 rules,
+                graph=graph,
                 limits=limits,
                 fp=("exact", *args.allow),
                 folder=src.parent,
                 provenance=not args.no_provenance,
             )
+            if graph is not None:
+                report = replace(
+                    report,
+                    seconds={
+                        k: v + t_import if k == "onnx-import" else v
+                        for k, v in report.seconds.items()
+                    },
+                )
         except Exception as e:  # an engine bug: say so in one line, write nothing
             return _fail(
                 f"optimization failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -329,6 +355,8 @@ def cmd_optimize(args) -> int:
     except Exception as e:  # protobuf's EncodeError: an engine bug, in one line
         return _fail(f"{dst}: cannot serialize the model: {type(e).__name__}: {e}")
     t_serialize = time.perf_counter() - clock
+    # the check loads the written copy (output.source): the result's weights are not needed
+    result = skeleton(result)
     diffs = []
     if not args.no_check:
         with err.status("checking outputs under onnxruntime..."):
@@ -462,6 +490,7 @@ def _bisect_failure(args, model, rules, report, src, start: float) -> str:
     """After a failed output check of `optimize` (which began at `start`, a perf_counter
     value): bisect for the culprit within what is left of --timeout, print the detailed report on stderr, and return the end of the one-line
     error ("; culprit: rule R (file:line)"), or "" with --no-bisect."""
+    from frontends.onnx import ModelError, load_model
     from frontends.onnx.bisect import BisectError, bisect_model, format_report
     from rewrite.saturate import Limits
 
@@ -471,6 +500,7 @@ def _bisect_failure(args, model, rules, report, src, start: float) -> str:
         args.max_iterations, args.max_nodes, args.timeout, deadline=start + args.timeout
     )
     try:
+        model = load_model(src)  # the optimizer kept only the structure of the first copy
         found = bisect_model(
             model,
             rules,
@@ -480,7 +510,7 @@ def _bisect_failure(args, model, rules, report, src, start: float) -> str:
             fired=report.fired,
             progress=_progress,
         )
-    except BisectError as e:
+    except (BisectError, ModelError) as e:
         return f"; bisection failed: {e}"
     for line in format_report(found, model=str(src), rule_paths=args.rules, allow=args.allow):
         err.print(line, markup=False)
