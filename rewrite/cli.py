@@ -336,6 +336,7 @@ def cmd_optimize(args) -> int:
                 provenance=not args.no_provenance,
             )
             if graph is not None:
+                graph = None  # its arrays: the result holds the weights now
                 report = replace(
                     report,
                     seconds={
