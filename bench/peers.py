@@ -15,8 +15,9 @@ seconds and peak memory are per tool:
   a model already loaded with `onnx.load` (no imports, no load, no save); for a CLI tool
   (`rewrite`, `rewrite-reassoc`, `onnxsim-cli`), the CLI process from start to exit, each with
   its default output check. `wall` is the worker's whole time (imports, load, call, save);
-* peak MB: peak resident memory of that process (VmHWM of the in-memory worker, the load of
-  the model included; for a CLI, the CLI process's ru_maxrss from wait4), in MiB;
+* peak MB: peak resident memory of that process (VmHWM of the in-memory worker: the load of
+  the model and the call, the worker's output not saved (nodes counted in memory) unless
+  --keep-outputs; for a CLI, the CLI process's ru_maxrss from wait4), in MiB;
 * compute nodes: nodes whose op_type is not Constant (subgraphs included).
 
 Then, for rewrite's output (exact rules; the reassoc one if exact failed): onnxruntime latency
@@ -150,8 +151,10 @@ def _run_peer(tool: str, src: str, dst: str) -> dict:
     else:
         raise ValueError(f"unknown tool {tool}")
     res["seconds"] = time.perf_counter() - start
-    big = out.ByteSize() > 2**31 - 2**20
-    onnx.save_model(out, dst, save_as_external_data=big)
+    res["ops"] = op_counts(out.graph)  # counted here: saving would add its own peak
+    if os.environ.get("PEERS_KEEP_OUTPUTS"):
+        big = out.ByteSize() > 2**31 - 2**20
+        onnx.save_model(out, dst, save_as_external_data=big)
     return res
 
 
@@ -202,7 +205,8 @@ def worker(tool: str, src: str, dst: str) -> dict:
         res["peak_mb"] = _peak_rss_mb()
     import onnx
 
-    res["ops"] = op_counts(onnx.load(dst, load_external_data=False).graph)
+    if "ops" not in res:
+        res["ops"] = op_counts(onnx.load(dst, load_external_data=False).graph)
     return res
 
 
@@ -724,6 +728,8 @@ def main(argv=None) -> None:
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--latency-worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.keep_outputs:
+        os.environ["PEERS_KEEP_OUTPUTS"] = "1"  # read by the workers
     if args.worker:
         print(json.dumps(worker(*args.worker)))
         return
