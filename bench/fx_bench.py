@@ -479,6 +479,14 @@ def main() -> None:
         help="cold first calls of each backend, alternating (default 3; median)",
     )
     ap.add_argument("--no-latency", action="store_true", help="node counts only")
+    ap.add_argument(
+        "--warm-only",
+        type=int,
+        metavar="N",
+        help="only warm-cache first calls: per backend one run fills a fresh cache directory, "
+        "then N runs on it, the backends alternating (median; printed, stored as "
+        "warm_inductor / warm_rewrite)",
+    )
     ap.add_argument("--size", default="full", help="full, or test (a quick smoke run)")
     ap.add_argument("--show", action="store_true", help="print stored results")
     ap.add_argument("--markdown", action="store_true", help="print stored results as Markdown")
@@ -493,6 +501,36 @@ def main() -> None:
         return
     path = RESULTS if args.size == "full" else RESULTS.with_suffix(f".{args.size}.json")
     results = json.loads(path.read_text()) if path.exists() else {}
+    if args.warm_only:
+        import statistics
+
+        for name in args.models:
+            r = results.setdefault(name, {})
+            first = r.setdefault("first_call", {})
+            runs = {"inductor": [], "rewrite": []}
+            with tempfile.TemporaryDirectory() as c1, tempfile.TemporaryDirectory() as c2:
+                caches = {"inductor": c1, "rewrite": c2}
+                for backend, cache in caches.items():
+                    _child(["first_call", name, backend, args.size], cache)
+                for _ in range(args.warm_only):
+                    for backend, cache in caches.items():
+                        runs[backend].append(
+                            _child(["first_call", name, backend, args.size], cache)
+                        )
+            for backend, got in runs.items():
+                first[f"warm_{backend}"] = got
+            path.write_text(json.dumps(results, indent=1))
+            med = {
+                b: statistics.median([x["seconds"] for x in v if "seconds" in x] or [float("nan")])
+                for b, v in runs.items()
+            }
+            print(
+                f"{name}: warm first call, median of {args.warm_only}: inductor "
+                f"{med['inductor']:.2f} s, rewrite {med['rewrite']:.2f} s, ratio "
+                f"{med['rewrite'] / med['inductor']:.2f}",
+                flush=True,
+            )
+        return
     if not (args.show or args.markdown):
         for name in args.models:
             r = results.setdefault(name, {})

@@ -10,10 +10,14 @@ synthetic Llama-like stacks of ~1k, 10k and 50k nodes (bench/make_deep.py).
 Every (tool, model) runs in its own subprocess, killed after --timeout seconds, so that
 seconds and peak memory are per tool:
 
-* seconds: wall clock of the whole job, end to end (imports, load, optimize, save; for rewrite
-  the real CLI `rewrite optimize IN OUT --report R.json`, its onnxruntime output check included);
-* peak MB: peak resident memory of that process (VmHWM; for rewrite, the CLI process's
-  ru_maxrss), in MiB;
+* seconds: for an in-memory tool (every peer's Python call, and `rewrite-mem`, the
+  `frontends.onnx.optimize_model` call with the output check off), the optimize call alone on
+  a model already loaded with `onnx.load` (no imports, no load, no save); for a CLI tool
+  (`rewrite`, `rewrite-reassoc`, `onnxsim-cli`), the CLI process from start to exit, each with
+  its default output check. `wall` is the worker's whole time (imports, load, call, save);
+* peak MB: peak resident memory of that process (VmHWM of the in-memory worker: the load of
+  the model and the call, the worker's output not saved (nodes counted in memory) unless
+  --keep-outputs; for a CLI, the CLI process's ru_maxrss from wait4), in MiB;
 * compute nodes: nodes whose op_type is not Constant (subgraphs included).
 
 Then, for rewrite's output (exact rules; the reassoc one if exact failed): onnxruntime latency
@@ -44,13 +48,18 @@ OUT = BENCH / "out"
 WORK = OUT / "peers"
 RESULTS = OUT / "peers.json"
 REWRITE_TOOLS = ("rewrite", "rewrite-reassoc")
+CLI_TOOLS = REWRITE_TOOLS + ("onnxsim-cli",)
+IN_MEMORY = ("rewrite-mem", "onnxsim")  # the pair compared call against call
 PEERS = ("onnxslim", "onnxsim", "onnxoptimizer", "onnxscript", "ort-basic")
-TOOLS = REWRITE_TOOLS + PEERS
+TOOLS = REWRITE_TOOLS + ("rewrite-mem",) + PEERS + ("onnxsim-cli",)
 TOOL_HELP = {
-    "rewrite": "rewrite optimize IN OUT --report R.json (CLI, exact rules)",
+    "rewrite": "rewrite optimize IN OUT --report R.json (CLI, exact rules, its output check)",
     "rewrite-reassoc": "the same with --allow reassoc",
+    "rewrite-mem": "frontends.onnx.optimize_model(model, rules) on the loaded model (in memory, "
+    "no output check; rules loaded before the clock starts)",
     "onnxslim": "onnxslim.slim(model)",
     "onnxsim": "onnxsim.simplify(model) (defaults, check_n=0)",
+    "onnxsim-cli": "onnxsim IN OUT (CLI, its default output check)",
     "onnxoptimizer": "onnxoptimizer.optimize(model) (default fuse and elimination passes)",
     "onnxscript": "onnxscript.optimizer.optimize(model) (constant folding + default rewriter)",
     "ort-basic": "onnxruntime offline optimizer, ORT_ENABLE_BASIC (standard ONNX ops only)",
@@ -90,12 +99,27 @@ def compute_nodes(counts: dict) -> int:
 # ------------------------------------------------------------------ one tool, in a worker
 
 
-def _run_peer(tool: str, src: str, dst: str) -> None:
-    """Load, optimize with a peer, save (single file; external data above 2 GB)."""
+def _run_peer(tool: str, src: str, dst: str) -> dict:
+    """Load, optimize in memory (timed: `seconds`), save (single file; external data above
+    2 GB). Returns seconds, and for rewrite-mem its per-stage seconds."""
     import onnx
 
+    res: dict = {}
+    if tool == "rewrite-mem":
+        from dsl import load_rules, shipped_rules_dir
+        from frontends.onnx import optimize_model
+
+        t = time.perf_counter()
+        rules = load_rules([shipped_rules_dir()])
+        res["rules_seconds"] = time.perf_counter() - t
+    elif tool == "onnxsim":
+        import onnxsim  # imported outside the clock, as rewrite-mem's modules are
     model = onnx.load(src)
-    if tool == "onnxsim":
+    start = time.perf_counter()
+    if tool == "rewrite-mem":
+        out, report = optimize_model(model, rules)
+        res["stages"] = dict(report.seconds)
+    elif tool == "onnxsim":
         import onnxsim
 
         out, ok = onnxsim.simplify(model)
@@ -120,12 +144,18 @@ def _run_peer(tool: str, src: str, dst: str) -> None:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         opts.optimized_model_filepath = dst
         del model
+        start = time.perf_counter()
         ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
-        return
+        res["seconds"] = time.perf_counter() - start
+        return res
     else:
         raise ValueError(f"unknown tool {tool}")
-    big = out.ByteSize() > 2**31 - 2**20
-    onnx.save_model(out, dst, save_as_external_data=big)
+    res["seconds"] = time.perf_counter() - start
+    res["ops"] = op_counts(out.graph)  # counted here: saving would add its own peak
+    if os.environ.get("PEERS_KEEP_OUTPUTS"):
+        big = out.ByteSize() > 2**31 - 2**20
+        onnx.save_model(out, dst, save_as_external_data=big)
+    return res
 
 
 def _rewrite_cli() -> list[str]:
@@ -143,9 +173,12 @@ def worker(tool: str, src: str, dst: str) -> dict:
     rewrite runs as its own CLI process (spawned from this small one), measured with wait4."""
     start = time.perf_counter()
     res: dict = {"tool": tool}
-    if tool in REWRITE_TOOLS:
+    if tool in CLI_TOOLS:
         report = str(Path(dst).with_suffix(".report.json"))
-        cmd = _rewrite_cli() + ["optimize", src, dst, "--report", report]
+        if tool == "onnxsim-cli":
+            cmd = [str(Path(sys.executable).with_name("onnxsim")), src, dst]
+        else:
+            cmd = _rewrite_cli() + ["optimize", src, dst, "--report", report]
         if tool == "rewrite-reassoc":
             cmd += ["--allow", "reassoc"]
         with open(Path(dst).with_suffix(".log"), "w") as log:
@@ -167,12 +200,13 @@ def worker(tool: str, src: str, dst: str) -> dict:
                 for k in ("stop_reason", "iterations", "enodes", "seconds", "changed", "fp")
             }
     else:
-        _run_peer(tool, src, dst)
-        res["seconds"] = time.perf_counter() - start
+        res.update(_run_peer(tool, src, dst))
+        res["wall"] = time.perf_counter() - start
         res["peak_mb"] = _peak_rss_mb()
     import onnx
 
-    res["ops"] = op_counts(onnx.load(dst, load_external_data=False).graph)
+    if "ops" not in res:
+        res["ops"] = op_counts(onnx.load(dst, load_external_data=False).graph)
     return res
 
 
@@ -204,7 +238,7 @@ def run_tool(tool: str, src: Path, dst: Path, timeout: float) -> dict:
         Path(str(dst) + ".stderr").write_text(err[-20000:])
         return {"ok": False, "reason": reason, "seconds": wall}
     res = json.loads(out.strip().splitlines()[-1])
-    res.update(ok=True, reason=None, compute_nodes=compute_nodes(res["ops"]), wall=wall)
+    res.update(ok=True, reason=None, compute_nodes=compute_nodes(res["ops"]), job_wall=wall)
     return res
 
 
@@ -361,18 +395,19 @@ def model_ratios(r: dict) -> list[str]:
     """One line per target: rewrite nodes / best peer, seconds / onnxsim, memory, latency."""
     lines = []
     best, best_n = _best_peer(r["tools"])
-    sim = r["tools"].get("onnxsim", {})
-    for tool in REWRITE_TOOLS:
+    for tool in (*REWRITE_TOOLS, "rewrite-mem"):
         x = r["tools"].get(tool)
         if not x or not x.get("ok"):
             continue
+        ref = "onnxsim" if tool == "rewrite-mem" else "onnxsim-cli"
+        sim = r["tools"].get(ref, {})
         parts = [f"{tool}:"]
         if best_n:
             q = x["compute_nodes"] / best_n
             parts.append(f"nodes / best peer ({best}, {best_n}) = {q:.3f}{_mark(q <= 1)}")
         if sim.get("ok"):
             q = x["seconds"] / sim["seconds"]
-            parts.append(f"seconds / onnxsim = {q:.3f}{_mark(q <= 1)}")
+            parts.append(f"seconds / {ref} = {q:.3f}{_mark(q <= 1)}")
         q = x["peak_mb"] / r["mb"] if r["mb"] else None
         parts.append(f"peak MB / file MB = {_fmt(q, '.1f')}{_mark(q <= 3 if q else None)}")
         lines.append("  ".join(parts))
@@ -397,6 +432,105 @@ def model_ratios(r: dict) -> list[str]:
         else:
             lines.append(f"latency / second shape: FAILED: {lat['reason']}")
     return lines
+
+
+SPEED_COLUMNS = (
+    "model",
+    "file MB",
+    "nodes rewrite / onnxsim",
+    "in-memory s rewrite / onnxsim",
+    "ratio",
+    "CLI s rewrite / onnxsim",
+    "ratio",
+    "peak MB in-memory rewrite / onnxsim",
+    "peak MB CLI rewrite / onnxsim",
+    "worst peak / file",
+)
+
+
+def speed_rows(results: dict) -> list[list[str]]:
+    """Rows of SPEED_COLUMNS: rewrite against onnxsim, in memory (the optimize call alone)
+    and CLI end to end (process start to exit, default output checks), and peak RSS."""
+    rows = []
+
+    def get(r, tool, key):
+        x = r["tools"].get(tool) or {}
+        return x.get(key) if x.get("ok") else None
+
+    def pair(a, b, spec):
+        return f"{_fmt(a, spec)} / {_fmt(b, spec)}"
+
+    def ratio(a, b):
+        return "-" if a is None or b is None or not b else f"{a / b:.2f}"
+
+    for label, r in results.items():
+        if "tools" not in r:
+            continue
+        mem, sim = get(r, "rewrite-mem", "seconds"), get(r, "onnxsim", "seconds")
+        cli, simcli = get(r, "rewrite", "seconds"), get(r, "onnxsim-cli", "seconds")
+        peaks = [get(r, t, "peak_mb") for t in ("rewrite-mem", "rewrite")]
+        worst = max((x for x in peaks if x is not None), default=None)
+        rows.append(
+            [
+                label,
+                f"{r['mb']:.0f}",
+                pair(
+                    get(r, "rewrite-mem", "compute_nodes"), get(r, "onnxsim", "compute_nodes"), "d"
+                ),
+                pair(mem, sim, ".2f"),
+                ratio(mem, sim),
+                pair(cli, simcli, ".2f"),
+                ratio(cli, simcli),
+                pair(peaks[0], get(r, "onnxsim", "peak_mb"), ".0f"),
+                pair(peaks[1], get(r, "onnxsim-cli", "peak_mb"), ".0f"),
+                "-" if worst is None or not r["mb"] else f"{worst / r['mb']:.1f}",
+            ]
+        )
+    return rows
+
+
+def stage_rows(results: dict) -> list[list[str]]:
+    """Per model, rewrite-mem's stage seconds (the Report's), largest first, and their sum
+    against the timed call."""
+    rows = []
+    for label, r in results.items():
+        x = (r.get("tools") or {}).get("rewrite-mem") or {}
+        if not x.get("ok") or not x.get("stages"):
+            continue
+        st = sorted(x["stages"].items(), key=lambda kv: -kv[1])
+        rows.append(
+            [
+                label,
+                f"{x['seconds']:.2f}",
+                f"{sum(v for _, v in st):.2f}",
+                ", ".join(f"{k} {v:.2f}" for k, v in st if v >= 0.05),
+            ]
+        )
+    return rows
+
+
+def markdown(results: dict, meta: dict) -> str:
+    """The speed and stage tables as markdown, stamped with the commit and the command."""
+
+    def table(cols, rows):
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines)
+
+    return (
+        "\n\n".join(
+            [
+                f"Commit `{meta.get('git')}`, `{meta.get('command')}`, {meta.get('machine')}; "
+                f"versions: " + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items()),
+                table(SPEED_COLUMNS, speed_rows(results)),
+                "rewrite-mem stages (the Report's seconds):",
+                table(
+                    ("model", "call s", "sum of stages s", "stages >= 0.05 s"), stage_rows(results)
+                ),
+            ]
+        )
+        + "\n"
+    )
 
 
 def summary_tables(results: dict, tools: list[str]):
@@ -448,7 +582,7 @@ def summary_tables(results: dict, tools: list[str]):
         "best peer",
         "rewrite / best",
         "reassoc / best",
-        "rewrite s / onnxsim s",
+        "rewrite CLI s / onnxsim CLI s",
         "peak / file",
         "latency ratio (disable / enable)",
         "2nd shape",
@@ -464,7 +598,7 @@ def summary_tables(results: dict, tools: list[str]):
                 row.append(f"{q:.3f}{_mark(q <= 1)}")
             else:
                 row.append("[red]FAIL" if x.get("reason") else "-")
-        x, sim = r["tools"].get("rewrite", {}), r["tools"].get("onnxsim", {})
+        x, sim = r["tools"].get("rewrite", {}), r["tools"].get("onnxsim-cli", {})
         if x.get("ok") and sim.get("ok"):
             q = x["seconds"] / sim["seconds"]
             extra = ""
@@ -485,6 +619,21 @@ def summary_tables(results: dict, tools: list[str]):
             row.append("static" if s is None else f"{s['max_abs_diff']:.2g}{_mark(s['allclose'])}")
         else:
             row += ["-", "-"]
+        t.add_row(*row)
+    out.append(t)
+    t = Table(
+        title="rewrite against onnxsim: in memory (the call alone) and CLI (start to exit)",
+        title_justify="left",
+    )
+    for c in SPEED_COLUMNS:
+        t.add_column(c, justify="left" if c == "model" else "right")
+    for row in speed_rows(results):
+        t.add_row(*row)
+    out.append(t)
+    t = Table(title="rewrite-mem: where the call's seconds go", title_justify="left")
+    for c in ("model", "call s", "sum of stages s", "stages >= 0.05 s"):
+        t.add_column(c, justify="left" if c in ("model", "stages >= 0.05 s") else "right")
+    for row in stage_rows(results):
         t.add_row(*row)
     out.append(t)
     return out
@@ -571,9 +720,16 @@ def main(argv=None) -> None:
         action="store_true",
         help="only print the tables of the models in bench/out/peers.json",
     )
+    ap.add_argument(
+        "--markdown",
+        metavar="PATH",
+        help="also write the speed and stage tables of the models shown as markdown to PATH",
+    )
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--latency-worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.keep_outputs:
+        os.environ["PEERS_KEEP_OUTPUTS"] = "1"  # read by the workers
     if args.worker:
         print(json.dumps(worker(*args.worker)))
         return
@@ -605,6 +761,9 @@ def main(argv=None) -> None:
         tools = [t for t in TOOLS if any(t in r["tools"] for r in shown.values())]
         for t in summary_tables(shown, tools):
             console.print(t)
+        if args.markdown:
+            meta = json.loads(RESULTS.read_text()).get("run", {})
+            Path(args.markdown).write_text(markdown(shown, meta))
         return
     run_meta = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
@@ -679,6 +838,8 @@ def main(argv=None) -> None:
     tools = [t for t in TOOLS if any(t in r["tools"] for r in shown.values())]
     for t in summary_tables(shown, tools):
         console.print(t)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(shown, run_meta))
     failed = {
         k: v["generation_failed"]
         for k, v in results.items()

@@ -411,7 +411,7 @@ def _reshape(x: Shape | None, target: SymValue | None, allowzero: int) -> Shape 
         if x is None:
             return None
         rest = sympy.Mul(*[d for d in out if d is not None])
-        out[infer] = sympy.simplify(sympy.Mul(*x) / rest)
+        out[infer] = _simplify(sympy.Mul(*x) / rest)
         if not out[infer].is_integer:
             return None
     return tuple(out)
@@ -694,12 +694,39 @@ def _apply(op: str, args, at: dict, integer: bool) -> Expr | None:
     return None if truth is None else sympy.Integer(int(truth))
 
 
+def _simplify(e: Expr) -> Expr:
+    """`sympy.simplify(e)`, skipped when `e` is already simplest: an atom (a number or a
+    symbol), a monomial (`197*batch`, `batch*sequence**2`) or a monomial plus an integer
+    (`batch + 1`), which `simplify` returns as they are. Most shape arithmetic is of these
+    forms, and the first `simplify` call of a process imports `sympy.physics.units` (2-3 s)."""
+    return (
+        e
+        if _monomial(e)
+        or (
+            e.is_Add
+            and len(e.args) == 2
+            and any(a.is_Integer for a in e.args)
+            and all(_monomial(a) for a in e.args)
+        )
+        else sympy.simplify(e)
+    )
+
+
+def _monomial(e: Expr) -> bool:
+    """An atom, a positive integer power of a symbol, or a product of those."""
+    if e.is_Atom:
+        return True
+    if e.is_Pow:
+        return bool(e.base.is_Symbol and e.exp.is_Integer and e.exp > 0)
+    return bool(e.is_Mul) and all(a.is_Atom or (a.is_Pow and _monomial(a)) for a in e.args)
+
+
 def _compare(op: str, x: Expr, y: Expr) -> bool | None:
     if op in ("And", "Or"):
         if not (x.is_number and y.is_number):
             return None
         return bool(int(x)) and bool(int(y)) if op == "And" else bool(int(x)) or bool(int(y))
-    d = sympy.simplify(x - y)
+    d = _simplify(x - y)
     if op == "Equal":
         return d.is_zero
     if op == "Less":

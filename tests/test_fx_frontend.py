@@ -329,6 +329,35 @@ def test_backend_is_registered_and_runs_eager():
         rewrite_backend(torch.fx.symbolic_trace(model), [X], options={"backend": "tvm"})
 
 
+def test_backend_reuses_its_cached_rewrite_and_misses_on_new_weights(monkeypatch, tmp_path):
+    """A second compile of the same graph (dynamo reset, as in a new process) loads the
+    rewrite from `frontends.fx.cache` instead of optimizing again; changed frozen weights
+    (BatchNorm folded into the convolution) are a miss and give the new outputs."""
+    from frontends.fx import backend, cache
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cache, "STATS", {"hits": 0, "misses": 0, "stores": 0})
+    model = ConvBn().eval()
+    opts = {"backend": "eager"}
+    reports = len(backend.REPORTS)
+    outs = []
+    with torch.no_grad():
+        for _ in range(2):
+            torch._dynamo.reset()
+            outs.append(torch.compile(model, backend="rewrite", options=opts)(X))
+    assert cache.STATS == {"hits": 1, "misses": 1, "stores": 1}
+    assert len(backend.REPORTS) == reports + 1  # optimized once
+    torch.testing.assert_close(outs[1], model(X), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+    with torch.no_grad():
+        model.bn.weight.mul_(2)
+        torch._dynamo.reset()
+        got = torch.compile(model, backend="rewrite", options=opts)(X)
+        torch.testing.assert_close(got, model(X), rtol=1e-4, atol=1e-5)
+    assert cache.STATS == {"hits": 1, "misses": 2, "stores": 2}
+    assert len(list(tmp_path.glob("rewrite/*.pkl"))) == 2
+
+
 def test_import_rewrite_does_not_import_torch_and_exposes_optimize_fx():
     code = (
         "import sys, rewrite; assert 'torch' not in sys.modules; "

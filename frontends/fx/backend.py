@@ -16,6 +16,9 @@ Options (`torch.compile(..., options={...})`):
         `rewrite optimize --skip/--only` (a pattern matching no rule is an error, which the
         backend turns into a warning and the captured graph).
     max_iterations, max_nodes, timeout: saturation limits.
+    cache: reuse the rewrite of the same graph, example inputs (their values when frozen),
+        options, rules and engine from `frontends.fx.cache`, on disk beside inductor's caches
+        (default on; off with `check`). A hit appends no Report; `cache.STATS` counts hits.
 The rewritten graph stays cacheable by inductor's FX graph and AOTAutograd caches (see
 `constants_as_inputs`, `fill_example_values`). The backend never fails a model: if the
 rewrite raises, the captured graph is used as it is (with a warning, which names an unknown
@@ -31,6 +34,7 @@ from contextlib import nullcontext
 
 import torch
 
+from frontends.fx import cache
 from frontends.fx.api import optimize_fx
 
 NAME = "rewrite"
@@ -48,16 +52,28 @@ def rewrite_backend(
     freeze = opts.pop("freeze", None)
     freeze = not torch.is_grad_enabled() if freeze is None else freeze
     allow = opts.pop("allow", ("reassoc",))
-    try:
-        optimized, report = optimize_fx(
-            gm, example_inputs, allow=allow, freeze=freeze, check=opts.pop("check", False), **opts
-        )
-        REPORTS.append(report)
-    except Exception as e:  # never fail the user's model because of the rewrite
-        warnings.warn(
-            f"rewrite backend: graph left unchanged ({type(e).__name__}: {e})", stacklevel=2
-        )
-        optimized = gm
+    use_cache = opts.pop("cache", True)
+    check = opts.pop("check", False)
+    k = None
+    if use_cache and not check:
+        try:
+            k = cache.key(gm, example_inputs, {"allow": allow, **opts}, freeze)
+        except Exception:  # an unkeyable graph compiles without the cache
+            k = None
+    optimized = cache.load(k, gm, example_inputs) if k else None
+    if optimized is None:
+        try:
+            optimized, report = optimize_fx(
+                gm, example_inputs, allow=allow, freeze=freeze, check=check, **opts
+            )
+            REPORTS.append(report)
+            if k:
+                cache.store(k, optimized, gm, example_inputs)
+        except Exception as e:  # never fail the user's model because of the rewrite
+            warnings.warn(
+                f"rewrite backend: graph left unchanged ({type(e).__name__}: {e})", stacklevel=2
+            )
+            optimized = gm
     if backend == "eager":
         return optimized.forward
     from torch._inductor.compile_fx import compile_fx

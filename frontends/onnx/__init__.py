@@ -13,13 +13,20 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import onnx
+from onnx.external_data_helper import uses_external_data
 
 from frontends.onnx import external
 from frontends.onnx.check import compare
 from frontends.onnx.exporter import MAX_OPSET, export_model
 from frontends.onnx.external import ExternalDataError, check_locations, load_small_tensors
-from frontends.onnx.importer import default_opset, import_model, skeleton
+from frontends.onnx.importer import (
+    SKELETON_MAX_ELEMENTS,
+    default_opset,
+    import_model,
+    skeleton,
+)
 from frontends.onnx.opset import OpsetError, auto_target, convert_opset
 from rewrite.saturate import Limits
 
@@ -31,6 +38,8 @@ __all__ = [
     "optimize_model",
     "prepare_output",
     "save_model",
+    "structure",
+    "write_serialized",
     "compare",
     "import_model",
     "export_model",
@@ -64,7 +73,15 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     except ExternalDataError as e:
         raise ModelError(f"{p}: {e}") from None
     try:
-        onnx.checker.check_model(str(p))  # by path: the C++ checker reads the file itself
+        # weights in the file: the weight-free skeleton (the weights as typed inputs), since
+        # checking by path made the C++ checker read and parse the whole file again beside
+        # the loaded model, 3x the file at the peak; the weights are checked by
+        # `_check_weights`
+        if any(uses_external_data(t) for t in model.graph.initializer):
+            onnx.checker.check_model(str(p))  # by path: it checks the data files' paths too
+        else:
+            onnx.checker.check_model(skeleton(model))
+            _check_weights(model)
     except onnx.checker.ValidationError as e:
         raise ModelError(
             f"{p}: rejected by onnx.checker: {str(e).strip().splitlines()[0]}"
@@ -74,6 +91,62 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise ModelError(f"{p}: opset {opset} is newer than onnxruntime supports (<= {MAX_OPSET})")
     load_small_tensors(model, p.parent)
     return model
+
+
+def _check_weights(model: onnx.ModelProto) -> None:
+    """What `onnx.checker` checks of an initializer that `skeleton` turned into an input: a
+    defined element type, and its values in exactly one place (raw_data, one typed field, or
+    external data), of the size its dims say where that is known (raw_data of a fixed-size
+    type). Raises onnx.checker.ValidationError."""
+    from onnx.external_data_helper import uses_external_data
+
+    for t in model.graph.initializer:
+        numel = int(np.prod(t.dims)) if t.dims else 1
+        if numel <= SKELETON_MAX_ELEMENTS:
+            continue  # kept in the skeleton, checked there
+        if t.data_type == onnx.TensorProto.UNDEFINED:
+            raise onnx.checker.ValidationError(f"initializer {t.name}: data type UNDEFINED")
+        fields = [f.name for f, _ in t.ListFields() if f.name in _VALUE_FIELDS]
+        external = uses_external_data(t)
+        if len(fields) + external != 1:
+            raise onnx.checker.ValidationError(
+                f"initializer {t.name} should contain one and only one value field"
+            )
+        if fields == ["raw_data"] and t.data_type in _ITEMSIZE:
+            if len(t.raw_data) != numel * _ITEMSIZE[t.data_type]:
+                raise onnx.checker.ValidationError(
+                    f"initializer {t.name}: raw_data of {len(t.raw_data)} bytes for "
+                    f"{numel} elements"
+                )
+
+
+_VALUE_FIELDS = {
+    "raw_data",
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+}
+_ITEMSIZE = {
+    getattr(onnx.TensorProto, name): size
+    for name, size in (
+        ("FLOAT", 4),
+        ("DOUBLE", 8),
+        ("FLOAT16", 2),
+        ("BFLOAT16", 2),
+        ("INT8", 1),
+        ("UINT8", 1),
+        ("INT16", 2),
+        ("UINT16", 2),
+        ("INT32", 4),
+        ("UINT32", 4),
+        ("INT64", 8),
+        ("UINT64", 8),
+        ("BOOL", 1),
+    )
+}
 
 
 def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, **kw):
@@ -101,6 +174,10 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
     already past on entry (`limit_stage` "load": the caller spent the time) or after the
     import returns the model unchanged; later, the best graph found so far is exported (see
     `rewrite.optimize`).
+
+    `graph`: the model already imported (`import_model(model, folder)`), its `meta` possibly
+    a `structure` copy of `model` (then `model` may be that copy too); its import seconds are
+    then the caller's to count.
     """
     clock = time.perf_counter()
     source = default_opset(model)
@@ -117,6 +194,7 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
             info["note"] = str(e)
     t_convert = time.perf_counter() - clock
     if info["converted"]:
+        kw.pop("graph", None)  # an import of the unconverted model
         result, report = _rounds(work, rules, **kw)
     else:
         result, report = _optimize_model(work, rules, **kw)
@@ -200,17 +278,21 @@ def _optimize_model(model: onnx.ModelProto, rules, **kw):
     limits = replace(
         limits, deadline=limits.deadline if limits.deadline is not None else clock + limits.timeout
     )
-    if clock > limits.deadline:
+    graph = kw.pop("graph", None)
+    if clock > limits.deadline and graph is None:
         return model, _onnx_counts(as_given(None, "time-limit", "load", {}), model, model)
-    graph = import_model(model, folder)
+    if graph is None:
+        graph = import_model(model, folder)
     t_import = time.perf_counter() - clock
     if time.perf_counter() > limits.deadline:
-        return model, _onnx_counts(
-            as_given(graph, "time-limit", "onnx-import", {"onnx-import": t_import}), model, model
+        given = export_model(graph) if _is_structure(model) else model
+        return given, _onnx_counts(
+            as_given(graph, "time-limit", "onnx-import", {"onnx-import": t_import}), model, given
         )
     out, report = optimize(graph, rules, limits=limits, **kw)
     clock = time.perf_counter()
-    result = model if out is graph else export_model(out)
+    # a model that holds only its structure (`structure`) cannot be returned as the result
+    result = model if out is graph and not _is_structure(model) else export_model(out)
     t_export = time.perf_counter() - clock
     if result is not model:
         # the full check (strict shape inference included) on the weight-free skeleton: the
@@ -219,6 +301,37 @@ def _optimize_model(model: onnx.ModelProto, rules, **kw):
     t_check = time.perf_counter() - clock - t_export
     seconds = {"onnx-import": t_import, **report.seconds, "export": t_export, "checker": t_check}
     return result, _onnx_counts(replace(report, seconds=seconds), model, result)
+
+
+_STRUCTURE = "rewrite.structure"  # metadata key marking a `structure` copy
+
+
+def structure(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` whose large initializers (over SKELETON_MAX_ELEMENTS elements) keep
+    their name, type and shape but no values: what `export_model` reads of the original (a
+    TermGraph's `meta`) and the output check reads (types, inputs), without the weights, so
+    that a caller holding the weights as arrays (`import_model`) can free the loaded model
+    (the protobuf arena of a loaded model is freed only with the whole model). Passed to
+    `optimize_model` as `graph`'s meta, it makes the result always a newly exported model."""
+    out = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name != "graph":
+            _set_field(out, field, value)
+    for field, value in model.graph.ListFields():
+        if field.name != "initializer":
+            _set_field(out.graph, field, value)
+    for t in model.graph.initializer:
+        numel = int(np.prod(t.dims)) if t.dims else 1
+        if numel <= SKELETON_MAX_ELEMENTS or uses_external_data(t):
+            out.graph.initializer.append(t)
+        else:
+            out.graph.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
+    out.metadata_props.add(key=_STRUCTURE, value="1")
+    return out
+
+
+def _is_structure(model: onnx.ModelProto) -> bool:
+    return any(p.key == _STRUCTURE for p in model.metadata_props)
 
 
 def _onnx_counts(report, model: onnx.ModelProto, result: onnx.ModelProto):
@@ -240,28 +353,35 @@ def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
 class Output:
     """A model ready to be written to `path`, not yet in place (`prepare_output`).
 
-    source: what onnxruntime loads to check it: the serialized model, or the path of the
-    staged copy written with external data. `commit()` puts it in place, `discard()` drops
-    it; either raises OSError."""
+    source: what onnxruntime loads to check it: the path of the staged copy (written beside
+    `path`, single-file in `tmp` or with external data in `staged`), or the serialized model
+    (`data`). `commit()` puts it in place, `discard()` drops it; either raises OSError."""
 
     path: Path
     data: bytes | None = None
     staged: Path | None = None
+    tmp: Path | None = None
 
     @property
     def source(self) -> bytes | str:
         """What onnxruntime loads: the serialized model, or the staged file's path."""
+        if self.tmp is not None:
+            return str(self.tmp)
         return self.data if self.data is not None else str(self.staged)
 
     def commit(self) -> None:
         """Put the model (and its data file) in place at `path`. Raises OSError."""
-        if self.staged is None:
+        if self.tmp is not None:
+            os.replace(self.tmp, self.path)
+        elif self.staged is None:
             save_model(onnx.ModelProto(), self.path, self.data)
         else:
             external.commit(self.staged, self.path)
 
     def discard(self) -> None:
         """Drop the staged copy, if any."""
+        if self.tmp is not None:
+            self.tmp.unlink(missing_ok=True)
         if self.staged is not None:
             external.discard(self.staged)
 
@@ -273,16 +393,73 @@ def prepare_output(
     folder: Path | None = None,
     external_data: bool = False,
 ) -> Output:
-    """Get `model` ready to be written to `path`: serialized, or, with `external_data` or when
-    it would exceed `external.EXTERNAL_DATA_THRESHOLD` bytes (protobuf's 2 GB limit), staged
-    beside `path` with its weights in `<name>.data`. External data the model still refers to
-    (an input returned unchanged) is read from `folder` first. Raises OSError."""
+    """Get `model` ready to be written to `path`: serialized into a temporary file beside
+    `path` (so that the bytes need not stay in memory while onnxruntime checks it), or, with
+    `external_data` or when it would exceed `external.EXTERNAL_DATA_THRESHOLD` bytes
+    (protobuf's 2 GB limit), staged beside `path` with its weights in `<name>.data`. External
+    data the model still refers to (an input returned unchanged) is read from `folder` first.
+    Raises OSError."""
     p = Path(path)
     if folder is not None and any(True for _ in external.external_tensors(model)):
         onnx.external_data_helper.load_external_data_for_model(model, str(folder))
     if external_data or external.needs_external_data(model):
         return Output(p, staged=external.stage(model, p))
-    return Output(p, data=model.SerializeToString())
+    tmp = _create_beside(p)
+    try:
+        with open(tmp, "wb") as f:
+            write_serialized(model, f)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return Output(p, tmp=tmp)
+
+
+def write_serialized(model: onnx.ModelProto, f) -> None:
+    """Write `model` to binary file `f` as `model.SerializeToString()` would, except that the
+    graph's initializers come one at a time, after the rest of the graph, so that memory never
+    holds the whole serialized model (SerializeToString of a 400 MB model peaks at twice
+    that, beside the model).
+
+    Protobuf merges a message field that occurs more than once and appends repeated fields, so
+    a ModelProto followed by records `graph { initializer: T }` parses as the same model with
+    the initializers last in `graph.initializer` (their order is all that differs)."""
+    head = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name != "graph":
+            _set_field(head, field, value)
+    for field, value in model.graph.ListFields():
+        if field.name != "initializer":
+            _set_field(head.graph, field, value)
+    if not model.HasField("graph"):
+        head.ClearField("graph")
+    f.write(head.SerializeToString())
+    for t in model.graph.initializer:
+        data = t.SerializeToString()
+        graph = _GRAPH_INITIALIZER + _varint(len(data))
+        f.write(_MODEL_GRAPH + _varint(len(graph) + len(data)) + graph)
+        f.write(data)
+
+
+_MODEL_GRAPH = bytes([(7 << 3) | 2])  # ModelProto.graph = 7, length-delimited
+_GRAPH_INITIALIZER = bytes([(5 << 3) | 2])  # GraphProto.initializer = 5
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _set_field(msg, field, value) -> None:
+    if getattr(field, "is_repeated", None) or getattr(field, "label", None) == 3:
+        getattr(msg, field.name).extend(value)
+    elif field.type == field.TYPE_MESSAGE:
+        getattr(msg, field.name).CopyFrom(value)
+    else:
+        setattr(msg, field.name, value)
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, data: bytes | None = None) -> None:

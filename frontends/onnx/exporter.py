@@ -69,7 +69,9 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
     model.ir_version = min(src.ir_version, MAX_IR_VERSION)
     for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
         setattr(model, field, getattr(src, field))
-    model.metadata_props.extend(p for p in src.metadata_props if p.key != KEY)
+    model.metadata_props.extend(
+        p for p in src.metadata_props if p.key not in (KEY, "rewrite.structure")
+    )
     _write_provenance(g, model)
     return model
 

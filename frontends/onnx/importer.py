@@ -171,6 +171,11 @@ class _Builder:
                 self.constant(n.output[0], array)
                 return
         inputs = tuple(self.value(i) for i in n.input)
+        # the payload is a copy: a reference to a message of the model would keep the model's
+        # whole protobuf arena (its weights) alive as long as the graph
+        own = onnx.NodeProto()
+        own.CopyFrom(n)
+        n = own
         spec = OPS.get(n.op_type, self.opset) if n.domain in ("", "ai.onnx") else None
         attrs = _canonical_attrs(n, spec, inputs, self) if spec else None
         used_outputs = [o for o in n.output if o and (self.read is None or o in self.read)]

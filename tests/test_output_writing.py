@@ -1,0 +1,136 @@
+"""The memory-saving paths of `rewrite optimize`: the output written initializer by initializer
+(`write_serialized`), the weight-free `structure` the CLI keeps of its input, and the checks
+`load_model` makes of the weights it no longer hands to onnx.checker."""
+
+import io
+from dataclasses import replace
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import pytest
+from onnx import numpy_helper
+
+from dsl import load_rules, shipped_rules_dir
+from frontends.onnx import (
+    ModelError,
+    import_model,
+    load_model,
+    optimize_model,
+    structure,
+    write_serialized,
+)
+from frontends.onnx.check import run
+
+RULES = load_rules([shipped_rules_dir()])
+
+
+def weighted_model() -> onnx.ModelProto:
+    """y = Relu(Identity(x @ W + B) * 1) with metadata, a doc string and value_info: W float
+    [32,32] is large (over the skeleton's 64 elements), B float[32] small."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((32, 32)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    nodes = [
+        oh.make_node("MatMul", ["x", "W"], ["m"]),
+        oh.make_node("Add", ["m", "B"], ["a"]),
+        oh.make_node("Identity", ["a"], ["i"]),
+        oh.make_node("Mul", ["i", "one"], ["s"]),
+        oh.make_node("Relu", ["s"], ["y"]),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "weighted",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 32])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 32])],
+        [
+            numpy_helper.from_array(w, "W"),
+            numpy_helper.from_array(b, "B"),
+            numpy_helper.from_array(np.float32(1.0), "one"),
+        ],
+        value_info=[oh.make_tensor_value_info("m", onnx.TensorProto.FLOAT, [2, 32])],
+        doc_string="a graph",
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
+    model.metadata_props.add(key="k", value="v")
+    return model
+
+
+def test_write_serialized_parses_as_the_same_model():
+    model = weighted_model()
+    buf = io.BytesIO()
+    write_serialized(model, buf)
+    back = onnx.load_from_string(buf.getvalue())
+    assert sorted(t.SerializeToString() for t in back.graph.initializer) == sorted(
+        t.SerializeToString() for t in model.graph.initializer
+    )
+    for m in (back, model):
+        m.graph.ClearField("initializer")
+    assert back == model
+
+
+def test_write_serialized_runs_in_onnxruntime_like_the_original():
+    model = weighted_model()
+    buf = io.BytesIO()
+    write_serialized(model, buf)
+    x = {"x": np.random.default_rng(1).standard_normal((2, 32)).astype(np.float32)}
+    np.testing.assert_array_equal(run(buf.getvalue(), x)[0], run(model, x)[0])
+
+
+def test_structure_keeps_names_types_and_shapes_without_values():
+    model = weighted_model()
+    s = structure(model)
+    w = {t.name: t for t in s.graph.initializer}
+    assert w["W"].dims == [32, 32] and w["W"].data_type == onnx.TensorProto.FLOAT
+    assert not w["W"].raw_data and not w["W"].float_data
+    assert w["B"] == model.graph.initializer[1]  # small: kept whole
+    assert list(s.graph.node) == list(model.graph.node)
+
+
+def test_optimize_on_a_structure_gives_the_same_model_with_its_weights():
+    model = weighted_model()
+    want, rep = optimize_model(model, RULES)
+    graph = import_model(model)
+    s = structure(model)
+    got, rep2 = optimize_model(s, RULES, graph=replace(graph, meta=s))
+    assert [n.op_type for n in got.graph.node] == [n.op_type for n in want.graph.node]
+    assert rep2.nodes_after == rep.nodes_after
+    assert {p.key for p in got.metadata_props} == {p.key for p in want.metadata_props}
+    x = {"x": np.ones((2, 32), np.float32)}
+    np.testing.assert_array_equal(run(got, x)[0], run(want, x)[0])
+
+
+def test_optimize_on_a_structure_exports_even_when_nothing_changes():
+    """A model the rules cannot improve: the result is exported from the imported graph, so
+    it has its weights, not the structure's missing values."""
+    w = np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32)
+    graph = oh.make_graph(
+        [oh.make_node("MatMul", ["x", "W"], ["y"])],
+        "plain",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 32])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 32])],
+        [numpy_helper.from_array(w, "W")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
+    g = import_model(model)
+    s = structure(model)
+    got, _ = optimize_model(s, RULES, graph=replace(g, meta=s))
+    np.testing.assert_array_equal(numpy_helper.to_array(got.graph.initializer[0]), w)
+
+
+def test_load_rejects_weights_of_the_wrong_size(tmp_path):
+    model = weighted_model()
+    model.graph.initializer[0].raw_data = model.graph.initializer[0].raw_data[:-4]
+    p = tmp_path / "m.onnx"
+    onnx.save(model, str(p))
+    with pytest.raises(ModelError, match="rejected by onnx.checker: initializer W: raw_data"):
+        load_model(p)
+
+
+def test_load_rejects_weights_with_two_value_fields(tmp_path):
+    model = weighted_model()
+    model.graph.initializer[0].float_data.append(1.0)
+    p = tmp_path / "m.onnx"
+    onnx.save(model, str(p))
+    with pytest.raises(ModelError, match="one and only one value field"):
+        load_model(p)
