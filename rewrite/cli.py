@@ -635,7 +635,6 @@ def _bisect_failure(args, model, rules, report, folder, start: float) -> str:
         return ""
     options = _options(args)
     try:
-        model = load_model(src)  # the optimizer kept only the structure of the first copy
         found = bisect_model(
             model,
             rules,
@@ -645,7 +644,7 @@ def _bisect_failure(args, model, rules, report, folder, start: float) -> str:
             fired=report.fired,
             progress=_progress,
         )
-    except (BisectError, ModelError) as e:
+    except BisectError as e:
         return f"; bisection failed: {e}"
     for line in format_report(found, model=args.input, rule_paths=args.rules, allow=args.allow):
         err.print(line, markup=False)
