@@ -405,7 +405,11 @@ def cmd_explain(args) -> int:
 
     def grow(parent, t: dict, prefix: str = "") -> None:
         if t["rule"] == "original":
-            label = f"original {t['op']} node, standing in for the nodes of its e-class below"
+            label = (
+                f"original {t['op']} node, standing in for the nodes of its e-class below"
+                if t.get("merged")
+                else f"original {t['op']} node, reading values the rules below rewrote"
+            )
         else:
             label = f"{prefix}[b]{escape(t['rule'])}[/b] ({escape(t['at'])}) -> {t['op']}"
         if t.get("replaces"):
