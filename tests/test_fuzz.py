@@ -145,3 +145,30 @@ def test_reduce_graph_keeps_what_fails():
         i.name for i in small.graph.input
     ] == ["x"]
     assert reduce_graph(model, lambda m: False) is model
+
+
+@pytest.mark.parametrize(
+    "op, zero, exact",
+    [("Add", "-0.0", True), ("Add", "0.0", False), ("Sub", "0.0", True), ("Sub", "-0.0", False)],
+)
+def test_zero_neutral_keeps_the_sign_of_zero(op, zero, exact):
+    """Found by fuzzing with -0.0 inputs: x + 0.0 -> x turned -0.0 + 0.0 (= +0.0) into -0.0,
+    and 1/x made -inf of +inf (likewise x - (-0.0)). Exact rules now remove only the zero that
+    keeps x's sign (-0.0 for Add, +0.0 for Sub); the other is a reassoc rule."""
+    import numpy as np
+
+    from frontends.onnx import optimize_model
+    from frontends.onnx.check import run
+
+    model = _model(f"""
+    g (float[4] x) => (float[4] y) <float[1] z = {{{zero}}}> {{
+        a = {op} (x, z)
+        y = Reciprocal (a)
+    }}""")
+    x = np.array([-0.0, 0.0, np.inf, np.nan], np.float32)
+    want = run(model, {"x": x})[0]
+    out, report = optimize_model(model, RULES)
+    assert report.changed == exact
+    np.testing.assert_array_equal(run(out, {"x": x})[0], want)  # NaN == NaN, -inf != inf
+    _, loose = optimize_model(model, RULES, fp=("exact", "reassoc"))
+    assert loose.changed and (exact or loose.fp == "reassoc")
