@@ -22,7 +22,7 @@ from onnx.reference import ReferenceEvaluator
 
 from frontends.onnx.check import CheckError, output_diff, random_inputs, run, tolerance_types
 from rewrite.optimize import FP_CLASSES
-from verify.graph_builder import EDGE_UNDEFINED, scatter_edges
+from verify.graph_builder import edge_undefined, scatter_edges
 
 EXECUTORS = ("onnxruntime", "onnx.reference")
 
@@ -105,12 +105,12 @@ def edge_inputs(model: onnx.ModelProto, feeds: dict, seed: int = 0) -> dict:
     """`feeds` with NaN, +-Inf and -0.0 scattered into the float inputs (`scatter_edges`) of
     graphs with an even node count (the others keep finite inputs, so that NaN spreading
     through a reduction cannot hide a wrong finite result everywhere), unless `model` has an op
-    whose result on them ONNX leaves undefined (`verify.graph_builder.EDGE_UNDEFINED`).
+    whose result on them ONNX leaves undefined (`verify.graph_builder.edge_undefined`).
     Outputs are compared by `frontends.onnx.check.output_diff`: NaN against NaN in the same
     position and an infinity against the same infinity are equal, and -0.0 equals 0.0 (the
     output check's judgement: IEEE equality; no rule's result depends on the sign of a zero
     except through 1/x or atan2-like ops, whose infinities then differ and are caught)."""
-    if len(model.graph.node) % 2 or any(n.op_type in EDGE_UNDEFINED for n in model.graph.node):
+    if len(model.graph.node) % 2 or edge_undefined(model.graph.node):
         return feeds
     rng = np.random.default_rng(seed + 1)
     out = {}
