@@ -172,3 +172,21 @@ def test_zero_neutral_keeps_the_sign_of_zero(op, zero, exact):
     np.testing.assert_array_equal(run(out, {"x": x})[0], want)  # NaN == NaN, -inf != inf
     _, loose = optimize_model(model, RULES, fp=("exact", "reassoc"))
     assert loose.changed and (exact or loose.fp == "reassoc")
+
+
+def test_edge_values_reach_inputs_unless_an_op_is_undefined_on_them():
+    """Float inputs get NaN, +-Inf and -0.0 (graphs with an even node count), except in a graph
+    with a float -> integer Cast, whose result on them ONNX leaves undefined."""
+    import numpy as np
+
+    from frontends.onnx.check import random_inputs
+    from verify.fuzz import edge_inputs
+
+    plain = _model("g (float[16,16] x) => (float[16,16] y) { a = Neg (x) y = Abs (a) }")
+    feeds = edge_inputs(plain, random_inputs(plain, 0), 0)
+    x = feeds["x"]
+    assert np.isnan(x).any() and np.isposinf(x).any() and np.isneginf(x).any()
+    assert ((x == 0) & np.signbit(x)).any()
+    assert np.isfinite(x).mean() > 0.5  # most values stay ordinary
+    cast = _model("g (float[8,8] x) => (int64[8,8] y) { a = Neg (x) y = Cast <to = 7> (a) }")
+    assert np.isfinite(edge_inputs(cast, random_inputs(cast, 0), 0)["x"]).all()
