@@ -152,7 +152,8 @@ def test_reduce_graph_keeps_what_fails():
     [("Add", "-0.0", True), ("Add", "0.0", False), ("Sub", "0.0", True), ("Sub", "-0.0", False)],
 )
 def test_zero_neutral_keeps_the_sign_of_zero(op, zero, exact):
-    """Found by fuzzing with -0.0 inputs: x + 0.0 -> x turned -0.0 + 0.0 (= +0.0) into -0.0,
+    """Found while adding -0.0 to the fuzzer (a targeted check; random graphs rarely put a
+    Reciprocal after an Add of zero): x + 0.0 -> x turned -0.0 + 0.0 (= +0.0) into -0.0,
     and 1/x made -inf of +inf (likewise x - (-0.0)). Exact rules now remove only the zero that
     keeps x's sign (-0.0 for Add, +0.0 for Sub); the other is a reassoc rule."""
     import numpy as np
