@@ -40,8 +40,9 @@ def fold(g: TermGraph, provenance: bool = False) -> TermGraph:
     """Fold constant-only nodes of `g` into constants and drop nodes nothing uses.
 
     provenance: each new constant's `Value.provenance` says which nodes were folded into it
-    (`rewrite.provenance` format: rule `constant-folding`, `replaces` the folded nodes' names,
-    `after` the trees of folded nodes that rewrites produced).
+    (`rewrite.provenance` format: rule `fold:OP`, OP the op of the last node folded into it,
+    `replaces` the folded nodes' names, `after` the trees of folded nodes that rewrites or
+    shape folding produced).
 
     Returns a new TermGraph (the input is not changed). Raises nothing: a batch the reference
     evaluator cannot run is left unfolded.
@@ -84,15 +85,23 @@ def _fold_tree(nodes: list[Node], g: TermGraph) -> dict:
     """Provenance tree of a folded constant: the original nodes folded into it by name, in
     graph order, and the trees of the folded nodes rewrites produced (each distinct tree once)."""
     name = lambda n: n.name or g.values[n.outputs[0]].name  # noqa: E731
-    after = {json.dumps(n.provenance, sort_keys=True): n.provenance for n in nodes if n.provenance}
+    # trees of folded nodes that rewrites or shape folding produced, and of folded constants read
+    trees = [n.provenance for n in nodes if n.provenance]
+    trees += [g.values[i].provenance for n in nodes for i in n.inputs if i != ABSENT]
+    after = {json.dumps(t, sort_keys=True): t for t in trees if t}
     return {
-        "rule": "constant-folding",
+        "rule": f"fold:{nodes[-1].op}",
         "at": "rewrite/fold.py",
         "op": nodes[-1].op,
-        "replaces": [name(n) for n in nodes if n.provenance is None],
-        "ops": [n.op for n in nodes if n.provenance is None],
+        "replaces": [name(n) for n in nodes if _original(n)],
+        "ops": [n.op for n in nodes if _original(n)],
         "after": list(after.values()),
     }
+
+
+def _original(n: Node) -> bool:
+    """Whether `n` is a node of the imported graph (no rule or folding made it)."""
+    return (n.provenance or {}).get("rule", "original") == "original"
 
 
 def _foldable(n: Node, g: TermGraph, consts: dict) -> bool:

@@ -151,7 +151,11 @@ def optimize(
     limits = replace(limits, deadline=deadline)
     rules, excluded = pick_rules(rules, skip, only)
     original = graph
-    graph, shape_stats = fold_shapes(graph) if shapes else (graph, FoldStats())
+    if not provenance:
+        graph = bare(graph)
+    graph, shape_stats = (
+        fold_shapes(graph, provenance=provenance) if shapes else (graph, FoldStats())
+    )
     stage("shapes")
     if time.perf_counter() > deadline:  # out of time before the e-graph is built
         return original, as_given(original, "time-limit", "shapes", seconds, cost)
@@ -213,6 +217,17 @@ def optimize(
     if unexplained:
         report.extra["provenance_unexplained"] = unexplained
     return out, report
+
+
+def bare(g: TermGraph) -> TermGraph:
+    """`g` without the provenance a frontend's import recorded on its nodes and constants."""
+    if not any(n.provenance for n in g.nodes) and not any(v.provenance for v in g.values):
+        return g
+    return replace(
+        g,
+        nodes=tuple(replace(n, provenance=None) for n in g.nodes),
+        values=tuple(replace(v, provenance=None) for v in g.values),
+    )
 
 
 def as_given(

@@ -23,9 +23,12 @@ and the report's `provenance` section (see README, "Provenance"):
      "ops": [THEIR OPS], "after": [TREES of the rewritten e-nodes the rule matched, fired
      before it], "merged": [TREES of original nodes of the same value a rule removed]}
 
-Constant folding adds `{"rule": "constant-folding", "at": "rewrite/fold.py", ...}`, whose
-`replaces` names every node folded into the constant (`rewrite.fold`). `describe` says in
-words what each firing of a tree did (`--explain`, `rewrite explain`).
+Folding adds `{"rule": "fold:OP", "at": "rewrite/shapes.py" or "rewrite/fold.py", ...}`, OP the
+op whose value was folded: on each constant that shape folding (before saturation,
+`rewrite.shapes`) or constant folding (after extraction, `rewrite.fold`) made, and on each node
+whose inputs shape folding changed; `replaces` names the nodes that folding removed. A rule that
+matched a node shape folding changed has that node's fold tree in its `after`. `describe` says
+in words what each firing of a tree did (`--explain`, `rewrite explain`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from dataclasses import dataclass, replace
 from dsl.ir import Absent, Capture, Literal, OpNode, Rule, Term, Wildcard
 from rewrite.egraph import ENode, Snapshot
 from rewrite.emit import captures, prov_relation
-from rewrite.graph import ABSENT, TermGraph
+from rewrite.graph import ABSENT, Node, TermGraph
 from rewrite.ops import OPS, encode_attr
 
 KEY = "rewrite.rules"  # ONNX metadata_props key, fx node.meta key is "rewrite"
@@ -181,16 +184,23 @@ def _attrs_fit(t: OpNode, spec, n: ENode, attrs: dict) -> bool:
 
 def original_names(snap: Snapshot) -> dict[ENode, str]:
     """Imported e-nodes -> the name of their node (its output's name if it has none)."""
-    g = snap.graph
     out: dict[ENode, str] = {}
+    for name, e in _enodes(snap):
+        out.setdefault(e, name)
+    return out
+
+
+def _enodes(snap: Snapshot):
+    """(name, e-node) of each matchable imported node, in graph order (two nodes computing
+    the same may share an e-node)."""
+    g = snap.graph
     for n in g.nodes:
         if n.opaque:
             continue
         spec = OPS.get(n.op)
         attrs = tuple(encode_attr(spec.attr_index[a].kind, v) for a, v in n.attrs)
         e = ENode(n.op, tuple(snap.handle[i] for i in n.inputs), attrs)
-        out.setdefault(e, n.name or g.values[n.outputs[0]].name)
-    return out
+        yield n.name or g.values[n.outputs[0]].name, e
 
 
 class Justification:
@@ -200,6 +210,12 @@ class Justification:
 
     def __init__(self, snap: Snapshot, fired: list[Firing]):
         self.names = original_names(snap)
+        # trees the shape folding (`rewrite.shapes`) left on imported nodes, by name
+        self.folded = {
+            n.name or snap.graph.values[n.outputs[0]].name: n.provenance
+            for n in snap.graph.nodes
+            if n.provenance is not None
+        }
         self.fired = fired
         self.lhs: list[list[ENode]] = []
         self.premises: list[list[ENode]] = []
@@ -209,6 +225,10 @@ class Justification:
             self.premises.append(list(dict.fromkeys(n for n in m if self.rewritten(n))))
         self.best = self._knuth()
         self.class_of = {n: c for c, n in snap.nodes}
+        self.graph = snap.graph
+        self.by_name = {n.name: n for n in snap.graph.nodes if n.name}
+        self.producer = {o: n for n in snap.graph.nodes for o in n.outputs}
+        self.enode_of = {name: e for name, e in _enodes(snap)}
         # original e-nodes of each e-class, and the firings that matched one as their root:
         # why an original node is gone when another e-node of its class is extracted
         self.originals: dict[int, list[ENode]] = {}
@@ -254,29 +274,52 @@ class Justification:
                         heapq.heappush(heap, (total, w, j2))
         return best
 
+    def _walk(self, e: ENode, i: int, budget: list[int]) -> dict:
+        f = self.fired[i]
+        budget[0] -= 1
+        gone = sorted({(self.names[m], m.op) for m in self.lhs[i] if m in self.names})
+        node = {
+            "rule": f.name,
+            "at": f.at,
+            "op": e.op,
+            "replaces": [name for name, _ in gone],
+            "ops": [op for _, op in gone],
+        }
+        if budget[0] <= 0:
+            node["truncated"] = True
+            node["after"] = []
+            return node
+        node["after"] = [self._walk(p, self.best[p], budget) for p in self.premises[i]]
+        node["after"] += [self.folded[r] for r in node["replaces"] if r in self.folded]
+        return node
+
+    def input_trees(self, node: Node, g: TermGraph) -> list[dict]:
+        """For a kept imported node (`node` of extracted graph `g`, by name): the trees of the
+        rules that matched the imported nodes whose values it no longer reads (an input now
+        computed by another e-node of its e-class, e.g. an Identity removed)."""
+        before = self.by_name.get(node.name)
+        if before is None or before.op != node.op:
+            return []
+        budget, out = [MAX_TREE], []
+        for a, b in zip(before.inputs, node.inputs):
+            if a == ABSENT or b == ABSENT or self.graph.values[a].name == g.values[b].name:
+                continue
+            p = self.producer.get(a)
+            e = self.enode_of.get(p.name or self.graph.values[p.outputs[0]].name) if p else None
+            if e is not None and e in self.by_root:
+                t = self._walk(e, self.by_root[e], budget)
+                # an e-node several imported nodes share is named after the first of them
+                mine = p.name or self.graph.values[p.outputs[0]].name
+                t["replaces"] = sorted({*t["replaces"], mine} - {self.names[e]} | {mine})
+                out.append(t)
+        return out
+
     def tree(self, n: ENode) -> dict | None:
         """The justification tree of e-node `n` (module docstring), at most MAX_TREE nodes; None
         for an original e-node that stands in for no other original node, or a rewritten one
         no recorded firing created."""
         budget = [MAX_TREE]
-
-        def walk(e: ENode, i: int) -> dict:
-            f = self.fired[i]
-            budget[0] -= 1
-            gone = sorted({(self.names[m], m.op) for m in self.lhs[i] if m in self.names})
-            node = {
-                "rule": f.name,
-                "at": f.at,
-                "op": e.op,
-                "replaces": [name for name, _ in gone],
-                "ops": [op for _, op in gone],
-            }
-            if budget[0] <= 0:
-                node["truncated"] = True
-                node["after"] = []
-                return node
-            node["after"] = [walk(p, self.best[p]) for p in self.premises[i]]
-            return node
+        walk = lambda e, i: self._walk(e, i, budget)  # noqa: E731
 
         shown = set(self.lhs[self.best[n]]) if n in self.best else set()
         gone = sorted(
@@ -317,6 +360,14 @@ def attach(g: TermGraph, origins: tuple, just: Justification) -> tuple[TermGraph
         tree = just.tree(origin) if origin is not None else None
         if origin is not None and tree is None and just.rewritten(origin):
             unexplained += 1
+        if tree is None and origin is not None and n.name:
+            lost = just.input_trees(n, g)
+            if lost:
+                tree = {"rule": "original", "at": "", "op": n.op, "replaces": [], "after": lost}
+                if n.provenance is not None:
+                    tree = {**n.provenance, "after": [*n.provenance["after"], *lost]}
+        if tree is not None and tree["rule"] == "original" and "merged" in tree and n.provenance:
+            tree = {**n.provenance, "merged": tree["merged"]}  # a node shape folding changed
         if tree is not None:
             name = n.name or _free(g.values[n.outputs[0]].name, taken)
             n = replace(n, name=name, provenance=tree)
@@ -376,10 +427,9 @@ def describe(name: str, op: str, tree: dict, patterns: dict[str, str] | None = N
 
     def walk(t: dict, made: str, depth: int) -> None:
         pad = "  " * depth
-        if t["rule"] == "constant-folding":
-            lines.append(
-                f"{pad}constant-folding: folded {gone(t) or 'rewritten nodes'} into {made}"
-            )
+        if t["rule"].startswith("fold:") or t["rule"] == "constant-folding":
+            what = gone(t) or "rewritten nodes"
+            lines.append(f"{pad}{t['rule']}: folded {what} into {made} ({t.get('at', '')})")
         elif t["rule"] != "original":
             was = f"replaced {gone(t)} with" if t["replaces"] else "rewrote rewritten nodes into"
             lines.append(f"{pad}{t['rule']}: {was} {made}{where(t)}")
@@ -393,7 +443,8 @@ def describe(name: str, op: str, tree: dict, patterns: dict[str, str] | None = N
         for before in t.get("after", ()):
             walk(before, f"an intermediate {before['op']} (rewritten again above)", depth + 1)
 
-    made = f"constant {name}" if tree["rule"] == "constant-folding" else f"{op} {name}"
+    folded = tree["rule"].startswith("fold:") or tree["rule"] == "constant-folding"
+    made = f"constant {name}" if folded and not op else f"{op} {name}".strip()
     walk(tree, made, 0)
     return lines
 

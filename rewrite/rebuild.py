@@ -87,6 +87,7 @@ def build_graph(
                 orig.name if keep else "",
                 "",
                 orig.payload if keep else None,
+                provenance=orig.provenance if keep else None,
             )
         )
     outputs = tuple(vid_of[snap.handle[v]] for v in g.outputs)
@@ -123,6 +124,7 @@ def _opaque(node: Node, snap, choice, costs, vid_of, values, fresh_name) -> Node
         node.payload,
         implicit,
         node.implicit_names,
+        node.provenance,
     )
 
 

@@ -102,6 +102,27 @@ def all_equal(x: ClassInfo, v: Any) -> bool:
     return x.value is not None and x.value.size > 0 and bool(np.all(x.value == v))
 
 
+@guard("negative-zeros", TERM)
+def negative_zeros(x: ClassInfo) -> bool:
+    """True if `x` is a constant of zeros that are all -0.0 (or of an integer type, whose zero
+    has no sign): the zero `y + z == y` holds for exactly, -0.0 included (IEEE 754: -0.0 + -0.0
+    is -0.0, but -0.0 + +0.0 is +0.0)."""
+    v = x.value
+    if v is None or v.size == 0 or not bool(np.all(v == 0)):
+        return False
+    return not np.issubdtype(v.dtype, np.floating) or bool(np.all(np.signbit(v)))
+
+
+@guard("positive-zeros", TERM)
+def positive_zeros(x: ClassInfo) -> bool:
+    """True if `x` is a constant of zeros that are all +0.0 (or of an integer type): the zero
+    `y - z == y` holds for exactly, -0.0 included (-0.0 - +0.0 is -0.0, -0.0 - -0.0 is +0.0)."""
+    v = x.value
+    if v is None or v.size == 0 or not bool(np.all(v == 0)):
+        return False
+    return not np.issubdtype(v.dtype, np.floating) or not bool(np.any(np.signbit(v)))
+
+
 @guard("one-element", TERM)
 def one_element(x: ClassInfo) -> bool:
     """True if `x` is a constant holding exactly one element (a scalar or shape (1, ..., 1))."""

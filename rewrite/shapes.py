@@ -741,8 +741,15 @@ def _compare(op: str, x: Expr, y: Expr) -> bool | None:
 # ---- rewriting the graph ----------------------------------------------------------------------
 
 
-def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[TermGraph, FoldStats]:
+def fold_shapes(
+    g: TermGraph, analysis: ShapeAnalysis | None = None, provenance: bool = False
+) -> tuple[TermGraph, FoldStats]:
     """Fold what the shape analysis knows into `g` (see the module doc) and drop dead nodes.
+
+    provenance: record what the folding did in the `rewrite.provenance` format (`_record`):
+    each constant it made, and each kept node whose inputs or output name it changed, gets a
+    tree with rule `fold:OP` (OP: the op of the node whose value was folded or bypassed) whose
+    `replaces` names the nodes it removed for that.
 
     Returns the new TermGraph (types refined with the analysis's symbolic shapes) and
     FoldStats. `g` itself is not changed. Raises nothing on graphs it cannot follow.
@@ -751,16 +758,17 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
 
     a = analysis or analyze(g)
     values = [
-        Value(
-            v.name,
-            TensorType(v.type.dtype, a.dim_text(vid)) if a.shapes.get(vid) is not None else v.type,
-        )
+        replace(v, type=TensorType(v.type.dtype, a.dim_text(vid)))
+        if a.shapes.get(vid) is not None
+        else v
         for vid, v in enumerate(g.values)
     ]
     consts = dict(g.constants)
     n_const = n_target = n_noop = 0
     alias: dict[int, int] = {}
     nodes: list[Node] = []
+    index: list[int] = []  # parallel to nodes: the node's index in g.nodes
+    targets: dict[int, int] = {}  # new Reshape target constant -> the target value it replaces
     taken = {v.name for v in g.values}
 
     def new_constant(base: str, arr: np.ndarray) -> int:
@@ -776,7 +784,7 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
         consts[len(values) - 1] = arr
         return len(values) - 1
 
-    for n in g.nodes:
+    for i, n in enumerate(g.nodes):
         n = _renamed(n, alias)
         outs = [o for o in n.outputs]
         if outs and not _effectful(n) and all(_foldable_value(a, g, o) for o in outs):
@@ -798,12 +806,14 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
                 if found is not None and (not found[1] or not n.opaque):
                     target, switch = found
                     vid = new_constant(f"{g.values[n.outputs[0]].name}_shape", target)
+                    targets[vid] = n.inputs[1]
                     n = replace(n, inputs=(n.inputs[0], vid))
                     if switch:  # written from its attributes, not its proto (allowzero=1)
                         attrs = tuple((k, 0 if k == "allowzero" else v) for k, v in n.attrs)
                         n = replace(n, attrs=attrs, payload=None)
                     n_target += 1
         nodes.append(n)
+        index.append(i)
     outputs = tuple(alias.get(o, o) for o in g.outputs)
     for o, t in zip(g.outputs, outputs):
         # a graph output that became the value its no-op read takes the output's name, so the
@@ -818,8 +828,82 @@ def fold_shapes(g: TermGraph, analysis: ShapeAnalysis | None = None) -> tuple[Te
         ):
             values[t] = Value(g.values[o].name, values[t].type)
     out = prune(TermGraph(tuple(values), tuple(nodes), g.inputs, outputs, consts, g.opset, g.meta))
+    if provenance:
+        out = _record(g, out, dict(zip(map(id, nodes), index)), targets)
     stats = FoldStats(n_const, n_target, n_noop, len(g.nodes), len(out.nodes))
     return out, stats
+
+
+AT = "rewrite/shapes.py"
+
+
+def _record(g: TermGraph, out: TermGraph, index: dict[int, int], targets: dict) -> TermGraph:
+    """`out` (what `fold_shapes` made of `g`) with provenance trees on what the folding made.
+
+    index: id of each node of `out` -> its index in `g.nodes`. targets: each new Reshape
+    target constant -> the value of `g` it replaces. A new constant's `replaces` is the nodes
+    of `g` that computed it and are gone; a kept node whose input became another value (a
+    bypassed no-op, a constant Reshape target) or whose output took a graph output's name
+    gets the gone nodes behind each input it lost. The rule is `fold:OP`, OP the op of the
+    node that computed the folded or bypassed value."""
+    kept = {index[id(n)] for n in out.nodes}
+    producer = {o: i for i, n in enumerate(g.nodes) for o in n.outputs}
+
+    def gone(vids) -> list[int]:  # nodes of g behind vids that out no longer has
+        seen: set[int] = set()
+        stack = [v for v in vids if v != ABSENT]
+        while stack:
+            p = producer.get(stack.pop())
+            if p is None or p in kept or p in seen:
+                continue
+            seen.add(p)
+            stack.extend(v for v in (*g.nodes[p].inputs, *g.nodes[p].implicit) if v != ABSENT)
+        return sorted(seen)
+
+    def name(i: int) -> str:
+        n = g.nodes[i]
+        return n.name or g.values[n.outputs[0]].name
+
+    def tree(lost: int, op: str | None = None) -> dict | None:
+        nodes = gone([lost])
+        if not nodes and lost not in producer:
+            return None
+        folded = g.nodes[producer[lost]].op if lost in producer else g.nodes[nodes[-1]].op
+        return {
+            "rule": f"fold:{folded}",
+            "at": AT,
+            "op": op or folded,
+            "replaces": [name(i) for i in nodes],
+            "after": [],
+        }
+
+    values = list(out.values)
+    for vid in out.constants:
+        lost = targets.get(vid, vid)
+        if vid < len(g.values) and vid in g.constants or values[vid].provenance is not None:
+            continue
+        t = tree(lost)
+        if t is not None:
+            values[vid] = replace(values[vid], provenance=t)
+    renamed = {}  # value of out -> the graph output of g whose name it took
+    for o, t in zip(g.outputs, out.outputs):
+        if t != o and values[t].name == g.values[o].name:
+            renamed[t] = o
+    nodes = []
+    for n in out.nodes:
+        before = g.nodes[index[id(n)]]
+        lost = [a for a, b in zip(before.inputs, n.inputs) if a != b]
+        lost += [a for a, b in zip(before.implicit, n.implicit) if a != b]
+        lost += [renamed[o] for o in n.outputs if o in renamed]
+        trees = [t for t in (tree(v, n.op) for v in lost) if t is not None]
+        if trees and n.provenance is not None:
+            trees.append(n.provenance)  # the import's
+        if trees:
+            top = trees[0]
+            top["after"] = trees[1:]
+            n = replace(n, provenance=top)
+        nodes.append(n)
+    return replace(out, values=tuple(values), nodes=tuple(nodes))
 
 
 def _renamed(n: Node, alias: dict[int, int]) -> Node:

@@ -203,7 +203,7 @@ def test_help_explains_options():
 def test_explain_says_why_rules_did_not_fire(tmp_path):
     r = run_cli("optimize", str(EXAMPLE), str(tmp_path / "o.onnx"), "--explain")
     assert r.returncode == 0, r.stderr
-    assert "guard (all-equal @zero 0) failed" in r.stdout  # add-zero matched the residual Adds
+    assert "guard (negative-zeros @zero) failed" in r.stdout  # add-zero matched residual Adds
     assert "fold-batchnorm-into-conv (numeric class reassoc not allowed)" in r.stdout
 
 

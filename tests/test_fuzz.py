@@ -145,3 +145,49 @@ def test_reduce_graph_keeps_what_fails():
         i.name for i in small.graph.input
     ] == ["x"]
     assert reduce_graph(model, lambda m: False) is model
+
+
+@pytest.mark.parametrize(
+    "op, zero, exact",
+    [("Add", "-0.0", True), ("Add", "0.0", False), ("Sub", "0.0", True), ("Sub", "-0.0", False)],
+)
+def test_zero_neutral_keeps_the_sign_of_zero(op, zero, exact):
+    """Found while adding -0.0 to the fuzzer (a targeted check; random graphs rarely put a
+    Reciprocal after an Add of zero): x + 0.0 -> x turned -0.0 + 0.0 (= +0.0) into -0.0,
+    and 1/x made -inf of +inf (likewise x - (-0.0)). Exact rules now remove only the zero that
+    keeps x's sign (-0.0 for Add, +0.0 for Sub); the other is a reassoc rule."""
+    import numpy as np
+
+    from frontends.onnx import optimize_model
+    from frontends.onnx.check import run
+
+    model = _model(f"""
+    g (float[4] x) => (float[4] y) <float[1] z = {{{zero}}}> {{
+        a = {op} (x, z)
+        y = Reciprocal (a)
+    }}""")
+    x = np.array([-0.0, 0.0, np.inf, np.nan], np.float32)
+    want = run(model, {"x": x})[0]
+    out, report = optimize_model(model, RULES)
+    assert report.changed == exact
+    np.testing.assert_array_equal(run(out, {"x": x})[0], want)  # NaN == NaN, -inf != inf
+    _, loose = optimize_model(model, RULES, fp=("exact", "reassoc"))
+    assert loose.changed and (exact or loose.fp == "reassoc")
+
+
+def test_edge_values_reach_inputs_unless_an_op_is_undefined_on_them():
+    """Float inputs get NaN, +-Inf and -0.0 (graphs with an even node count), except in a graph
+    with a float -> integer Cast, whose result on them ONNX leaves undefined."""
+    import numpy as np
+
+    from frontends.onnx.check import random_inputs
+    from verify.fuzz import edge_inputs
+
+    plain = _model("g (float[16,16] x) => (float[16,16] y) { a = Neg (x) y = Abs (a) }")
+    feeds = edge_inputs(plain, random_inputs(plain, 0), 0)
+    x = feeds["x"]
+    assert np.isnan(x).any() and np.isposinf(x).any() and np.isneginf(x).any()
+    assert ((x == 0) & np.signbit(x)).any()
+    assert np.isfinite(x).mean() > 0.5  # most values stay ordinary
+    cast = _model("g (float[8,8] x) => (int64[8,8] y) { a = Neg (x) y = Cast <to = 7> (a) }")
+    assert np.isfinite(edge_inputs(cast, random_inputs(cast, 0), 0)["x"]).all()

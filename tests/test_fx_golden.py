@@ -138,7 +138,7 @@ CASES = [
     (
         "add-zero",
         "float[2,3] x => float[2,3] y",
-        "float[3] z = {0.0, 0.0, 0.0}",
+        "float[3] z = {-0.0, -0.0, -0.0}",
         "a = Add(z, x) y = Relu(a)",
         lambda m, x: torch.relu(m.z + x),
         "add-zero",

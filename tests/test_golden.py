@@ -151,9 +151,16 @@ CASES = [
     (
         "add-zero",
         "float[2,3] x => float[2,3] y",
-        "float[3] z = {0.0, 0.0, 0.0}",
+        "float[3] z = {-0.0, -0.0, -0.0}",
         "a = Add(z, x) y = Relu(a)",
         ["Relu"],
+    ),
+    (  # exact only with -0.0: -0.0 + +0.0 is +0.0 (add-zero-signed, reassoc, does this one)
+        "no-exact-add-plus-zero",
+        "float[2,3] x => float[2,3] y",
+        "float[3] z = {0.0, 0.0, 0.0}",
+        "a = Add(z, x) y = Relu(a)",
+        ["Add", "Relu"],
     ),
     (
         "no-add-zero-that-broadcasts",

@@ -81,7 +81,7 @@ def test_constant_folding_names_what_it_folded(rules):
     folded = {t.name: _meta(t) for t in out.graph.initializer if _meta(t)}
     assert folded
     tree = next(iter(folded.values()))
-    assert tree["rule"] == "constant-folding" and tree["at"] == "rewrite/fold.py"
+    assert tree["rule"] == "fold:Mul" and tree["at"] == "rewrite/fold.py"
     assert {t["rule"] for t in tree["after"]} == {"fold-batchnorm-into-conv-bias"}
     conv = next(n for n in out.graph.node if n.op_type == "Conv" and _meta(n))
     assert any(r.startswith("node_conv2d") for r in _meta(conv)["replaces"])
@@ -152,3 +152,193 @@ def test_fx_nodes_carry_provenance(rules):
     )
     bare, _ = optimize_fx(gm, (torch.randn(2, 3, 4),), rules, provenance=False)
     assert not any("rewrite" in n.meta for n in bare.graph.nodes)
+
+
+def _shape_chain_model() -> onnx.ModelProto:
+    """x[N,8,4]: Reshape(x, Concat(Unsqueeze(Gather(Shape x, 0)), [-1])) @ Neg(Transpose(
+    Transpose w)), and k = Slice(Shape x, 1, 3) * 2 as a second output."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    def const(name, v):
+        return h.make_node("Constant", [], [name], name=f"c_{name}", value=nh.from_array(v))
+
+    inits = [
+        nh.from_array(np.array([0], np.int64), "ax"),
+        nh.from_array(np.array([1], np.int64), "st"),
+        nh.from_array(np.array([3], np.int64), "en"),
+        nh.from_array(np.array([2], np.int64), "two"),
+        nh.from_array(np.arange(160, dtype=np.float32).reshape(32, 5) / 100, "w"),
+    ]
+    nodes = [
+        h.make_node("Shape", ["x"], ["s"], name="shape"),
+        const("i0", np.array(0, np.int64)),
+        h.make_node("Gather", ["s", "i0"], ["d0"], name="gather", axis=0),
+        h.make_node("Unsqueeze", ["d0", "ax"], ["u0"], name="unsq"),
+        const("m1", np.array([-1], np.int64)),
+        h.make_node("Concat", ["u0", "m1"], ["t"], name="concat", axis=0),
+        h.make_node("Reshape", ["x", "t"], ["r"], name="reshape"),
+        h.make_node("Transpose", ["w"], ["wt"], name="wt", perm=[1, 0]),
+        h.make_node("Transpose", ["wt"], ["wtt"], name="wtt", perm=[1, 0]),
+        h.make_node("Neg", ["wtt"], ["wn"], name="neg"),
+        h.make_node("MatMul", ["r", "wn"], ["y"], name="mm"),
+        h.make_node("Shape", ["x"], ["s2"], name="shape2"),
+        h.make_node("Slice", ["s2", "st", "en"], ["b"], name="slice"),
+        h.make_node("Mul", ["b", "two"], ["k"], name="mul"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, ["N", 8, 4])],
+        [
+            h.make_tensor_value_info("y", T.FLOAT, ["N", 5]),
+            h.make_tensor_value_info("k", T.INT64, [2]),
+        ],
+        inits,
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 18)], ir_version=10)
+
+
+def _changed(before: onnx.ModelProto, after: onnx.ModelProto) -> tuple[list[str], list[str]]:
+    """Names of the nodes of `after` that no node of `before` equals (op, inputs, outputs,
+    attributes), and of its initializers `before` does not have."""
+
+    def key(n):
+        return (n.op_type, tuple(n.input), tuple(n.output), tuple(map(str, n.attribute)))
+
+    old = {key(n) for n in before.graph.node}
+    inits = {t.name for t in before.graph.initializer}
+    nodes = [n.name for n in after.graph.node if key(n) not in old]
+    return nodes, [t.name for t in after.graph.initializer if t.name not in inits]
+
+
+def _explained(path: Path, names: list[str], capsys) -> dict[str, str]:
+    """`rewrite explain` on each name: name -> its printed tree (asserting exit 0 and that no
+    name is reported as an original node)."""
+    out = {}
+    for name in names:
+        capsys.readouterr()
+        assert main(["explain", str(path), name]) == 0, name
+        text = capsys.readouterr().out
+        assert "not produced by a rewrite" not in text, (name, text)
+        out[name] = text
+    return out
+
+
+def test_shape_and_constant_folding_are_explained(tmp_path, capsys):
+    model = _shape_chain_model()
+    onnx.save(model, str(tmp_path / "in.onnx"))
+    assert main(["optimize", str(tmp_path / "in.onnx"), str(tmp_path / "out.onnx")]) == 0
+    out = onnx.load(str(tmp_path / "out.onnx"))
+    assert [n.op_type for n in out.graph.node] == ["Reshape", "MatMul"]
+    nodes, inits = _changed(model, out)
+    assert nodes == ["reshape"] and sorted(inits) == ["k", "r_shape", "wn"]
+    chain = ["shape", "gather", "unsq", "concat"]
+    trees = {t.name: _meta(t) for t in out.graph.initializer}
+    assert trees["r_shape"] == {
+        "rule": "fold:Concat",
+        "at": "rewrite/shapes.py",
+        "op": "Concat",
+        "replaces": chain,
+        "after": [],
+    }
+    reshape = _meta(out.graph.node[0])
+    assert reshape["rule"] == "fold:Concat" and reshape["replaces"] == chain
+    assert trees["k"]["rule"] == "fold:Mul" and trees["k"]["replaces"] == ["shape2", "slice", "mul"]
+    assert trees["wn"]["rule"] == "fold:Neg" and trees["wn"]["at"] == "rewrite/fold.py"
+    assert trees["wn"]["replaces"] == ["neg"]
+    assert "transpose-transpose" in json.dumps(trees["wn"]["after"])  # wt, wtt: gone before
+    # every node and every new initializer, by node name and by output name
+    texts = _explained(tmp_path / "out.onnx", [*nodes, "r", *inits], capsys)
+    assert (
+        "fold:Concat (rewrite/shapes.py) -> Reshape  replaces shape, gather, unsq, concat"
+        in (texts["r"])
+    )
+    assert "fold:Mul (rewrite/shapes.py) -> Mul  replaces shape2, slice, mul" in texts["k"]
+    x = np.random.default_rng(0).standard_normal((3, 8, 4)).astype(np.float32)
+    sess = ort.InferenceSession(out.SerializeToString())
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    for got, ref in zip(sess.run(None, {"x": x}), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_no_provenance_drops_the_fold_trees_too(tmp_path):
+    onnx.save(_shape_chain_model(), str(tmp_path / "in.onnx"))
+    args = ["optimize", str(tmp_path / "in.onnx"), str(tmp_path / "o.onnx"), "--no-provenance"]
+    assert main(args) == 0
+    out = onnx.load(str(tmp_path / "o.onnx"))
+    assert not any(
+        p.key == KEY for x in (*out.graph.node, *out.graph.initializer) for p in x.metadata_props
+    )
+
+
+def _efficientnet(full: bool) -> onnx.ModelProto:
+    """transformers' EfficientNet (random weights), exported by the TorchScript exporter with a
+    dynamic batch: B0 when `full`, else a narrow, shallow one of the same blocks (depthwise
+    convolutions with padding computed by Shape/Slice chains, squeeze-excite, Identity weights)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import io
+    import warnings
+
+    torch.manual_seed(0)
+    side = 224 if full else 32
+    cfg = (
+        transformers.EfficientNetConfig()
+        if full
+        else transformers.EfficientNetConfig(
+            image_size=side, width_coefficient=0.25, depth_coefficient=0.2, hidden_dim=320
+        )
+    )
+    net = transformers.EfficientNetModel(cfg).eval()
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, pixel_values):
+            out = self.net(pixel_values=pixel_values)
+            return out.last_hidden_state, out.pooler_output
+
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Wrapped(),
+            (torch.randn(1, 3, side, side),),
+            f,
+            dynamo=False,
+            opset_version=17,
+            input_names=["pixel_values"],
+            output_names=["last_hidden_state", "pooler_output"],
+            dynamic_axes={
+                n: {0: "batch"} for n in ("pixel_values", "last_hidden_state", "pooler_output")
+            },
+        )
+    model = onnx.load_from_string(f.getvalue())
+    model.ir_version = 10
+    return model
+
+
+def _every_change_explained(model, tmp_path, capsys):
+    onnx.save(model, str(tmp_path / "in.onnx"))
+    assert main(["optimize", str(tmp_path / "in.onnx"), str(tmp_path / "out.onnx")]) == 0
+    out = onnx.load(str(tmp_path / "out.onnx"))
+    nodes, inits = _changed(model, out)
+    assert nodes and inits  # the folding did something to explain
+    texts = _explained(tmp_path / "out.onnx", [*nodes, *inits], capsys)
+    assert any("fold:" in t for t in texts.values())
+    # the model-level view agrees: every changed name has a tree in the metadata
+    has = {x.name for x in (*out.graph.node, *out.graph.initializer) if _meta(x)}
+    assert set(nodes) | set(inits) <= has
+
+
+def test_efficientnet_like_every_changed_node_is_explained(tmp_path, capsys):
+    _every_change_explained(_efficientnet(full=False), tmp_path, capsys)
+
+
+@pytest.mark.slow
+def test_efficientnet_b0_every_changed_node_is_explained(tmp_path, capsys):
+    _every_change_explained(_efficientnet(full=True), tmp_path, capsys)

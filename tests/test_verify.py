@@ -219,7 +219,8 @@ def test_shipped_rule_checks_include_the_companions():
     res = verify_rule(next(r for r in RULES.rules if r.name == "add-zero"), RULES, examples=10)
     names = [c.name for c in res.checks]
     assert (
-        names[:3] == ["numeric", "engine", "commuted"] and "negative: all-equal (guard 1)" in names
+        names[:3] == ["numeric", "engine", "commuted"]
+        and "negative: negative-zeros (guard 1)" in names
     )
     assert res.status == "pass"
 

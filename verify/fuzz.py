@@ -22,6 +22,7 @@ from onnx.reference import ReferenceEvaluator
 
 from frontends.onnx.check import CheckError, output_diff, random_inputs, run, tolerance_types
 from rewrite.optimize import FP_CLASSES
+from verify.graph_builder import edge_undefined, scatter_edges
 
 EXECUTORS = ("onnxruntime", "onnx.reference")
 
@@ -91,13 +92,34 @@ def check_graph(
         onnx.checker.check_model(result, full_check=True)
     except Exception as e:  # ValidationError, InferenceError
         raise OptimizerError("invalid", _line(e)) from None
-    feeds = random_inputs(model, seed)
+    feeds = edge_inputs(model, random_inputs(model, seed), seed)
     compared = tuple(
         name
         for name, execute in zip(EXECUTORS, (_ort, _reference))
         if _compare(name, execute, model, result, feeds, report.fp)
     )
     return GraphResult(True, dict(report.fired), compared, report.fp)
+
+
+def edge_inputs(model: onnx.ModelProto, feeds: dict, seed: int = 0) -> dict:
+    """`feeds` with NaN, +-Inf and -0.0 scattered into the float inputs (`scatter_edges`) of
+    graphs with an even node count (the others keep finite inputs, so that NaN spreading
+    through a reduction cannot hide a wrong finite result everywhere), unless `model` has an op
+    whose result on them ONNX leaves undefined (`verify.graph_builder.edge_undefined`).
+    Outputs are compared by `frontends.onnx.check.output_diff`: NaN against NaN in the same
+    position and an infinity against the same infinity are equal, and -0.0 equals 0.0 (the
+    output check's judgement: IEEE equality; no rule's result depends on the sign of a zero
+    except through 1/x or atan2-like ops, whose infinities then differ and are caught)."""
+    if len(model.graph.node) % 2 or edge_undefined(model.graph.node):
+        return feeds
+    rng = np.random.default_rng(seed + 1)
+    out = {}
+    for name, a in feeds.items():
+        if a.dtype.kind == "f" and a.size:
+            a = a.copy()
+            scatter_edges(a, rng)
+        out[name] = a
+    return out
 
 
 def _compare(name: str, execute, model, result, feeds, fp: str) -> bool:

@@ -17,6 +17,39 @@ INT64, INT32, BOOL = TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
 FLOATS = (FLOAT, HALF, DOUBLE)
 SYMBOLIC_SIZE = 2  # what `frontends.onnx.check.random_inputs` gives a symbolic dimension
 SPECIAL = (0.0, 1.0, -1.0, 0.5, 2.0, math.sqrt(2.0), 1e-5)
+# IEEE edge values scattered into random float tensors (initializers, and inputs in
+# `verify.fuzz`): rules must stay exact on them
+EDGE = (math.nan, math.inf, -math.inf, -0.0)
+# ops whose result ONNX leaves to the implementation for NaN/Inf: a float -> integer Cast
+# (C++ undefined behaviour; ONNX Cast-19 says nothing), and the order of NaN among values
+# (ArgMax, ArgMin, TopK). A graph with one gets no edge values.
+EDGE_UNDEFINED = frozenset({"Cast", "CastLike", "ArgMax", "ArgMin", "TopK"})
+_INTEGERS = frozenset(
+    {
+        TensorProto.INT8,
+        TensorProto.INT16,
+        TensorProto.INT32,
+        TensorProto.INT64,
+        TensorProto.UINT8,
+        TensorProto.UINT16,
+        TensorProto.UINT32,
+        TensorProto.UINT64,
+    }
+)
+
+
+def edge_undefined(nodes) -> bool:
+    """True if one of `nodes` (NodeProtos) is undefined on NaN/Inf (`EDGE_UNDEFINED`; a Cast
+    only when it casts to an integer type, CastLike always)."""
+    for n in nodes:
+        if n.op_type == "Cast":
+            if any(a.name == "to" and a.i in _INTEGERS for a in n.attribute):
+                return True
+        elif n.op_type in EDGE_UNDEFINED:
+            return True
+    return False
+
+
 DIMS = (1, 2, 3, 4, 8)
 INT_MAX = 2**63 - 1
 
@@ -122,7 +155,10 @@ class Builder:
             return rng.integers(0, 2, shape).astype(bool)
         if dtype in (INT64, INT32):
             return rng.integers(-3, 4, shape).astype(np_type)
-        return rng.standard_normal(shape).astype(np_type)
+        arr = rng.standard_normal(shape).astype(np_type)
+        if arr.size and self.draw(st.integers(0, 3)) == 0:  # now and then some edge values
+            scatter_edges(arr, rng)
+        return arr
 
     def broadcastable(self, shape: tuple) -> tuple:
         """A shape that broadcasts into `shape`: trailing dims, some set to 1."""
@@ -132,10 +168,37 @@ class Builder:
             out.append(1 if not isinstance(d, int) or self.draw(st.booleans()) else d)
         return tuple(out)
 
+    def _finite(self) -> None:
+        """NaN/Inf in the constants replaced by 0/+-3 (for graphs with an `EDGE_UNDEFINED` op)."""
+        for t in self.inits:
+            _finite_tensor(t)
+        for n in self.nodes:
+            if n.op_type == "Constant":
+                for a in n.attribute:
+                    if a.name == "value":
+                        _finite_tensor(a.t)
+
     def model(self, outputs: list[Val]) -> onnx.ModelProto:
         """The ONNX model (opset `self.opset`, IR version 10) whose outputs are `outputs`."""
+        if edge_undefined(self.nodes):
+            self._finite()
         outs = [helper.make_tensor_value_info(v.name, v.dtype, list(v.shape)) for v in outputs]
         graph = helper.make_graph(self.nodes, "fuzz", self.inputs, outs, self.inits)
         return helper.make_model(
             graph, opset_imports=[helper.make_opsetid("", self.opset)], ir_version=10
+        )
+
+
+def scatter_edges(arr: np.ndarray, rng: np.random.Generator) -> None:
+    """Set about one element in eight of float array `arr` (in place) to an `EDGE` value."""
+    flat = arr.reshape(-1)
+    pick = rng.random(flat.size) < 0.125
+    flat[pick] = rng.choice(np.array(EDGE, dtype=arr.dtype), int(pick.sum()))
+
+
+def _finite_tensor(t: onnx.TensorProto) -> None:
+    a = numpy_helper.to_array(t)
+    if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+        t.CopyFrom(
+            numpy_helper.from_array(np.nan_to_num(a, nan=0.0, posinf=3.0, neginf=-3.0), t.name)
         )

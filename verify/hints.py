@@ -250,6 +250,16 @@ def _all_equal(x: Arg, v: Arg) -> list[Request]:
     return [Const(x.name), Fill(x.name, v.value)]
 
 
+@hint("negative-zeros")
+def _negative_zeros(x: Arg) -> list[Request]:
+    return [Const(x.name), Fill(x.name, -0.0)]
+
+
+@hint("positive-zeros")
+def _positive_zeros(x: Arg) -> list[Request]:
+    return [Const(x.name), Fill(x.name, 0.0)]
+
+
 @hint("one-element")
 def _one_element(x: Arg) -> list[Request]:
     return [Const(x.name), OneElement(x.name)]

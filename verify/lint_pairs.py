@@ -239,6 +239,8 @@ VALUE_GUARDS = frozenset(
     {
         "all-equal",
         "all-equal-into",
+        "negative-zeros",
+        "positive-zeros",
         "is-constant",
         "one-element",
         "same-values",

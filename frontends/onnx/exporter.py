@@ -46,7 +46,8 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
     # values read by subgraphs (If, Loop, Scan bodies) are used too, under their own names
     used = {i for n in nodes for i in n.input} | {name(v) for v in g.outputs}
     used |= {name(v) for n in g.nodes for v in n.implicit}
-    nodes += _output_identities(g, src.graph, nodes)
+    identities = _output_identities(g, src.graph, nodes)
+    nodes += identities
     # built in place: helper.make_graph/make_model copy every initializer (twice), which
     # for a model of several hundred MB is most of the export's time and its peak memory
     model = onnx.ModelProto()
@@ -72,15 +73,31 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
     model.metadata_props.extend(
         p for p in src.metadata_props if p.key not in (KEY, "rewrite.structure")
     )
-    _write_provenance(g, model)
+    _write_provenance(g, model, identities)
     return model
 
 
-def _write_provenance(g: TermGraph, model: onnx.ModelProto) -> None:
-    """Put the provenance trees of `g` into `model` (see the module docstring)."""
+def _write_provenance(
+    g: TermGraph, model: onnx.ModelProto, identities: list[onnx.NodeProto] = ()
+) -> None:
+    """Put the provenance trees of `g` into `model` (see the module docstring). An Identity
+    that keeps a graph output's name (`identities`) gets rule `keep-output-name`, replacing
+    the source model's node that computed that output, after the tree of the value it copies."""
     trees = collect(g)
     if not trees:
         return
+    src = g.meta.graph
+    made = {o: n.name or o for n in src.node for o in n.output}
+    by_output = {o: n.name for n in model.graph.node for o in n.output}
+    for n in identities:
+        copied = trees.get(by_output.get(n.input[0], n.input[0]))
+        trees[n.name] = {
+            "rule": "keep-output-name",
+            "at": "frontends/onnx/exporter.py",
+            "op": "Identity",
+            "replaces": [made[n.output[0]]] if n.output[0] in made else [],
+            "after": [copied] if copied else [],
+        }
     if model.ir_version < NODE_METADATA_IR:
         model.metadata_props.add(key=KEY, value=dumps(trees))
         return

@@ -139,6 +139,7 @@ class _Builder:
         self.const_names: set[str] = set()
         self._by_digest: dict[tuple, int] = {}
         self.read: set[str] | None = None  # names something reads (None: every named output)
+        self.shared: dict[str, str] = {}  # aliased constant -> its Constant node's or own name
 
     def value(self, name: str) -> int:
         if not name:
@@ -149,16 +150,20 @@ class _Builder:
             self.values.append(Value(name, self.types.get(name, TensorType())))
         return vid
 
-    def constant(self, name: str, array: np.ndarray) -> None:
+    def constant(self, name: str, array: np.ndarray, node: str | None = None) -> None:
+        """Record constant `name` (an initializer, or the output of Constant node `node`)."""
         self.const_names.add(name)
         if array.nbytes <= _DEDUP_MAX_BYTES and array.dtype != object:
             key = (array.dtype.str, array.shape, hashlib.sha1(array.tobytes()).hexdigest())
             if key in self._by_digest:  # an alias: later references resolve to the first one
                 self.ids[name] = self._by_digest[key]
+                self.shared[name] = node or name
                 return
         vid = self.value(name)
         self.values[vid] = Value(
-            name, TensorType(helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
+            name,
+            TensorType(helper.np_dtype_to_tensor_dtype(array.dtype), array.shape),
+            _tree("fold:Constant", "Constant", [node]) if node is not None else None,
         )
         self.constants[vid] = array
         if array.nbytes <= _DEDUP_MAX_BYTES and array.dtype != object:
@@ -168,7 +173,7 @@ class _Builder:
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1:
             array = _constant_value(n)
             if array is not None:
-                self.constant(n.output[0], array)
+                self.constant(n.output[0], array, n.name or n.output[0])
                 return
         inputs = tuple(self.value(i) for i in n.input)
         # the payload is a copy: a reference to a message of the model would keep the model's
@@ -176,6 +181,8 @@ class _Builder:
         own = onnx.NodeProto()
         own.CopyFrom(n)
         n = own
+        shared = sorted({self.shared[i] for i in n.input if i in self.shared})
+        why = _tree("share-constant", n.op_type, shared) if shared else None
         spec = OPS.get(n.op_type, self.opset) if n.domain in ("", "ai.onnx") else None
         attrs = _canonical_attrs(n, spec, inputs, self) if spec else None
         used_outputs = [o for o in n.output if o and (self.read is None or o in self.read)]
@@ -184,12 +191,29 @@ class _Builder:
             names = tuple(sorted(_outer_names(n) & self.ids.keys()))
             implicit = tuple(self.ids[name] for name in names)
             self.nodes.append(
-                Node(n.op_type, inputs, outputs, (), True, n.name, n.domain, n, implicit, names)
+                Node(
+                    n.op_type, inputs, outputs, (), True, n.name, n.domain, n, implicit, names, why
+                )
             )
             return
         pad = (ABSENT,) * (spec.arity - len(inputs))
         out = (self.value(n.output[0]),)
-        self.nodes.append(Node(n.op_type, inputs + pad, out, attrs, False, n.name, "", n))
+        self.nodes.append(
+            Node(n.op_type, inputs + pad, out, attrs, False, n.name, "", n, provenance=why)
+        )
+
+
+def _tree(rule: str, op: str, replaces: list[str]) -> dict:
+    """Provenance (`rewrite.provenance`) of what the import changed: a Constant node made an
+    initializer (`fold:Constant`), or a node reading a byte-identical constant shared with an
+    earlier one (`share-constant`; `replaces` the constants it no longer reads)."""
+    return {
+        "rule": rule,
+        "at": "frontends/onnx/importer.py",
+        "op": op,
+        "replaces": replaces,
+        "after": [],
+    }
 
 
 def _outer_names(n: onnx.NodeProto) -> set[str]:
