@@ -458,7 +458,7 @@ def test_explain_says_what_the_rule_did(tmp_path, capsys):
     onnx.save(
         onnx.parser.parse_model(
             '<ir_version: 10, opset_import: ["" : 18]> g (float[4,3] x, float[3,4] w) => '
-            "(float[4,4] y) <float[1] z = {0.0}> "
+            "(float[4,4] y) <float[1] z = {-0.0}> "
             "{ m = MatMul(x, w)  node_linear = Add(m, z)  y = Relu(node_linear) }"
         ),
         str(src),

@@ -252,10 +252,10 @@ def test_shape_and_constant_folding_are_explained(tmp_path, capsys):
     # every node and every new initializer, by node name and by output name
     texts = _explained(tmp_path / "out.onnx", [*nodes, "r", *inits], capsys)
     assert (
-        "fold:Concat (rewrite/shapes.py) -> Reshape  replaces shape, gather, unsq, concat"
-        in (texts["r"])
+        "fold:Concat: folded shape, gather, unsq, concat into Reshape reshape (rewrite/shapes.py)"
+        in texts["r"]
     )
-    assert "fold:Mul (rewrite/shapes.py) -> Mul  replaces shape2, slice, mul" in texts["k"]
+    assert "fold:Mul: folded shape2, slice, mul into constant k (rewrite/shapes.py)" in texts["k"]
     x = np.random.default_rng(0).standard_normal((3, 8, 4)).astype(np.float32)
     sess = ort.InferenceSession(out.SerializeToString())
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
