@@ -63,6 +63,7 @@ class Stats:
     compared: Counter = field(default_factory=Counter)
 
     def add(self, model: onnx.ModelProto, r: GraphResult) -> None:
+        """Count one fuzzed graph (`model`, before optimization) and its result `r`."""
         self.graphs += 1
         self.changed += r.changed
         self.nodes += len(model.graph.node)
