@@ -30,6 +30,7 @@ def fuzz(examples: int, seed: int):
     """(Stats, {failure key: (message, model bytes)}) of `examples` graphs drawn with `seed`."""
     import warnings
 
+    import onnx.printer
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
@@ -55,6 +56,10 @@ def fuzz(examples: int, seed: int):
             stats.add(model, check_graph(model, rules))
         except (GeneratorError, OptimizerError) as e:
             stats.graphs += 1
+            if _key(e) not in failures:  # said at once: a long run may be stopped before the end
+                first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                print(f"[seed {seed}] failure at graph {stats.graphs}: {first}", file=sys.stderr)
+                print(onnx.printer.to_text(model), file=sys.stderr, flush=True)
             failures.setdefault(_key(e), (str(e), model.SerializeToString()))
         if stats.graphs % PROGRESS == 0:  # a long run says how far it got
             print(
@@ -102,6 +107,7 @@ def main() -> int:
     ap.add_argument("--examples", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--markdown", action="store_true", help="print the counts as Markdown")
     args = ap.parse_args()
     start = time.perf_counter()
     shares = [
@@ -121,6 +127,23 @@ def main() -> int:
             failures.setdefault(k, v)
     wall = time.perf_counter() - start
     per_graph = stats.nodes / max(stats.graphs, 1)
+    if args.markdown:
+        print(
+            f"`--examples {args.examples} --seed {args.seed} --jobs {args.jobs}`: "
+            f"{wall:.0f} s, {per_graph:.0f} nodes per graph on average.\n"
+        )
+        print(
+            "| graphs | changed | compared (onnxruntime / onnx.reference) | rule matches "
+            "| rules fired | distinct failures |\n|---|---|---|---|---|---|"
+        )
+        print(
+            f"| {stats.graphs} | {stats.changed} | {stats.compared['onnxruntime']} / "
+            f"{stats.compared['onnx.reference']} | {sum(stats.fired.values())} | "
+            f"{len(stats.fired)} | {len(failures)} |"
+        )
+        for message, data in failures.values():
+            print(f"\n```\n{message}\n{_reduce(message, data)}\n```")
+        return 1 if failures else 0
     print(f"{stats.graphs} graphs generated in {wall:.0f} s ({per_graph:.0f} nodes on average)")
     print(
         f"{stats.changed} changed; compared under onnxruntime {stats.compared['onnxruntime']}, "
