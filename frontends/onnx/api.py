@@ -22,7 +22,7 @@ from pathlib import Path
 
 import onnx
 
-from frontends.onnx import ModelError, external, load_model
+from frontends.onnx import ModelError, external, import_model, load_model, structure
 from frontends.onnx import optimize_model as optimize_engine
 from frontends.onnx.check import CheckError, compare
 from rewrite.optimize import Report
@@ -280,7 +280,9 @@ class Run:
     applied, what the check compared against), the Report (`seconds` with `rules`, `load` and
     `output check` added, `skipped` with the rules skip/only excluded), the output check's
     OutputDiffs (empty without `check`), the rules after skip/only and the folder of the
-    input's external data (None for a ModelProto)."""
+    input's external data (None for a ModelProto). When `run` freed the loaded weights (a
+    caller with `stage_output`), `original` of a successful run is the input's `structure`
+    (no large weights); after a failed check it is the input read again, weights included."""
 
     model: onnx.ModelProto
     report: Report
@@ -326,7 +328,23 @@ def run(
         if options.input_shapes:
             model = fix_input_shapes(model, options.input_shapes)
     t_load = time.perf_counter() - clock - t_rules
+    # A caller that writes the result itself (the CLI) and whose check reads the original from
+    # its file needs only the model's structure once it is imported: the loaded weights are
+    # freed, one copy of them fewer at the peak (BERT-base: 1.7 -> 1.3 GB).
+    lean = (
+        stage_output is not None
+        and folder is not None
+        and not options.input_shapes
+        and options.opset is None
+        and not any(True for _ in external.external_tensors(model))
+    )
     with stage("optimizing (import, saturate, extract, fold)"):
+        kw = {}
+        if lean:
+            graph = import_model(model, folder)
+            model = structure(model)
+            kw["graph"] = replace(graph, meta=model)
+            del graph
         result, report = optimize_engine(
             model,
             rules,
@@ -335,7 +353,9 @@ def run(
             folder=folder,
             provenance=options.provenance,
             opset=options.opset,
+            **kw,
         )
+        kw.clear()  # the imported graph's arrays: the result holds the weights now
     clock = time.perf_counter()
     source = stage_output(result, model) if stage_output is not None else None
     if source is None and folder is not None:  # the weights in the model the caller gets
@@ -358,7 +378,7 @@ def run(
                     optimized_source=source,
                 )
             except CheckError as e:  # with what a caller needs to look for the culprit
-                e.run = Run(result, report, [], model, rules, folder)
+                e.run = Run(result, report, [], load_model(path) if lean else model, rules, folder)
                 raise
     seconds = {
         "rules": t_rules,
@@ -370,6 +390,8 @@ def run(
     report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped}, extra=extra)
     done = Run(result, report, diffs, model, rules, folder)
     if not all(d.ok for d in diffs):
+        if lean:  # the culprit search runs the original again: its weights, read anew
+            done = replace(done, original=load_model(path))
         raise OutputMismatch(done)
     return done
 
