@@ -18,6 +18,7 @@ import datetime
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,14 +42,14 @@ SECTIONS = (
     Section(
         "peers",
         "Full-size models: rewrite against onnxsim (in memory, CLI, peak memory)",
-        ((PY, "bench/models.py"), (PY, "bench/peers.py", "--speed", "--markdown")),
+        ((PY, "bench/models.py"), (PY, "bench/peers.py", "--no-latency", "--markdown", "{md}")),
         "Seconds of the in-memory call (a loaded ModelProto, output check off) and of the CLI "
         "end to end (process start to exit, default output check), and peak RSS.",
     ),
     Section(
         "zoo",
         "ONNX model zoo CNNs (opsets 6-9) against onnxsim and onnxslim",
-        ((PY, "bench/zoo.py", "--markdown"),),
+        ((PY, "bench/zoo.py"),),
         "Compute nodes after each tool on the classic CNNs the onnx package ships.",
     ),
     Section(
@@ -110,10 +111,15 @@ def blocks(text: str) -> dict[str, str]:
 
 
 def run(section: Section) -> str:
-    """Run a section's commands; the last one's stdout. Raises CalledProcessError."""
+    """Run a section's commands; the Markdown the last one wrote to `{md}` (a temporary file
+    named in its arguments), else its stdout. Raises CalledProcessError."""
     out = ""
-    for cmd in section.commands:
-        out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        md = Path(tmp) / "section.md"
+        for cmd in section.commands:
+            cmd = [str(md) if a == "{md}" else a for a in cmd]
+            done = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+            out = md.read_text() if md.exists() else done.stdout
     return out
 
 
