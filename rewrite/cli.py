@@ -323,13 +323,13 @@ def _options(args, **extra):
 
 
 def _load_rules(paths):
-    """RuleSet from paths (the shipped library when None); prints the error and returns None
-    on a rules error or a path that does not exist."""
+    """RuleSet from paths (the shipped library when None or empty); prints the error and
+    returns None on a rules error or a path that does not exist."""
     from dsl import RulesError
     from frontends.onnx.api import OptionError, load_rules
 
     try:
-        return load_rules(paths)
+        return load_rules(paths or None)
     except RulesError as e:
         err.print(str(e), markup=False)
         return None

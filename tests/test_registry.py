@@ -56,6 +56,16 @@ def test_all_equal():
     assert not f(c(np.zeros((0,), np.float32)), 0)  # empty: nothing to compare
 
 
+def test_negative_and_positive_zeros():
+    neg, pos = covers("negative-zeros").fn, covers("positive-zeros").fn
+    assert neg(c(np.full((2,), -0.0, np.float32))) and not neg(c(np.zeros(2, np.float32)))
+    assert pos(c(np.zeros(2, np.float32))) and not pos(c(np.full((2,), -0.0, np.float32)))
+    assert not neg(c(np.array([-0.0, 0.0], np.float32)))  # mixed signs: neither
+    assert not pos(c(np.array([-0.0, 0.0], np.float32)))
+    assert neg(c(np.zeros(3, np.int64))) and pos(c(np.zeros(3, np.int64)))  # one integer zero
+    assert not neg(c(np.float32(1.0))) and not pos(c([np.nan])) and not pos(t(2))
+
+
 def test_one_element():
     f = covers("one-element").fn
     assert f(c(np.float32(0.25))) and f(c([[2.0]])) and not f(c([1.0, 2.0])) and not f(t())

@@ -67,13 +67,20 @@ def rewrite_backend(
                 gm, example_inputs, allow=allow, freeze=freeze, check=check, **opts
             )
             REPORTS.append(report)
-            if k:
-                cache.store(k, optimized, gm, example_inputs)
+            if k and cache.store(k, optimized, gm, example_inputs):
+                # compile what a later hit will load, so that inductor's and AOTAutograd's
+                # caches see the same graph both times
+                optimized = cache.load(k, gm, example_inputs, count=False) or optimized
         except Exception as e:  # never fail the user's model because of the rewrite
             warnings.warn(
                 f"rewrite backend: graph left unchanged ({type(e).__name__}: {e})", stacklevel=2
             )
             optimized = gm
+    if optimized is not gm:  # a pickled GraphModule comes back without its nodes' meta
+        given = {n.name: n.meta for n in gm.graph.nodes if n.op == "placeholder"}
+        for n in optimized.graph.nodes:
+            if n.op == "placeholder" and n.name in given and not n.meta:
+                n.meta.update(given[n.name])
     if backend == "eager":
         return optimized.forward
     from torch._inductor.compile_fx import compile_fx

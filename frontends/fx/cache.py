@@ -129,20 +129,22 @@ class _Unpickler(pickle.Unpickler):
         return obj
 
 
-def load(k: str, gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule | None:
+def load(
+    k: str, gm: torch.fx.GraphModule, example_inputs, count: bool = True
+) -> torch.fx.GraphModule | None:
     """The cached rewrite of key `k` with its references bound to `gm`'s tensors and
-    `example_inputs`, or None (counted as a miss)."""
+    `example_inputs`, or None (counted as a miss; `count=False` counts neither)."""
     p = cache_dir() / f"{k}.pkl"
     try:
         with open(p, "rb") as f:
             out = _Unpickler(f, gm, example_inputs).load()
     except Exception:  # missing, truncated or stale: recompute
-        STATS["misses"] += 1
+        STATS["misses"] += count
         return None
     if not isinstance(out, torch.fx.GraphModule):
-        STATS["misses"] += 1
+        STATS["misses"] += count
         return None
-    STATS["hits"] += 1
+    STATS["hits"] += count
     return out
 
 
