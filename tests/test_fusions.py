@@ -116,6 +116,17 @@ CASES = [
         REASSOC,
     ),
     (
+        # found by fuzzing: an infinite scale folded into the weights meets the padding's
+        # zeros inside the sum (inf * 0 = NaN) where the original gives (bias) * inf
+        "no-fold-channel-scale-into-conv-bias-infinite",
+        18,
+        "float[N,2,H,W] x => float[N,2,H,W] y",
+        f"{CONV_W}, float[2] b = {{0.5, -1.}}, float[2,1,1] s = {{inf, -0.5}}",
+        "c = Conv<pads=[1,1,1,1]>(x, cw, b) y = Mul(s, c)",
+        ["Conv", "Mul"],
+        REASSOC,
+    ),
+    (
         "where-true-symbolic",
         18,
         "float[N,S] x, float[N,S] z => float[N,S] y",
