@@ -25,6 +25,8 @@ import onnx
 from frontends.onnx import ModelError, external, import_model, load_model, structure
 from frontends.onnx import optimize_model as optimize_engine
 from frontends.onnx.check import CheckError, compare
+from frontends.onnx.importer import default_opset
+from frontends.onnx.opset import auto_target
 from rewrite.optimize import Report
 from rewrite.saturate import Limits
 
@@ -331,12 +333,17 @@ def run(
     # A caller that writes the result itself (the CLI) and whose check reads the original from
     # its file needs only the model's structure once it is imported: the loaded weights are
     # freed, one copy of them fewer at the peak (BERT-base: 1.7 -> 1.3 GB).
+    # Not for a model the engine converts to another opset first (it needs the weights), one
+    # with no default-domain opset (it comes back byte for byte), or when the time is up.
     lean = (
         stage_output is not None
         and folder is not None
         and not options.input_shapes
         and options.opset is None
+        and default_opset(model) > 0
+        and auto_target(model) is None
         and not any(True for _ in external.external_tensors(model))
+        and time.perf_counter() < options.limits(start).deadline
     )
     with stage("optimizing (import, saturate, extract, fold)"):
         kw = {}
