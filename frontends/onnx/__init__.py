@@ -306,13 +306,9 @@ def _optimize_model(model: onnx.ModelProto, rules, **kw):
 _STRUCTURE = "rewrite.structure"  # metadata key marking a `structure` copy
 
 
-def structure(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of `model` whose large initializers (over SKELETON_MAX_ELEMENTS elements) keep
-    their name, type and shape but no values: what `export_model` reads of the original (a
-    TermGraph's `meta`) and the output check reads (types, inputs), without the weights, so
-    that a caller holding the weights as arrays (`import_model`) can free the loaded model
-    (the protobuf arena of a loaded model is freed only with the whole model). Passed to
-    `optimize_model` as `graph`'s meta, it makes the result always a newly exported model."""
+def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` with every field but `graph.initializer` (field by field, so the
+    weights are never copied)."""
     out = onnx.ModelProto()
     for field, value in model.ListFields():
         if field.name != "graph":
@@ -320,6 +316,17 @@ def structure(model: onnx.ModelProto) -> onnx.ModelProto:
     for field, value in model.graph.ListFields():
         if field.name != "initializer":
             _set_field(out.graph, field, value)
+    return out
+
+
+def structure(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` whose large initializers (over SKELETON_MAX_ELEMENTS elements) keep
+    their name, type and shape but no values: what `export_model` reads of the original (a
+    TermGraph's `meta`) and the output check reads (types, inputs), without the weights, so
+    that a caller holding the weights as arrays (`import_model`) can free the loaded model
+    (the protobuf arena of a loaded model is freed only with the whole model). Passed to
+    `optimize_model` as `graph`'s meta, it makes the result always a newly exported model."""
+    out = _without_initializers(model)
     for t in model.graph.initializer:
         numel = int(np.prod(t.dims)) if t.dims else 1
         if numel <= SKELETON_MAX_ELEMENTS or uses_external_data(t):
@@ -423,13 +430,7 @@ def write_serialized(model: onnx.ModelProto, f) -> None:
     Protobuf merges a message field that occurs more than once and appends repeated fields, so
     a ModelProto followed by records `graph { initializer: T }` parses as the same model with
     the initializers last in `graph.initializer` (their order is all that differs)."""
-    head = onnx.ModelProto()
-    for field, value in model.ListFields():
-        if field.name != "graph":
-            _set_field(head, field, value)
-    for field, value in model.graph.ListFields():
-        if field.name != "initializer":
-            _set_field(head.graph, field, value)
+    head = _without_initializers(model)
     if not model.HasField("graph"):
         head.ClearField("graph")
     f.write(head.SerializeToString())
