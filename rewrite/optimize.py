@@ -205,6 +205,7 @@ def optimize(
         extra={
             "shapes": asdict(shape_stats),
             "history": sat.history,
+            "budget": sat.budget,
             **({"sites": dict(sat.sites)} if sat.sites else {}),
         },
         limit_stage=""

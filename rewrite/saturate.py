@@ -52,6 +52,10 @@ class SaturationReport:
     seconds: float = 0.0
     # per iteration: (seconds, host apply included; e-nodes after it)
     history: list[tuple[float, int]] = field(default_factory=list)
+    # per time check before an iteration: (seconds left to the deadline, seconds the next
+    # iteration and the extraction after it are predicted to take); the iteration started
+    # only if the prediction fit
+    budget: list[tuple[float, float]] = field(default_factory=list)
     fired: Counter = field(default_factory=Counter)
     # host-rule matches not applied: rule -> reason (the failing guard) -> count
     rejected: defaultdict = field(default_factory=lambda: defaultdict(Counter))
@@ -135,6 +139,8 @@ def _budget_left(report: SaturationReport, limits: Limits, deadline: float, grow
     growth = max(growth, 1.0)
     last = report.history[-1][0] if report.history else 0.0
     after = last * growth + report.enodes * growth * EXTRACT_SECONDS_PER_ENODE
-    if time.perf_counter() + after > deadline:
+    left = deadline - time.perf_counter()
+    report.budget.append((left, after))
+    if after > left:
         return "time-limit"
     return ""

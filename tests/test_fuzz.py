@@ -191,3 +191,63 @@ def test_edge_values_reach_inputs_unless_an_op_is_undefined_on_them():
     assert np.isfinite(x).mean() > 0.5  # most values stay ordinary
     cast = _model("g (float[8,8] x) => (int64[8,8] y) { a = Neg (x) y = Cast <to = 7> (a) }")
     assert np.isfinite(edge_inputs(cast, random_inputs(cast, 0), 0)["x"]).all()
+
+
+# a decomposed LayerNormalization over rows of equal values (a constant weight), then * -inf
+_FLAT_ROWS = """
+    g (float[2,3,1,2] x) => (float[2,1,1,1,9] y) <float[2,3] w = {-2.5,-2.5,-2.5,-2.5,-2.5,-2.5},
+        float[3] b = {1.4142135,1.4142135,1.4142135}, float[3] s = {-inf,-0.13,0.64},
+        int64[1] last = {-1}, float two = {2}, float eps = {1e-05}, int64[5] shape = {0,1,1,1,9}> {
+        m = MatMul (x, w)
+        a = Add (b, m)
+        mean = ReduceMean (a, last)
+        d = Sub (a, mean)
+        sq = Pow (d, two)
+        var = ReduceMean (sq, last)
+        ve = Add (var, eps)
+        sd = Sqrt (ve)
+        n = Div (d, sd)
+        ns = Mul (n, s)
+        r = Reshape (ns, shape)
+        y = Relu (r)
+    }"""
+
+
+def test_rounding_noise_of_an_ill_conditioned_original_is_not_a_mismatch():
+    """Found by fuzzing (CI, Hypothesis 6.155.2): LayerNormalization fused (a reassoc rule)
+    over rows of equal values. The original's `x - mean` is rounding noise (1e-7), divided by
+    sqrt(eps) and multiplied by -inf and by finite scales: the fused kernel gives other noise,
+    inf where the original gives 0 after Relu, and finite values 1.1e-4 apart where the output's
+    scale is 1e-4. Neither model is more right. The graph is now checked as exact rules on its
+    edge values plus every class on finite values, each allowing twice the original's own
+    rounding error (its float32 output against float64)."""
+    model = _model(_FLAT_ROWS)
+    result = check_graph(model, RULES)
+    assert result.changed and result.split and result.fp == "reassoc"
+    assert "layernorm-div" in result.fired
+    assert set(result.compared) == {"onnxruntime", "onnx.reference"}
+
+
+def test_rounding_allowance_still_catches_a_wrong_result():
+    """The allowance is the original's own rounding error, not a blank cheque: on a
+    well-conditioned graph (its float32 output within 1e-5 of float64) a result 1% off is a
+    mismatch under the reassoc tolerance. (On an output that is all rounding noise, any other
+    noise of that size passes: such an output has no value to keep.)"""
+    import numpy as np
+
+    from frontends.onnx.check import random_inputs
+    from verify.fuzz import OptimizerError, _compare, _ort, _rounding_noise
+
+    def matmul(scale: float) -> onnx.ModelProto:
+        w = ",".join(str(scale * (0.1 * ((i * 7) % 11) - 0.5)) for i in range(64))
+        return _model(
+            f"g (float[4,8] x) => (float[4,8] y) <float[8,8] w = {{{w}}}> {{ y = MatMul (x, w) }}"
+        )
+
+    good = matmul(1.0)
+    feeds = random_inputs(good, 0)
+    want = _ort(good, feeds)
+    assert np.std(want[0]) > 0.1 and 0 < _rounding_noise(good, feeds, want)[0] < 1e-5
+    _compare("onnxruntime", _ort, good, matmul(1.0), feeds, "reassoc")
+    with pytest.raises(OptimizerError, match="differs"):
+        _compare("onnxruntime", _ort, good, matmul(1.01), feeds, "reassoc")

@@ -170,13 +170,8 @@ class Builder:
 
     def _finite(self) -> None:
         """NaN/Inf in the constants replaced by 0/+-3 (for graphs with an `EDGE_UNDEFINED` op)."""
-        for t in self.inits:
+        for t in _constants(self.inits, self.nodes):
             _finite_tensor(t)
-        for n in self.nodes:
-            if n.op_type == "Constant":
-                for a in n.attribute:
-                    if a.name == "value":
-                        _finite_tensor(a.t)
 
     def model(self, outputs: list[Val]) -> onnx.ModelProto:
         """The ONNX model (opset `self.opset`, IR version 10) whose outputs are `outputs`."""
@@ -194,6 +189,33 @@ def scatter_edges(arr: np.ndarray, rng: np.random.Generator) -> None:
     flat = arr.reshape(-1)
     pick = rng.random(flat.size) < 0.125
     flat[pick] = rng.choice(np.array(EDGE, dtype=arr.dtype), int(pick.sum()))
+
+
+def finite_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` whose float initializers and main-graph `Constant` values have their
+    NaN/Inf replaced by 0/+-3 (`model` is not changed)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for t in _constants(out.graph.initializer, out.graph.node):
+        _finite_tensor(t)
+    return out
+
+
+def has_edges(model: onnx.ModelProto, feeds: dict) -> bool:
+    """True if a float initializer, main-graph `Constant` value or feed of `model` holds a NaN
+    or an infinity."""
+    arrays = [
+        numpy_helper.to_array(t) for t in _constants(model.graph.initializer, model.graph.node)
+    ]
+    arrays += list(feeds.values())
+    return any(a.dtype.kind == "f" and not np.all(np.isfinite(a)) for a in arrays)
+
+
+def _constants(inits, nodes) -> list[onnx.TensorProto]:
+    """The initializers `inits` and the values of the `Constant` nodes among `nodes`."""
+    return [*inits] + [
+        a.t for n in nodes if n.op_type == "Constant" for a in n.attribute if a.name == "value"
+    ]
 
 
 def _finite_tensor(t: onnx.TensorProto) -> None:

@@ -256,12 +256,16 @@ def output_diff(
     want: np.ndarray,
     fp: str = "exact",
     tol_type: int | None = None,
+    atol: float | None = None,
 ) -> OutputDiff:
     """Compare output `name` (ONNX element type `elem_type`) of the optimized model (`got`)
     with the original's (`want`) at the tolerance of numeric class `fp`, as `compare` does;
     `tol_type` is the element type whose tolerance applies (`tolerance_types`), by default
-    `elem_type`."""
-    return _diff(name, elem_type, np.asarray(got), np.asarray(want), TOLERANCES[fp], tol_type)
+    `elem_type`; `atol`, when given, replaces the class's absolute tolerance for a float
+    output."""
+    return _diff(
+        name, elem_type, np.asarray(got), np.asarray(want), TOLERANCES[fp], tol_type, None, atol
+    )
 
 
 # least precise first: a value computed in one of these and then widened carries its error
