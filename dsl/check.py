@@ -21,8 +21,8 @@ from dsl.errors import (
 from dsl.expand import FlatRule, flatten
 from dsl.host import Scope, lower_guard
 from dsl.lower import Lowering, lower_left, lower_right
-from rewrite.ops import OPS, OpTable
-from rewrite.registry import BUILDERS, GUARDS
+from vocab.ops import OPS, OpTable
+from vocab.registry import BUILDERS, GUARDS
 
 
 def check(
@@ -33,7 +33,7 @@ def check(
 ) -> list[ir.Rule]:
     """Check one parsed file, or several together (rule names must be unique across them).
 
-    ops: the op table; guards / builders: name -> `rewrite.registry.HostFn` (default: the
+    ops: the op table; guards / builders: name -> `vocab.registry.HostFn` (default: the
     registry's `GUARDS` and `BUILDERS`).
     Returns the rules in source order, `for` and `:c` expanded.
     Raises the one `RulesError` subclass found, or `RulesErrors` holding all of them.

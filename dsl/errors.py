@@ -86,11 +86,11 @@ class AttributeTypeError(RulesError):
 
 
 class UnknownGuardError(RulesError):
-    """A guard name that is not in `rewrite.registry.GUARDS`."""
+    """A guard name that is not in `vocab.registry.GUARDS`."""
 
 
 class UnknownBuilderError(RulesError):
-    """A builder name that is not in `rewrite.registry.BUILDERS`."""
+    """A builder name that is not in `vocab.registry.BUILDERS`."""
 
 
 class ArgumentError(RulesError):

@@ -1,5 +1,5 @@
 """Captures and host calls: the `Scope` a left side binds, and the lowering of guard and
-builder calls (`rewrite.registry`) against it.
+builder calls (`vocab.registry`) against it.
 
 A capture has one role: `term` (a tensor value: `@x` at an operand position, or `Op@x`),
 `attr` (an attribute value, including the `rest.a` captures of `:attrs @rest`) or `attrs` (the
@@ -22,7 +22,7 @@ from dsl.errors import (
     did_you_mean,
 )
 from dsl.ir import Span
-from rewrite.registry import TERM
+from vocab.registry import TERM
 
 ROLE_WORDS = {"term": "a term", "attr": "an attribute", "attrs": "an attribute group (:attrs)"}
 

@@ -1,4 +1,4 @@
-"""Rule IR: what `dsl.check` produces and `rewrite.emit` and `verify` consume.
+"""Rule IR: what `dsl.check` produces and `engine.emit` and `verify` consume.
 
 A checked rule is fully explicit: `:c` and `for` are expanded, every operator node lists all of
 its input slots (absent optional inputs are `Absent`) and all of its attributes (an attribute

@@ -10,7 +10,7 @@ and all attributes in op-table order:
 | `:attrs @rest`        | `Capture("rest.a")`        | `Capture("rest.a")` if bound, else default |
 | required, no default  | `Wildcard()`               | `MissingAttributeError`                 |
 
-`Literal(None)` is an attribute whose default is "absent" (`rewrite.ops.NONE`). The left side
+`Literal(None)` is an attribute whose default is "absent" (`vocab.ops.NONE`). The left side
 of an `equal` rule is also a result (the rule runs both ways), so it is lowered in `equal`
 mode: no `:c`, no `@bind`, no `_`, no required attribute left unwritten.
 """
@@ -34,7 +34,7 @@ from dsl.errors import (
 )
 from dsl.host import Scope, lower_call
 from dsl.printer import value_text
-from rewrite.ops import REQUIRED, OpSpec, OpTable
+from vocab.ops import REQUIRED, OpSpec, OpTable
 
 KIND_WORDS = {
     "int": "an int",

@@ -355,7 +355,7 @@ def cmd_check(args) -> int:
 
 def cmd_emit(args) -> int:
     """`rewrite emit PATH...`: print the generated egglog program on stdout."""
-    from rewrite.emit import emit
+    from engine.emit import emit
 
     rules = _load_rules(args.paths)
     if rules is None:
@@ -366,10 +366,10 @@ def cmd_emit(args) -> int:
 
 def cmd_explain(args) -> int:
     """`rewrite explain OUT NODE`: print what the rules that produced NODE did, one line per
-    rule firing, the last first (`rewrite.provenance.describe`)."""
+    rule firing, the last first (`engine.provenance.describe`)."""
+    from engine.provenance import describe
     from frontends.onnx import ModelError, load_model
     from frontends.onnx.explain import NoProvenance, find_provenance
-    from rewrite.provenance import describe
 
     try:
         what, tree = find_provenance(load_model(Path(args.model)), args.node)
@@ -402,10 +402,10 @@ def cmd_optimize(args) -> int:
     line, the output staged beside OUT and checked as written, then renamed into place; the
     summary on stdout (none with --quiet). Returns the exit status."""
     from dsl import RulesError
+    from engine.selection import UnknownRulePatternError
     from frontends.onnx import ModelError, OpsetError, external, prepare_output
     from frontends.onnx.api import OptionError, OutputMismatch, run
     from frontends.onnx.check import CheckError
-    from rewrite.selection import UnknownRulePatternError
 
     start = time.perf_counter()
     # OUT may be IN: the input is read whole before anything is written, and the output is
@@ -588,10 +588,10 @@ class _Stages:
 def cmd_bisect(args) -> int:
     """`rewrite bisect IN`: look for the rules (and sites) that break the outputs; print the
     report on stdout. Returns the exit status."""
+    from engine.selection import UnknownRulePatternError, pick_rules
     from frontends.onnx import ModelError, load_model
     from frontends.onnx.api import OptionError
     from frontends.onnx.bisect import BisectError, bisect_model, format_report
-    from rewrite.selection import UnknownRulePatternError, pick_rules
 
     start = time.perf_counter()
     try:
@@ -743,9 +743,9 @@ def _print_summary(report, diffs, options, verbose: bool = False) -> None:
 
 
 def _print_explained(report, model, rules) -> None:
-    """What each rule did to each node of the optimized `model` (`rewrite.provenance.describe`,
+    """What each rule did to each node of the optimized `model` (`engine.provenance.describe`,
     with each rule's source pattern from `rules`)."""
-    from rewrite.provenance import describe, pattern_text
+    from engine.provenance import describe, pattern_text
 
     patterns = {r.name: pattern_text(r.lhs, r.rhs) for r in rules.rules}
     ops = {n.name: n.op_type for n in model.graph.node}

@@ -15,9 +15,9 @@ import pytest
 
 from dsl import load_rules, shipped_rules_dir
 from dsl.ir import RuleSet
-from rewrite.ddmin import ddmin
-from rewrite.selection import UnknownRulePatternError, pick_rules
-from rewrite.sites import SitedRule, sited
+from engine.ddmin import ddmin
+from engine.selection import UnknownRulePatternError, pick_rules
+from engine.sites import SitedRule, sited
 
 ROOT = Path(__file__).resolve().parent.parent
 RESNET = "examples/resnet.onnx"  # as a user types them in the repository (cli runs there)
@@ -215,8 +215,8 @@ def test_sited_rule_applies_only_at_chosen_sites(planted):
 def test_site_is_the_original_value_at_the_root(planted):
     from types import SimpleNamespace
 
+    from engine.sites import admits, site_of
     from frontends.onnx import import_model
-    from rewrite.sites import admits, site_of
 
     (rule,) = load_rules([planted]).rules
     graph = import_model(_two_divs())
@@ -271,8 +271,8 @@ def test_bisect_passing_model_has_nothing_to_bisect():
 def test_bisect_out_of_time_says_so(planted):
     import time
 
+    from engine.saturate import Limits
     from frontends.onnx.bisect import bisect_model, format_report
-    from rewrite.saturate import Limits
 
     rules = load_rules([shipped_rules_dir(), planted])
     report = bisect_model(_two_divs(), rules, limits=Limits(deadline=time.perf_counter()))

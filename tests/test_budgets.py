@@ -14,8 +14,8 @@ import onnx.helper as oh
 import pytest
 
 from dsl import load_rules
+from engine.saturate import Limits
 from frontends.onnx import compare, optimize_model
-from rewrite.saturate import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
 GROW = ROOT / "tests" / "data" / "grow.rules"

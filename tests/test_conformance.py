@@ -12,9 +12,9 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 from dsl import load_rules, shipped_rules_dir
+from engine.optimize import FP_CLASSES
 from frontends.onnx import optimize_model
 from frontends.onnx.importer import default_opset
-from rewrite.optimize import FP_CLASSES
 
 ROOT = Path(__file__).resolve().parent.parent
 

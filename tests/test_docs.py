@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dsl import check, parse
-from rewrite.registry import BUILDERS, GUARDS
+from vocab.registry import BUILDERS, GUARDS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "dsl.md").read_text()

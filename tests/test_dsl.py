@@ -13,7 +13,7 @@ import dsl
 from dsl import ast
 from dsl.expand import kebab
 from dsl.ir import Absent, Call, Capture, Guard, Literal, OpNode, Span, Wildcard
-from rewrite.ops import OPS
+from vocab.ops import OPS
 
 
 def rules(text: str):

@@ -4,7 +4,7 @@ shipped library compiles and loads into egglog."""
 from pathlib import Path
 
 from dsl import load_rules, shipped_rules_dir
-from rewrite.emit import emit, schema
+from engine.emit import emit, schema
 
 DATA = Path(__file__).parent / "data"
 

@@ -1,11 +1,11 @@
-"""Extraction's local search (`rewrite.extract._LocalSearch`): the DAG cost it keeps by
+"""Extraction's local search (`engine.extract._LocalSearch`): the DAG cost it keeps by
 reference counts, and its return to the input's e-nodes where the greedy tree-cost choice
 undid the input's sharing (GPT-2: a scale pushed above a Reshape/Transpose chain that a Shape
 also reads, so the chain was computed twice)."""
 
 from types import SimpleNamespace
 
-from rewrite.extract import _dag_cost, _LocalSearch
+from engine.extract import _dag_cost, _LocalSearch
 
 
 def _costs(enodes, own):

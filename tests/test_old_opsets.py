@@ -17,11 +17,11 @@ import pytest
 from onnx import TensorProto, helper
 
 from dsl import load_rules, shipped_rules_dir
+from engine.cost import CostModel
 from frontends.onnx import OpsetError, optimize_model
 from frontends.onnx.check import ORT, REFERENCE, compare
 from rewrite.cli import main
-from rewrite.cost import CostModel
-from rewrite.types import TensorType
+from vocab.types import TensorType
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

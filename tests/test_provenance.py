@@ -12,9 +12,9 @@ import onnxruntime as ort
 import pytest
 
 from dsl import load_rules, shipped_rules_dir
+from engine.provenance import KEY
 from frontends.onnx import optimize_model
 from rewrite.cli import main
-from rewrite.provenance import KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 AT = re.compile(r"patterns/\w+/\w+\.rules:\d+")
@@ -81,7 +81,7 @@ def test_constant_folding_names_what_it_folded(rules):
     folded = {t.name: _meta(t) for t in out.graph.initializer if _meta(t)}
     assert folded
     tree = next(iter(folded.values()))
-    assert tree["rule"] == "fold:Mul" and tree["at"] == "rewrite/fold.py"
+    assert tree["rule"] == "fold:Mul" and tree["at"] == "engine/fold.py"
     assert {t["rule"] for t in tree["after"]} == {"fold-batchnorm-into-conv-bias"}
     conv = next(n for n in out.graph.node if n.op_type == "Conv" and _meta(n))
     assert any(r.startswith("node_conv2d") for r in _meta(conv)["replaces"])
@@ -238,7 +238,7 @@ def test_shape_and_constant_folding_are_explained(tmp_path, capsys):
     trees = {t.name: _meta(t) for t in out.graph.initializer}
     assert trees["r_shape"] == {
         "rule": "fold:Concat",
-        "at": "rewrite/shapes.py",
+        "at": "engine/shapes.py",
         "op": "Concat",
         "replaces": chain,
         "after": [],
@@ -246,16 +246,16 @@ def test_shape_and_constant_folding_are_explained(tmp_path, capsys):
     reshape = _meta(out.graph.node[0])
     assert reshape["rule"] == "fold:Concat" and reshape["replaces"] == chain
     assert trees["k"]["rule"] == "fold:Mul" and trees["k"]["replaces"] == ["shape2", "slice", "mul"]
-    assert trees["wn"]["rule"] == "fold:Neg" and trees["wn"]["at"] == "rewrite/fold.py"
+    assert trees["wn"]["rule"] == "fold:Neg" and trees["wn"]["at"] == "engine/fold.py"
     assert trees["wn"]["replaces"] == ["neg"]
     assert "transpose-transpose" in json.dumps(trees["wn"]["after"])  # wt, wtt: gone before
     # every node and every new initializer, by node name and by output name
     texts = _explained(tmp_path / "out.onnx", [*nodes, "r", *inits], capsys)
     assert (
-        "fold:Concat: folded shape, gather, unsq, concat into Reshape reshape (rewrite/shapes.py)"
+        "fold:Concat: folded shape, gather, unsq, concat into Reshape reshape (engine/shapes.py)"
         in texts["r"]
     )
-    assert "fold:Mul: folded shape2, slice, mul into constant k (rewrite/shapes.py)" in texts["k"]
+    assert "fold:Mul: folded shape2, slice, mul into constant k (engine/shapes.py)" in texts["k"]
     x = np.random.default_rng(0).standard_normal((3, 8, 4)).astype(np.float32)
     sess = ort.InferenceSession(out.SerializeToString())
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})

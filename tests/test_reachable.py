@@ -1,12 +1,12 @@
-"""`rewrite.optimize.reachable`: only rules that can match a graph are compiled into egglog."""
+"""`engine.optimize.reachable`: only rules that can match a graph are compiled into egglog."""
 
 import numpy as np
 import onnx.parser
 from onnx.reference import ReferenceEvaluator
 
 from dsl import load_rules
+from engine.optimize import reachable
 from frontends.onnx import optimize_model
-from rewrite.optimize import reachable
 
 RULES = """
 (ruleset test)

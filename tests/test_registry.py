@@ -3,8 +3,8 @@
 import numpy as np
 from onnx import TensorProto as TP
 
-from rewrite import registry
-from rewrite.types import ClassInfo, TensorType
+from vocab import registry
+from vocab.types import ClassInfo, TensorType
 
 F32 = TP.FLOAT
 
@@ -15,7 +15,7 @@ def t(*shape, dtype=F32) -> ClassInfo:
 
 def c(array) -> ClassInfo:
     a = np.asarray(array)
-    from rewrite.types import onnx_dtype
+    from vocab.types import onnx_dtype
 
     return ClassInfo(TensorType(onnx_dtype(a.dtype), a.shape), a)
 

@@ -1,4 +1,4 @@
-"""Symbolic shape analysis and shape folding (rewrite.shapes): each folding checked on a small
+"""Symbolic shape analysis and shape folding (engine.shapes): each folding checked on a small
 ONNX graph with symbolic dimensions, at two input sizes against the original."""
 
 import numpy as np
@@ -7,9 +7,9 @@ import onnx.parser
 import pytest
 import sympy
 
+from engine.shapes import analyze, broadcast, fold_shapes, symbol
 from frontends.onnx import export_model, import_model
 from frontends.onnx.check import run
-from rewrite.shapes import analyze, broadcast, fold_shapes, symbol
 
 
 def _model(text: str) -> onnx.ModelProto:

@@ -15,7 +15,6 @@ from onnx import TensorProto as TP
 from dsl import load_rules, parse
 from dsl.check import check
 from frontends.onnx import optimize_model
-from rewrite.ops import OPS
 from verify import hints as H
 from verify.check import run_both
 from verify.compare import Tolerance, compare, mode_of, tolerance
@@ -24,6 +23,7 @@ from verify.dtypes import plan_dtypes
 from verify.execute import NO_KERNEL, ExecError, hazard, run_ort, run_reference
 from verify.instance import instantiate, lowest_opset
 from verify.runner import verify_rule
+from vocab.ops import OPS
 
 RULES = load_rules()
 

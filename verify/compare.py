@@ -21,8 +21,8 @@ import numpy as np
 from onnx import TensorProto
 
 from frontends.onnx.check import TOLERANCES
-from rewrite.ops import OPS
 from verify.instance import op_names
+from vocab.ops import OPS
 
 INEXACT_COSTS = frozenset({"matmul", "gemm", "conv", "reduce", "normalize", "pool"})
 _FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}

@@ -32,7 +32,7 @@ import onnxruntime as ort
 from onnx.backend.test.runner import Runner
 from onnx.reference import ReferenceEvaluator
 
-from rewrite.optimize import FP_CLASSES
+from engine.optimize import FP_CLASSES
 
 # outcomes, best first; the last four are failures of the optimizer
 OUTCOMES = ("ok", "unchanged", "not-runnable", "crash", "invalid", "mismatch", "ort-mismatch")

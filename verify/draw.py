@@ -6,7 +6,7 @@ sampler knows what makes the op valid (Transpose's perm is a permutation of the 
 MatMul's inner dimensions agree, ...) and proposes shapes for the node's free inputs, values
 for its shape-like inputs (Reshape's shape, Squeeze's axes) and values for its free
 attributes. Proposals then pass through the guards' requests (`verify.hints`), and the node's
-output type comes from the engine's own shape rules (`rewrite.infer.infer_type`).
+output type comes from the engine's own shape rules (`engine.infer.infer_type`).
 
 Everything is drawn from Hypothesis's `data` object, so a failing example shrinks: towards
 float32, opset 18, rank 0, size-1 dimensions, default attributes and small values.
@@ -29,12 +29,12 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from dsl.ir import OpNode, Term
-from rewrite.infer import infer_type
-from rewrite.types import TensorType
+from engine.infer import infer_type
 from verify import hints as H
 from verify.dtypes import plan_dtypes
 from verify.steer import MAX_RANK, Steer
 from verify.values import Values, sampled
+from vocab.types import TensorType
 
 MAX_ELEMENTS = 256
 OPSETS = (18, 19, 20, 21, 13, 14, 15, 16, 17)  # shrinking order: 18 first

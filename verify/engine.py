@@ -21,11 +21,11 @@ import numpy as np
 import onnx
 
 from dsl.ir import OpNode, Rule, RuleSet
+from engine.apply import UnsoundRuleError
+from engine.optimize import FP_CLASSES
 from frontends.onnx import optimize_model
-from rewrite.apply import UnsoundRuleError
-from rewrite.ops import OPS
-from rewrite.optimize import FP_CLASSES
 from verify.check import Outcome, run_both
+from vocab.ops import OPS
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import onnx
 from onnx import TensorProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from engine.optimize import FP_CLASSES
 from frontends.onnx.check import CheckError, output_diff, random_inputs, run, tolerance_types
-from rewrite.optimize import FP_CLASSES
 from verify.graph_builder import edge_undefined, finite_model, has_edges, scatter_edges
 
 EXECUTORS = ("onnxruntime", "onnx.reference")

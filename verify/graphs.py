@@ -3,7 +3,7 @@
 A graph is built one move at a time over a pool of typed values (graph inputs, initializers,
 node outputs; static and symbolic dimensions), so every node gets inputs it accepts and every
 value may be used many times (shared values, fan-out). A move is one op of the op table
-(`rewrite.ops`) applied to values from the pool, or a motif: a few nodes in the shape that a
+(`vocab.ops`) applied to values from the pool, or a motif: a few nodes in the shape that a
 shipped rule matches (a Transpose undone by another, x * 1, Conv then BatchNormalization,
 MatMul + Add, the decomposed Gelu and LayerNormalization of torch exports, widening Casts,
 ...), so that rules fire, and fire together. Constants lean towards the values rules look for

@@ -53,9 +53,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsl.ir import Capture, Guard, Literal
-from rewrite.registry import GUARDS
-from rewrite.types import ClassInfo, TensorType
 from verify.dtypes import CANDIDATES, FLOATS
+from vocab.registry import GUARDS
+from vocab.types import ClassInfo, TensorType
 
 
 @dataclass(frozen=True)

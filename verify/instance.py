@@ -5,7 +5,7 @@ The left side is imported with the engine's own importer (`frontends.onnx.import
 guards and builders see exactly the facts the engine sees (`ClassInfo`: types from ONNX shape
 inference, values of constants) and attribute captures take the canonical values the engine
 matches on (defaults filled in, an absent Transpose perm written out). Guards and builders
-are then evaluated by the engine's own apply step (`rewrite.apply`), not re-implemented.
+are then evaluated by the engine's own apply step (`engine.apply`), not re-implemented.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import onnx
 from onnx import helper, numpy_helper
 
 from dsl.ir import Absent, Capture, OpNode, Rule
+from engine import apply as engine_apply
 from frontends.onnx.exporter import export_node
 from frontends.onnx.importer import import_model
-from rewrite import apply as engine_apply
-from rewrite.graph import ABSENT, Node
-from rewrite.ops import OPS, encode_attr
-from rewrite.types import UNKNOWN, ClassInfo, TensorType
 from verify.draw import Example
+from vocab.graph import ABSENT, Node
+from vocab.ops import OPS, encode_attr
+from vocab.types import UNKNOWN, ClassInfo, TensorType
 
 IR_VERSION = 10  # onnxruntime 1.31 loads IR <= 13
 
@@ -79,7 +79,7 @@ def instantiate(rule: Rule, ex: Example, build_rhs: bool = True) -> Instance:
 
 
 class _Facts:
-    """The part of `rewrite.egraph.Snapshot` the apply step reads: `info(key)`."""
+    """The part of `engine.egraph.Snapshot` the apply step reads: `info(key)`."""
 
     def __init__(self, infos: dict[str, ClassInfo]):
         self.infos = infos

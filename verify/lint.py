@@ -8,7 +8,7 @@ Kinds of finding (`KINDS`):
   and the same result (an `equal` rule counts as its two directions).
 - `shadowed`: a rule whose pattern is an instance of another rule's, whose guards include the
   other's and whose result is the other's on that instance: the other rule already does it.
-- `never-fires`: no opset has every op of the rule (`rewrite.ops`, opsets 13 to `MAX_OPSET`),
+- `never-fires`: no opset has every op of the rule (`vocab.ops`, opsets 13 to `MAX_OPSET`),
   an attribute value on the left is outside the ONNX spec (`ATTR_VALUES`), or two guards
   contradict each other (`(g x)` with `(not (g x))`, `(rank x 2)` with `(rank x 3)`, ...).
 - `grows`: the rule alone (guards dropped), or with another guard-free rule that builds its
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from dsl import load_rules, rule_files
 from dsl.ir import Guard, Literal, OpNode, Rule, RuleSet, Span
 from dsl.unify import binds_of, match, substitute
-from rewrite.ops import OPS
+from vocab.ops import OPS
 
 KINDS = ("duplicate", "shadowed", "never-fires", "grows", "critical-pair")
 MAX_OPSET = 26  # the newest opset onnxruntime 1.31 runs

@@ -2,7 +2,7 @@
 
 The left side of a rule is instantiated as a graph, each capture and wildcard a distinct
 input of unknown type, and the rule alone (or with one other rule) runs on it in the real
-engine (`rewrite.egraph.EGraph`, `rewrite.saturate.saturate`) for a few iterations. A rule
+engine (`engine.egraph.EGraph`, `engine.saturate.saturate`) for a few iterations. A rule
 set that is terminating modulo the e-graph saturates on such a small term within a few
 iterations; one whose result matches its own pattern with a larger term (x -> Relu(x) under a
 rule Relu(x) -> Relu(Relu(x))) or an `equal` pair that builds new terms forever is still
@@ -23,13 +23,13 @@ from collections import Counter
 from dataclasses import dataclass
 
 from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet
-from rewrite.egraph import EGraph
-from rewrite.emit import emit
-from rewrite.graph import ABSENT, Node, TermGraph, Value
-from rewrite.ops import OPS, REQUIRED
-from rewrite.saturate import Limits, saturate
-from rewrite.types import UNKNOWN
+from engine.egraph import EGraph
+from engine.emit import emit
+from engine.saturate import Limits, saturate
 from verify.lint import Finding
+from vocab.graph import ABSENT, Node, TermGraph, Value
+from vocab.ops import OPS, REQUIRED
+from vocab.types import UNKNOWN
 
 ITERATIONS = 8
 MAX_NODES = 5_000
@@ -97,7 +97,7 @@ def term_graph(lhs: OpNode) -> TermGraph:
 def run_growth(rules: list[Rule], lhs: OpNode, iterations: int = ITERATIONS) -> Growth:
     """Saturate `rules` (guards dropped; each must be `checkable`) on the graph of `lhs` for
     at most `iterations` iterations and `MAX_NODES` e-nodes. Raises
-    `rewrite.egraph.EGraphError` if egglog rejects the program."""
+    `engine.egraph.EGraphError` if egglog rejects the program."""
     plain = tuple(dataclasses.replace(r, guards=()) for r in rules)
     ops = set().union(*(r.lhs_ops | r.rhs_ops for r in plain)) | {n for n in _ops(lhs)}
     eg = EGraph(term_graph(lhs), emit(RuleSet(plain, ())), ops)

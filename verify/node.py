@@ -16,10 +16,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from dsl.ir import Absent, Capture, Literal, OpNode
-from rewrite.ops import NONE, OPS, REQUIRED
-from rewrite.types import TensorType
 from verify import hints as H
 from verify.dtypes import np_type
+from vocab.ops import NONE, OPS, REQUIRED
+from vocab.types import TensorType
 
 
 class NodeCtx:

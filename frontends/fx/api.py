@@ -1,6 +1,6 @@
 """`optimize_fx`: the whole fx path as one function (import, optimize, export, check).
 
-    GraphModule --import_fx--> TermGraph --rewrite.optimize--> TermGraph --export_fx--> GraphModule
+    GraphModule --import_fx--> TermGraph --engine.optimize--> TermGraph --export_fx--> GraphModule
 
 The fx counterpart of `frontends.onnx.optimize_model`: the same rules, the same engine, the same
 Report, with node counts as the fx graph shows them (call_function, call_method and call_module
@@ -20,14 +20,14 @@ from pathlib import Path
 import torch
 from torch import fx
 
+from engine.cost import CostModel
+from engine.optimize import Report, optimize
+from engine.saturate import Limits
+from engine.selection import pick_rules
 from frontends.fx.exporter import FxExportError, export_fx
 from frontends.fx.importer import import_fx
 from frontends.fx.nodes import FxImportError
 from frontends.fx.tensors import onnx_elem
-from rewrite.cost import CostModel
-from rewrite.optimize import Report, optimize
-from rewrite.saturate import Limits
-from rewrite.selection import pick_rules
 
 
 class FxCheckError(AssertionError):
@@ -70,19 +70,19 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
     allow: numeric classes beyond `exact` (`reassoc` for BatchNorm folding and scale folding,
         `approx`), as `rewrite optimize --allow`; a string or a list.
     skip/only: rule names, globs or `ruleset:NAME`, as `rewrite optimize --skip/--only`
-        (`rewrite.selection.pick_rules`); the excluded rules are in `report.skipped`.
+        (`engine.selection.pick_rules`); the excluded rules are in `report.skipped`.
     check (default True): run both modules on `example_inputs` and compare every output with
         the tolerance of the loosest numeric class that fired (`frontends.onnx.check.TOLERANCES`),
         or `atol`/`rtol` when given (float outputs).
     freeze: take parameters that torch.compile passes as inputs as constants (inference only).
-    cost: a `rewrite.cost.CostModel`.
+    cost: a `engine.cost.CostModel`.
     provenance (default True): each fx node a rewrite produced (and each folded constant's node)
-        gets `node.meta["rewrite"]`, the tree of rules that justify it (`rewrite.provenance`).
+        gets `node.meta["rewrite"]`, the tree of rules that justify it (`engine.provenance`).
     max_iterations, max_nodes, timeout (seconds): saturation limits.
     Returns (module, Report): a new GraphModule (ExportedProgram for one), or `gm` itself when
     nothing cheaper was found. Raises TypeError for an unknown keyword (naming it and the
     accepted ones), FxCheckError when the check fails, and
-    `rewrite.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
+    `engine.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
     """
     unknown = sorted(set(options) - set(FX_OPTIONS))
     if unknown:

@@ -25,10 +25,10 @@ from frontends.fx.importer import FxSource, Origin, Source
 from frontends.fx.linear import Linear, plan_linears
 from frontends.fx.raising import RAISE, NoTorchForm
 from frontends.fx.tensors import to_torch
-from rewrite.graph import ABSENT, TermGraph
-from rewrite.ops import OPS
+from vocab.graph import ABSENT, TermGraph
+from vocab.ops import OPS
 
-_FRESH = re.compile(r"rw_\d+")  # names `rewrite.rebuild` gives values it cannot name otherwise
+_FRESH = re.compile(r"rw_\d+")  # names `engine.rebuild` gives values it cannot name otherwise
 _VALUE_META = {"val", "example_value", "tensor_meta", "unbacked_bindings"}
 _WORDS = {
     ("Conv", "W"): "weight",
@@ -205,7 +205,7 @@ class _Exporter:
         """A rewritten node that replaces a source node of the same op (see `node_name`), or
         computes a source node's own value (a split item written as a Slice), takes its
         metadata (stack trace, module stack), except values of the old computation. A node
-        with provenance gets it as `meta["rewrite"]` (`rewrite.provenance`)."""
+        with provenance gets it as `meta["rewrite"]` (`engine.provenance`)."""
         name = self.heirs.get(id(n), self.g.values[n.outputs[0]].name)
         old = self.src_nodes.get(name)
         if old is not None and new.op == "call_function" and not new.meta:
@@ -402,8 +402,8 @@ class Builder:
 
     def own_constant(self) -> fx.Node:
         """A buffer holding the value of this `Constant` node (decoded from its attributes)."""
-        from rewrite.egraph import constant_op_value
-        from rewrite.ops import encode_attr
+        from engine.egraph import constant_op_value
+        from vocab.ops import encode_attr
 
         spec = OPS.get("Constant")
         attrs = tuple(encode_attr(a.kind, self.node.attr(a.name)) for a in spec.attrs)

@@ -33,8 +33,8 @@ from frontends.fx import effects, nodes
 from frontends.fx.lower import Lowering, Unmapped
 from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT, SPLITS
 from frontends.fx.tensors import onnx_elem, to_numpy
-from rewrite.graph import Node, TermGraph, Value
-from rewrite.types import UNKNOWN, TensorType
+from vocab.graph import Node, TermGraph, Value
+from vocab.types import UNKNOWN, TensorType
 
 OPSET = 23  # default-domain opset of imported graphs: Gelu (20), AveragePool (19) and
 # RMSNormalization (23) included
@@ -442,6 +442,6 @@ def _label(n: fx.Node) -> str:
 
 
 def _array_type(a: np.ndarray) -> TensorType:
-    from rewrite.types import onnx_dtype
+    from vocab.types import onnx_dtype
 
     return TensorType(onnx_dtype(a.dtype), tuple(int(d) for d in a.shape))

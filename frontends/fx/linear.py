@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from rewrite.graph import ABSENT
+from vocab.graph import ABSENT
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from torch import fx
 
+from engine.infer import infer_type
 from frontends.fx.tensors import FLOATS, onnx_elem, scalar_array, torch_dtype, type_of
-from rewrite.graph import ABSENT
-from rewrite.infer import infer_type
-from rewrite.ops import NONE, OPS, REQUIRED
-from rewrite.types import TensorType
+from vocab.graph import ABSENT
+from vocab.ops import NONE, OPS, REQUIRED
+from vocab.types import TensorType
 
 _MISSING = object()
 

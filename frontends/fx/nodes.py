@@ -15,7 +15,7 @@ import torch
 from torch import fx
 
 from frontends.fx.tensors import onnx_elem, to_numpy, type_of
-from rewrite.types import TensorType
+from vocab.types import TensorType
 
 MAX_CREATED = 1 << 16  # elements of a creator call (arange, zeros) evaluated at import
 INPLACE_OPERATORS = {

@@ -19,7 +19,7 @@ from torch import fx
 
 from frontends.fx.lower import Attr, Lowering, Unmapped, elem
 from frontends.fx.tensors import FLOATS, to_numpy
-from rewrite.graph import ABSENT
+from vocab.graph import ABSENT
 
 INT64_MAX = 2**63 - 1
 

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from onnx import TensorProto
 
-from rewrite.types import UNKNOWN, TensorType
+from vocab.types import UNKNOWN, TensorType
 
 _TO_ONNX = {
     torch.float32: TensorProto.FLOAT,

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx.external_data_helper import uses_external_data
 
+from engine.saturate import Limits
 from frontends.onnx import external
 from frontends.onnx.check import compare
 from frontends.onnx.exporter import MAX_OPSET, export_model
@@ -28,7 +29,6 @@ from frontends.onnx.importer import (
     skeleton,
 )
 from frontends.onnx.opset import OpsetError, auto_target, convert_opset
-from rewrite.saturate import Limits
 
 __all__ = [
     "ModelError",
@@ -152,7 +152,7 @@ _ITEMSIZE = {
 def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, **kw):
     """Optimize an ONNX model with a RuleSet: the engine-level call under
     `rewrite.optimize_model` (`frontends.onnx.api`, which takes a path, the CLI's option names
-    and runs the output check). Other keyword arguments go to `rewrite.optimize`.
+    and runs the output check). Other keyword arguments go to `engine.optimize`.
 
     opset: convert the model to this default-domain opset first (`frontends.onnx.opset`,
     `onnx.version_converter`), then optimize it with the rules whose ops exist at that opset;
@@ -170,10 +170,10 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
     `onnx-import` (shape inference and the TermGraph), `export` and `checker`.
 
     `folder`: where the model's external data is, if `load_model` left it there (see
-    `import_model`). `limits` (a `rewrite.saturate.Limits`) bound the whole call: a deadline
+    `import_model`). `limits` (a `engine.saturate.Limits`) bound the whole call: a deadline
     already past on entry (`limit_stage` "load": the caller spent the time) or after the
     import returns the model unchanged; later, the best graph found so far is exported (see
-    `rewrite.optimize`).
+    `engine.optimize`).
 
     `graph`: the model already imported (`import_model(model, folder)`), its `meta` possibly
     a `structure` copy of `model` (then `model` may be that copy too); its import seconds are
@@ -270,7 +270,7 @@ def _merge_reports(first, then):
 
 def _optimize_model(model: onnx.ModelProto, rules, **kw):
     """`optimize_model` at the model's own opset, one round."""
-    from rewrite.optimize import as_given, optimize
+    from engine.optimize import as_given, optimize
 
     clock = time.perf_counter()
     limits = kw.pop("limits", Limits())

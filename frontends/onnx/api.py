@@ -22,13 +22,13 @@ from pathlib import Path
 
 import onnx
 
+from engine.optimize import Report
+from engine.saturate import Limits
 from frontends.onnx import ModelError, external, import_model, load_model, structure
 from frontends.onnx import optimize_model as optimize_engine
 from frontends.onnx.check import CheckError, compare
 from frontends.onnx.importer import default_opset
 from frontends.onnx.opset import auto_target
-from rewrite.optimize import Report
-from rewrite.saturate import Limits
 
 NUMERIC_CLASSES = ("reassoc", "approx")  # beyond `exact`, which always runs
 
@@ -58,7 +58,7 @@ class Options:
         for the shipped library (`patterns/`).
     allow: numeric classes to run beyond `exact`: `reassoc` (regroups float arithmetic, e.g.
         BatchNorm folded into Conv), `approx`.
-    skip/only: rule names, globs (`cast-*`) or `ruleset:NAME` (`rewrite.selection.pick_rules`).
+    skip/only: rule names, globs (`cast-*`) or `ruleset:NAME` (`engine.selection.pick_rules`).
     check: run both models under onnxruntime on random inputs and compare every output.
     input_shapes: input name -> dims (ints), or `"name:1,128"` strings; fixes those inputs'
         dimensions (`fix_input_shapes`).
@@ -317,7 +317,7 @@ def run(
     Raises as `optimize_model`; OutputMismatch after the check failed and CheckError when a
     model cannot run both carry the `Run` as `.run`.
     """
-    from rewrite.selection import pick_rules
+    from engine.selection import pick_rules
 
     start = time.perf_counter() if start is None else start
     clock = time.perf_counter()
@@ -415,7 +415,7 @@ def optimize_model(model, **options) -> tuple[onnx.ModelProto, Report]:
 
     Raises TypeError for an unknown keyword (naming it and the accepted ones), OptionError for
     a bad value, ModelError for a path that is not a valid model, `dsl.RulesError` for a rules
-    error, `rewrite.selection.UnknownRulePatternError` for a skip/only pattern matching no
+    error, `engine.selection.UnknownRulePatternError` for a skip/only pattern matching no
     rule, OutputMismatch when the check fails, `check.CheckError` when a model cannot run.
     """
     done = run(model, Options.from_keywords(options))

@@ -5,12 +5,12 @@
 The failure is what `rewrite optimize` checks: the optimized model's outputs differ from the
 original's under onnxruntime on the check's random inputs (`frontends.onnx.check`: the same
 seeds, the same tolerances), it cannot be run, or optimizing raises. Bisection is delta
-debugging (`rewrite.ddmin`, Zeller and Hildebrandt 2002) in two rounds:
+debugging (`engine.ddmin`, Zeller and Hildebrandt 2002) in two rounds:
 
 1. over the rules that fired in the failing run (the others stay out: they changed nothing),
    after checking that those rules alone still fail; with one culprit among n rules it takes
    at most 2 * ceil(log2 n) optimize runs;
-2. over the match sites of each culprit (`rewrite.sites`: the culprit runs as a host rule
+2. over the match sites of each culprit (`engine.sites`: the culprit runs as a host rule
    applied only at chosen sites, named by the original value at the match's root), with the
    other culprits on. A culprit whose failing match is on a term built by another rewrite (no
    original node there) is reported alone, and the report says so.
@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 import onnx
 
 from dsl.ir import Rule, RuleSet
+from engine.ddmin import ddmin
+from engine.saturate import Limits
+from engine.sites import sited
 from frontends.onnx import external
 from frontends.onnx.check import (
     CheckError,
@@ -37,9 +40,6 @@ from frontends.onnx.check import (
     session,
     tolerance_types,
 )
-from rewrite.ddmin import ddmin
-from rewrite.saturate import Limits
-from rewrite.sites import sited
 
 RUNS, SEED = 2, 0  # the output check's input sets (frontends.onnx.check.compare)
 

@@ -10,7 +10,7 @@ import json
 
 import onnx
 
-from rewrite.provenance import KEY
+from engine.provenance import KEY
 
 
 class NoProvenance(LookupError):

@@ -6,7 +6,7 @@ inputs/outputs. The model's opset imports, functions and metadata are kept; the 
 capped at `MAX_IR_VERSION`, the newest that onnxruntime 1.31 loads (onnx 1.23's default, IR 14,
 is rejected by it).
 
-Provenance (`rewrite.provenance`): a node a rewrite produced, and a constant folding made,
+Provenance (`engine.provenance`): a node a rewrite produced, and a constant folding made,
 carries its tree as compact JSON under the key `rewrite.rules`: in `NodeProto.metadata_props`
 / `TensorProto.metadata_props` when the model's IR version is at least 10 (where ONNX added
 those fields), else in one `ModelProto.metadata_props` entry `rewrite.rules` holding a JSON
@@ -21,9 +21,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from rewrite.graph import ABSENT, Node, TermGraph
-from rewrite.infer import onnx_node
-from rewrite.provenance import KEY, collect, dumps
+from engine.infer import onnx_node
+from engine.provenance import KEY, collect, dumps
+from vocab.graph import ABSENT, Node, TermGraph
 
 MAX_IR_VERSION = 13
 MAX_OPSET = 26

@@ -21,9 +21,9 @@ from onnx import helper, numpy_helper
 from onnx.external_data_helper import uses_external_data
 
 from frontends.onnx.external import mapped_array
-from rewrite.graph import ABSENT, Node, TermGraph, Value
-from rewrite.ops import NONE, OPS, REQUIRED, OpSpec
-from rewrite.types import TensorType, tensor_type
+from vocab.graph import ABSENT, Node, TermGraph, Value
+from vocab.ops import NONE, OPS, REQUIRED, OpSpec
+from vocab.types import TensorType, tensor_type
 
 _DEDUP_MAX_BYTES = 1 << 16  # constants up to this size are shared when byte-identical
 
@@ -204,7 +204,7 @@ class _Builder:
 
 
 def _tree(rule: str, op: str, replaces: list[str]) -> dict:
-    """Provenance (`rewrite.provenance`) of what the import changed: a Constant node made an
+    """Provenance (`engine.provenance`) of what the import changed: a Constant node made an
     initializer (`fold:Constant`), or a node reading a byte-identical constant shared with an
     earlier one (`share-constant`; `replaces` the constants it no longer reads)."""
     return {

@@ -1,6 +1,6 @@
 """Opset conversion before optimizing: `onnx.version_converter` up (or down) to a target opset.
 
-The op table (`rewrite.ops`) knows the operators in their forms of opset 13 and later; a node
+The op table (`vocab.ops`) knows the operators in their forms of opset 13 and later; a node
 of an older opset is imported as an opaque node, so no rule matches it (a BatchNormalization-9
 with its removed `spatial` attribute, a Reshape-1 with a `shape` attribute, a Pad-2 with a
 `pads` attribute are not the ops the rules are written for). Two ways to let the rules see them:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rewrite.types import ClassInfo
+from vocab.types import ClassInfo
 
 TERM, ATTR = "term", "attr"
 

@@ -1,8 +1,8 @@
 """Provenance: the rule firings that justify each node of the extracted graph.
 
 The pinned egglog has no proof output, so the engine records firings itself: each plain rule's
-action inserts a row into its `prov-NAME` relation beside its `union` (`rewrite.emit`), and
-the host apply step records the matches it applied (`rewrite.apply.HostFiring`). From the
+action inserts a row into its `prov-NAME` relation beside its `union` (`engine.emit`), and
+the host apply step records the matches it applied (`engine.apply.HostFiring`). From the
 final snapshot (canonical e-classes) each firing gives
 
 - the e-nodes its right side created: the result term walked over the captured e-classes,
@@ -23,9 +23,9 @@ and the report's `provenance` section (see README, "Provenance"):
      "ops": [THEIR OPS], "after": [TREES of the rewritten e-nodes the rule matched, fired
      before it], "merged": [TREES of original nodes of the same value a rule removed]}
 
-Folding adds `{"rule": "fold:OP", "at": "rewrite/shapes.py" or "rewrite/fold.py", ...}`, OP the
+Folding adds `{"rule": "fold:OP", "at": "engine/shapes.py" or "engine/fold.py", ...}`, OP the
 op whose value was folded: on each constant that shape folding (before saturation,
-`rewrite.shapes`) or constant folding (after extraction, `rewrite.fold`) made, and on each node
+`engine.shapes`) or constant folding (after extraction, `engine.fold`) made, and on each node
 whose inputs shape folding changed; `replaces` names the nodes that folding removed. A rule that
 matched a node shape folding changed has that node's fold tree in its `after`. `describe` says
 in words what each firing of a tree did (`--explain`, `rewrite explain`).
@@ -38,10 +38,10 @@ import json
 from dataclasses import dataclass, replace
 
 from dsl.ir import Absent, Capture, Literal, OpNode, Rule, Term, Wildcard
-from rewrite.egraph import ENode, Snapshot
-from rewrite.emit import captures, prov_relation
-from rewrite.graph import ABSENT, Node, TermGraph
-from rewrite.ops import OPS, encode_attr
+from engine.egraph import ENode, Snapshot
+from engine.emit import captures, prov_relation
+from vocab.graph import ABSENT, Node, TermGraph
+from vocab.ops import OPS, encode_attr
 
 KEY = "rewrite.rules"  # ONNX metadata_props key, fx node.meta key is "rewrite"
 MAX_TREE = 200  # tree nodes per explained node; a deeper history is cut (`"truncated": true`)
@@ -210,7 +210,7 @@ class Justification:
 
     def __init__(self, snap: Snapshot, fired: list[Firing]):
         self.names = original_names(snap)
-        # trees the shape folding (`rewrite.shapes`) left on imported nodes, by name
+        # trees the shape folding (`engine.shapes`) left on imported nodes, by name
         self.folded = {
             n.name or snap.graph.values[n.outputs[0]].name: n.provenance
             for n in snap.graph.nodes

@@ -13,17 +13,17 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from dsl.ir import Rule, RuleSet
-from rewrite import provenance as prov
-from rewrite.cost import CostModel
-from rewrite.egraph import EGraph
-from rewrite.emit import emit, host_rule
-from rewrite.extract import extract, input_cost
-from rewrite.fold import fold
-from rewrite.graph import TermGraph
-from rewrite.ops import OPS
-from rewrite.saturate import Limits, saturate
-from rewrite.selection import pick_rules
-from rewrite.shapes import FoldStats, fold_shapes
+from engine import provenance as prov
+from engine.cost import CostModel
+from engine.egraph import EGraph
+from engine.emit import emit, host_rule
+from engine.extract import extract, input_cost
+from engine.fold import fold
+from engine.saturate import Limits, saturate
+from engine.selection import pick_rules
+from engine.shapes import FoldStats, fold_shapes
+from vocab.graph import TermGraph
+from vocab.ops import OPS
 
 FP_CLASSES = ("exact", "reassoc", "approx")
 
@@ -46,7 +46,7 @@ class Report:
         e-graph was over a limit before the first iteration; `saturate`). The graph returned
         is then the best one found so far.
     provenance: output node or constant name -> the tree of rules that justify it
-        (`rewrite.provenance`); empty when provenance is off or nothing was rewritten.
+        (`engine.provenance`); empty when provenance is off or nothing was rewritten.
     """
 
     stop_reason: str
@@ -126,17 +126,17 @@ def optimize(
 ) -> tuple[TermGraph, Report]:
     """Rewrite `graph` with `rules` by equality saturation and cost-based extraction.
 
-    shapes: run the symbolic shape folding (`rewrite.shapes`) first; the rule verifier turns
+    shapes: run the symbolic shape folding (`engine.shapes`) first; the rule verifier turns
     it off to see what a rule alone does.
     provenance: record rule firings and set `Node.provenance` / `Value.provenance` on what
-    rewrites and folding produced (`rewrite.provenance`); False gives a bare graph.
-    skip/only: rule names, globs or `ruleset:NAME` (`rewrite.selection.pick_rules`); the rules
+    rewrites and folding produced (`engine.provenance`); False gives a bare graph.
+    skip/only: rule names, globs or `ruleset:NAME` (`engine.selection.pick_rules`); the rules
     they exclude are in `report.skipped`.
 
     Returns the optimized graph (or `graph` itself when nothing cheaper was found) and a
-    Report. Raises `rewrite.egraph.EGraphError` if egglog rejects the compiled rules and
-    `rewrite.saturate.UnsoundRuleError` if a rule changes a value's type, and
-    `rewrite.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
+    Report. Raises `engine.egraph.EGraphError` if egglog rejects the compiled rules and
+    `engine.saturate.UnsoundRuleError` if a rule changes a value's type, and
+    `engine.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
     """
     seconds: dict[str, float] = {}
     clock = time.perf_counter()

@@ -19,10 +19,10 @@ from pathlib import Path
 import egglog.bindings as egg
 import numpy as np
 
-from rewrite.graph import ABSENT, TermGraph
-from rewrite.infer import infer_type
-from rewrite.ops import OPS, decode_attr, encode_attr
-from rewrite.types import UNKNOWN, ClassInfo, TensorType
+from engine.infer import infer_type
+from vocab.graph import ABSENT, TermGraph
+from vocab.ops import OPS, decode_attr, encode_attr
+from vocab.types import UNKNOWN, ClassInfo, TensorType
 
 
 class EGraphError(RuntimeError):
@@ -33,13 +33,13 @@ class EGraph:
     """An egglog e-graph holding one TermGraph, with the op schema and compiled rules loaded.
 
     graph: the imported graph (its value ids are the handles `(T i)`).
-    program: the egglog text of the rules (`rewrite.emit.emit`).
-    ops: the ops to declare (`rewrite.emit.schema`); None declares every op of the op table.
+    program: the egglog text of the rules (`engine.emit.emit`).
+    ops: the ops to declare (`engine.emit.schema`); None declares every op of the op table.
     It must hold every op of the graph's matchable nodes and of the rules' both sides.
     """
 
     def __init__(self, graph: TermGraph, program: str, ops: set[str] | None = None):
-        from rewrite.emit import schema
+        from engine.emit import schema
 
         self.graph = graph
         self.egg = egg.EGraph()
@@ -316,7 +316,7 @@ class Snapshot:
             raise EGraphError(f"e-class {c} has no finite term")
         else:
             n = self.finite_node(c)
-            from rewrite.emit import egg_string
+            from engine.emit import egg_string
 
             kids = " ".join(self.rep(k, depth + 1) for k in n.children)
             r = f"({n.op} {kids} {' '.join(egg_string(a) for a in n.attrs)})"

@@ -21,9 +21,9 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from rewrite.apply import UnsoundRuleError, apply_matches
-from rewrite.egraph import EGraph, Snapshot
-from rewrite.emit import COMBINED, HostRule
+from engine.apply import UnsoundRuleError, apply_matches
+from engine.egraph import EGraph, Snapshot
+from engine.emit import COMBINED, HostRule
 
 __all__ = ["Limits", "SaturationReport", "UnsoundRuleError", "saturate"]
 
@@ -32,7 +32,7 @@ __all__ = ["Limits", "SaturationReport", "UnsoundRuleError", "saturate"]
 class Limits:
     """Budgets of one optimization: iterations, e-nodes, wall-clock seconds.
 
-    timeout: seconds from the start of `rewrite.optimize`. deadline: when set, the absolute
+    timeout: seconds from the start of `engine.optimize`. deadline: when set, the absolute
     `time.perf_counter()` value by which the run stops instead (a caller that spent part of the
     budget already, such as the CLI loading the model, passes its own)."""
 
@@ -60,7 +60,7 @@ class SaturationReport:
     # host-rule matches not applied: rule -> reason (the failing guard) -> count
     rejected: defaultdict = field(default_factory=lambda: defaultdict(Counter))
     host_firings: list = field(default_factory=list)  # HostFiring, when provenance is on
-    # sites of the matches applied by SitedRules (rewrite.sites): rule -> value names
+    # sites of the matches applied by SitedRules (engine.sites): rule -> value names
     sites: defaultdict = field(default_factory=lambda: defaultdict(list))
 
 
@@ -72,9 +72,9 @@ def saturate(
 ) -> tuple[SaturationReport, Snapshot]:
     """Run all rules until saturation or a budget runs out (see the module docstring).
 
-    provenance: None, or the plain rules' provenance relations (`rewrite.emit.prov_relation`);
+    provenance: None, or the plain rules' provenance relations (`engine.emit.prov_relation`);
     then the final snapshot holds their rows in full, and `report.host_firings` lists the host
-    rules' applied matches (`rewrite.apply.HostFiring`), for `rewrite.provenance`.
+    rules' applied matches (`engine.apply.HostFiring`), for `engine.provenance`.
 
     Returns the report and a final snapshot of the e-graph (for extraction). An e-graph
     imported over `limits.max_nodes`, or a deadline already past, stops before the first

@@ -13,7 +13,7 @@ When a shape is unknown, `UNKNOWN_BYTES` stands in for its size; when an input's
 given at all (an opaque node of an op the table knows, e.g. a Conv at an opset older than the
 table's, is costed without its input types), the FLOPs fall back to the per-output guesses below.
 Constant-only subgraphs cost 0
-in extraction, because they are folded away afterwards (see `rewrite.extract`).
+in extraction, because they are folded away afterwards (see `engine.extract`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rewrite.ops import OPS
-from rewrite.types import TensorType
+from vocab.ops import OPS
+from vocab.types import TensorType
 
 OVERHEAD_NS = 2000.0
 NS_PER_FLOP = 0.05  # ~20 GFLOP/s sustained on 2 cores

@@ -2,19 +2,19 @@
 
 The e-graph has one sort, `Term`. Every op of the op table is a constructor with one `Term`
 argument per input slot and one `String` per attribute (canonical attribute strings, see
-`rewrite.ops.encode_attr`), so a rule's attribute literal (e.g. a default) is an egglog
+`vocab.ops.encode_attr`), so a rule's attribute literal (e.g. a default) is an egglog
 literal and matching on it runs in Rust. `(T i)` is the handle of imported value `i`,
 `(Leaf i)` an imported input, constant or opaque output, `(Absent)` a missing optional input.
 
 A rule without guards or builders compiles to a plain egglog rule. A rule with them compiles to
 a rule that records each match as a row of its own relation (the matched root, then the term
 captures, then the attribute captures); the engine reads new rows between iterations,
-evaluates guards and builders in Python and adds the results (`rewrite.saturate`).
+evaluates guards and builders in Python and adds the results (`engine.saturate`).
 
 With provenance on (`emit(..., provenance=True)`), each plain rule's action also inserts a row
 into its own relation `prov-NAME`, laid out as a host rule's match relation (root, term
-captures, attribute captures): the firings that `rewrite.provenance` explains the extracted
-graph with. Host rules' firings are recorded in Python by `rewrite.apply`.
+captures, attribute captures): the firings that `engine.provenance` explains the extracted
+graph with. Host rules' firings are recorded in Python by `engine.apply`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet, Term, Wildcard
-from rewrite.ops import OPS, encode_attr
+from vocab.ops import OPS, encode_attr
 
 COMBINED = "all-rules"
 

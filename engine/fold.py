@@ -17,10 +17,10 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from rewrite.extract import small_enough_to_fold
-from rewrite.graph import ABSENT, Node, TermGraph
-from rewrite.ops import OPS
-from rewrite.types import TensorType, onnx_dtype
+from engine.extract import small_enough_to_fold
+from vocab.graph import ABSENT, Node, TermGraph
+from vocab.ops import OPS
+from vocab.types import TensorType, onnx_dtype
 
 _NEVER = {
     "RandomNormal",
@@ -40,7 +40,7 @@ def fold(g: TermGraph, provenance: bool = False) -> TermGraph:
     """Fold constant-only nodes of `g` into constants and drop nodes nothing uses.
 
     provenance: each new constant's `Value.provenance` says which nodes were folded into it
-    (`rewrite.provenance` format: rule `fold:OP`, OP the op of the last node folded into it,
+    (`engine.provenance` format: rule `fold:OP`, OP the op of the last node folded into it,
     `replaces` the folded nodes' names, `after` the trees of folded nodes that rewrites or
     shape folding produced).
 
@@ -91,7 +91,7 @@ def _fold_tree(nodes: list[Node], g: TermGraph) -> dict:
     after = {json.dumps(t, sort_keys=True): t for t in trees if t}
     return {
         "rule": f"fold:{nodes[-1].op}",
-        "at": "rewrite/fold.py",
+        "at": "engine/fold.py",
         "op": nodes[-1].op,
         "replaces": [name(n) for n in nodes if _original(n)],
         "ops": [n.op for n in nodes if _original(n)],

@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsl.ir import Absent, Call, Capture, Literal, OpNode, Rule
-from rewrite import registry
-from rewrite.egraph import Snapshot, constant_op_value
-from rewrite.emit import HostRule, guard_text
-from rewrite.graph import ABSENT
-from rewrite.infer import infer_type
-from rewrite.ops import OPS, decode_attr, encode_attr
-from rewrite.sites import SitedRule, admits
-from rewrite.types import TensorType
+from engine.egraph import Snapshot, constant_op_value
+from engine.emit import HostRule, guard_text
+from engine.infer import infer_type
+from engine.sites import SitedRule, admits
+from vocab import registry
+from vocab.graph import ABSENT
+from vocab.ops import OPS, decode_attr, encode_attr
+from vocab.types import TensorType
 
 
 class UnsoundRuleError(RuntimeError):
@@ -120,7 +120,7 @@ def apply_matches(
                     report.rejected[h.rule.name][f"guard {guard_text(failed)} failed"] += 1
                     continue
                 sited, site = isinstance(h.rule, SitedRule), None
-                if sited:  # culprit bisection: only at chosen sites (rewrite.sites)
+                if sited:  # culprit bisection: only at chosen sites (engine.sites)
                     ok, site = admits(snap, row[0], h.rule)
                     if not ok:
                         report.rejected[h.rule.name]["not at a chosen site"] += 1

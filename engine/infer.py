@@ -14,10 +14,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from rewrite.graph import ABSENT, Node, TermGraph, Value
-from rewrite.ops import NONE, OPS, REQUIRED
-from rewrite.shapes import analyze, to_dim
-from rewrite.types import UNKNOWN, TensorType, tensor_type
+from engine.shapes import analyze, to_dim
+from vocab.graph import ABSENT, Node, TermGraph, Value
+from vocab.ops import NONE, OPS, REQUIRED
+from vocab.types import UNKNOWN, TensorType, tensor_type
 
 _SAME = set(
     "Relu Neg Sqrt Erf Tanh Sigmoid Exp Log Abs Reciprocal Floor Ceil Sin Cos Sign "
@@ -74,7 +74,7 @@ def _with_symbolic(t: TensorType, dims: tuple | None) -> TensorType:
 
 @lru_cache(maxsize=65536)
 def _symbolic_shape(key) -> tuple | None:
-    """Output dims of one op by the symbolic shape analysis (`rewrite.shapes`), for inputs
+    """Output dims of one op by the symbolic shape analysis (`engine.shapes`), for inputs
     with symbolic dimensions: "batch*seq" for a Reshape to (-1, D) of ("batch", "seq", D),
     where ONNX shape inference gives a fresh name. A dimension the analysis does not know
     (or knows only through a fresh symbol of its own) is None."""

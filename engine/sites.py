@@ -6,7 +6,7 @@ name is the same in every run on the same model, whichever other rules run, whic
 bisecting over the sites of a rule needs. A match whose root holds no original value (a term
 built by another rewrite) has no site (`None`).
 
-`SitedRule` is a rule that runs as a host rule (its matches go through `rewrite.apply`) and is
+`SitedRule` is a rule that runs as a host rule (its matches go through `engine.apply`) and is
 applied only at `sites`; with `sites` None it is applied everywhere. Either way the site of
 every match it applies is recorded in the saturation report (`SaturationReport.sites`), so one
 run lists the sites a rule fired at.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from weakref import WeakKeyDictionary
 
 from dsl.ir import OpNode, Rule
-from rewrite.graph import TermGraph
+from vocab.graph import TermGraph
 
 _PRODUCER_OPS: WeakKeyDictionary = WeakKeyDictionary()
 
@@ -31,7 +31,7 @@ class SitedRule(Rule):
 
     @property
     def needs_host(self) -> bool:
-        """Always: the site check runs in Python (`rewrite.apply`)."""
+        """Always: the site check runs in Python (`engine.apply`)."""
         return True
 
 

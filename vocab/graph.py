@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rewrite.types import TensorType
+from vocab.types import TensorType
 
 ABSENT = -1  # value id of an absent optional input
 
@@ -25,7 +25,7 @@ class Value:
 
     name: str
     type: TensorType
-    # for a constant made by folding: the provenance tree of the fold (`rewrite.provenance`)
+    # for a constant made by folding: the provenance tree of the fold (`engine.provenance`)
     provenance: Any = field(default=None, compare=False)
 
 
@@ -51,7 +51,7 @@ class Node:
     payload: Any = None
     implicit: tuple[int, ...] = ()  # outer-scope values its subgraphs read (If, Loop, Scan)
     implicit_names: tuple[str, ...] = ()  # ...by these names, which must exist when it runs
-    # for a node a rewrite produced: the rules that justify it (`rewrite.provenance`)
+    # for a node a rewrite produced: the rules that justify it (`engine.provenance`)
     provenance: Any = field(default=None, compare=False)
 
     def attr(self, name: str) -> Any:

@@ -42,8 +42,8 @@ import sympy
 from onnx import helper, numpy_helper
 from sympy.parsing.sympy_parser import parse_expr
 
-from rewrite.graph import ABSENT, Node, TermGraph, Value
-from rewrite.types import TensorType, np_dtype
+from vocab.graph import ABSENT, Node, TermGraph, Value
+from vocab.types import TensorType, np_dtype
 
 MAX_VALUE_ELEMENTS = 64  # integer tensors up to this size have their values tracked
 _BIG = 2**31  # a Slice end at or past this is "to the end"
@@ -746,7 +746,7 @@ def fold_shapes(
 ) -> tuple[TermGraph, FoldStats]:
     """Fold what the shape analysis knows into `g` (see the module doc) and drop dead nodes.
 
-    provenance: record what the folding did in the `rewrite.provenance` format (`_record`):
+    provenance: record what the folding did in the `engine.provenance` format (`_record`):
     each constant it made, and each kept node whose inputs or output name it changed, gets a
     tree with rule `fold:OP` (OP: the op of the node whose value was folded or bypassed) whose
     `replaces` names the nodes it removed for that.
@@ -754,7 +754,7 @@ def fold_shapes(
     Returns the new TermGraph (types refined with the analysis's symbolic shapes) and
     FoldStats. `g` itself is not changed. Raises nothing on graphs it cannot follow.
     """
-    from rewrite.fold import prune
+    from engine.fold import prune
 
     a = analysis or analyze(g)
     values = [
@@ -834,7 +834,7 @@ def fold_shapes(
     return out, stats
 
 
-AT = "rewrite/shapes.py"
+AT = "engine/shapes.py"
 
 
 def _record(g: TermGraph, out: TermGraph, index: dict[int, int], targets: dict) -> TermGraph:
@@ -917,7 +917,7 @@ def _renamed(n: Node, alias: dict[int, int]) -> Node:
 
 
 def _effectful(n: Node) -> bool:
-    from rewrite.ops import OPS
+    from vocab.ops import OPS
 
     spec = OPS.get(n.op)
     if n.op in ("If", "Loop", "Scan") or n.domain not in ("", "ai.onnx"):

@@ -9,8 +9,8 @@ input e-classes) keeps that node's name and payload, so the exporter reuses its 
 
 from __future__ import annotations
 
-from rewrite.graph import ABSENT, Node, TermGraph, Value
-from rewrite.ops import OPS, decode_attr, encode_attr
+from vocab.graph import ABSENT, Node, TermGraph, Value
+from vocab.ops import OPS, decode_attr, encode_attr
 
 
 def build_graph(

@@ -42,7 +42,7 @@ class OpSpec:
     inputs: input names in ONNX order; `n_required` of them must be present, the rest are
         optional (absent optional inputs are the `Absent` term in the e-graph).
     attrs: the attributes, in a fixed order (the order of the egglog constructor's arguments).
-    cost: cost class used by `rewrite.cost` (`elementwise`, `matmul`, `gemm`, `conv`, `reduce`,
+    cost: cost class used by `engine.cost` (`elementwise`, `matmul`, `gemm`, `conv`, `reduce`,
         `normalize`, `movement`, `view`, `free`, `pool`, `shape`).
     since/until: default-domain opset range in which this signature holds (until exclusive).
     effectful/random: such ops are never matched by rules (they stay opaque).

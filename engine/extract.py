@@ -20,12 +20,12 @@ import heapq
 import itertools
 from dataclasses import dataclass
 
-from rewrite.cost import CostModel
-from rewrite.egraph import ENode, Snapshot
-from rewrite.graph import ABSENT, TermGraph
-from rewrite.ops import OPS, decode_attr
-from rewrite.rebuild import build_graph
-from rewrite.types import TensorType
+from engine.cost import CostModel
+from engine.egraph import ENode, Snapshot
+from engine.rebuild import build_graph
+from vocab.graph import ABSENT, TermGraph
+from vocab.ops import OPS, decode_attr
+from vocab.types import TensorType
 
 FOLD_MAX_ELEMENTS = 1 << 16  # a computed constant larger than this (and its inputs) stays an op
 _EPS = 1.0  # cost of a foldable e-node: near zero, positive so that choices stay acyclic
@@ -35,7 +35,7 @@ _NEW = 0.01  # added to an e-node the input graph does not have: ties go to the 
 def small_enough_to_fold(out: TensorType, inputs: list[TensorType]) -> bool:
     """True if a computed constant of type `out` may be stored: its size is known and at most
     FOLD_MAX_ELEMENTS or its largest input's size (so folding never blows a model up). The one
-    size rule shared by extraction (pricing constants at ~0) and `rewrite.fold`."""
+    size rule shared by extraction (pricing constants at ~0) and `engine.fold`."""
     limit = max([FOLD_MAX_ELEMENTS] + [t.numel or 0 for t in inputs])
     return out.numel is not None and out.numel <= limit
 
@@ -105,7 +105,7 @@ class _Costs:
         if n.op == "Absent" or OPS.get(n.op).random:
             return False
         if n.op == "Dropout" and len(n.children) > 2 and not self.snap.is_absent(n.children[2]):
-            return False  # may drop at random (training_mode), as rewrite.fold knows
+            return False  # may drop at random (training_mode), as engine.fold knows
         out = self.snap.type_of(c)
         if n.op in ("Shape", "Size"):
             return self.snap.type_of(self.kids[i][0]).static
