@@ -47,6 +47,8 @@ def _sources() -> str:
     h = hashlib.sha256(torch.__version__.encode())
     for folder, pattern in (
         ("patterns", "*.rules"),
+        ("vocab", "*.py"),
+        ("engine", "*.py"),
         ("rewrite", "*.py"),
         ("dsl", "*.py"),
         ("frontends/fx", "*.py"),
