@@ -3,7 +3,9 @@
 `(for op (Relu Floor) FORM...)` repeats FORM once per operator: an application whose head is
 `op` gets the operator as head (keeping its `:c` and `@bind` suffixes), and `{op}` in a rule
 name becomes the operator's name in kebab case (`ReduceMean` -> `reduce-mean`), so names stay
-kebab-case. `for` nests; an inner `for` may not reuse an outer variable.
+kebab-case. `(for op UNARY_ELEMENTWISE FORM...)` iterates over a family of
+`vocab.ops.FAMILIES`; a family may also stand in the list (`(for op (SOFTMAX Gelu) ...)`).
+`for` nests; an inner `for` may not reuse an outer variable.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 from dsl import ast
 from dsl.errors import ForError
+from vocab.ops import FAMILIES
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
@@ -56,10 +59,28 @@ def _expand(form: ast.RuleForm, env: dict[str, str]) -> list[ast.Simplify | ast.
     if form.var in env:
         raise ForError(form.span, f"'for {form.var}' shadows an enclosing 'for {form.var}'")
     out = []
-    for op in form.ops:
+    for op in _operators(form):
         inner = {**env, form.var: env.get(op, op)}
         for body in form.body:
             out += _expand(body, inner)
+    return out
+
+
+_FAMILY_NAME = re.compile(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)+$")
+
+
+def _operators(form: ast.For) -> list[str]:
+    """The operators a `for` iterates over: its items, a family name (`UNARY_ELEMENTWISE`,
+    `vocab.ops.FAMILIES`) standing for its ops. Raises ForError for an unknown family."""
+    out: list[str] = []
+    for item in form.ops:
+        if item in FAMILIES:
+            out += [op for op in FAMILIES[item] if op not in out]
+        elif _FAMILY_NAME.match(item):
+            known = ", ".join(sorted(FAMILIES))
+            raise ForError(form.span, f"unknown op family '{item}' (families: {known})")
+        elif item not in out:
+            out.append(item)
     return out
 
 

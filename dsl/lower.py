@@ -42,6 +42,8 @@ KIND_WORDS = {
     "string": "a string",
     "ints": "a list of ints",
     "floats": "a list of floats",
+    "strings": "a list of strings",
+    "tensor": "a tensor",
 }
 
 

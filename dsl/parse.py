@@ -26,6 +26,7 @@ _WORDS = {
     "RULE_NAME": "a rule name",
     "VAR": "a variable name",
     "OP_ITEM": "an operator name",
+    "FAMILY": "an op family (UNARY_ELEMENTWISE, ...)",
     "HEAD": "an operator name",
     "FN_NAME": "a guard or builder name",
     "ATTR_KEY": "an attribute like :perm",

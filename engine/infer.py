@@ -16,15 +16,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from engine.shapes import analyze, to_dim
 from vocab.graph import ABSENT, Node, TermGraph, Value
-from vocab.ops import NONE, OPS, REQUIRED
+from vocab.ops import FAMILIES, NONE, OPS, REQUIRED, TensorValue
 from vocab.types import UNKNOWN, TensorType, tensor_type
 
-_SAME = set(
-    "Relu Neg Sqrt Erf Tanh Sigmoid Exp Log Abs Reciprocal Floor Ceil Sin Cos Sign "
-    "Identity Dropout LeakyRelu HardSigmoid Gelu Softmax LogSoftmax Not".split()
-)
-_BROADCAST = set("Add Sub Mul Div Pow Mod".split())
-_COMPARE = set("Equal Less Greater LessOrEqual GreaterOrEqual And Or".split())
+_SAME = set(FAMILIES["SAME_TYPE"])
+_BROADCAST = set(FAMILIES["BINARY_ARITHMETIC"] + FAMILIES["VARIADIC_ELEMENTWISE"])
+_COMPARE = set(FAMILIES["COMPARISON"] + FAMILIES["LOGICAL"])
 _CONST_MAX = 64  # constant inputs up to this many elements take part in inference
 
 
@@ -155,7 +152,11 @@ def _onnx_infer(key) -> TensorType:
     graph = helper.make_graph(
         [node], "infer", vis, [helper.make_tensor_value_info("out", 0, None)], inits
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    spec = OPS.get(op)
+    imports = [helper.make_opsetid("", max(21, spec.version if spec and not spec.domain else 0))]
+    if spec is not None and spec.domain:
+        imports.append(helper.make_opsetid(spec.domain, spec.version))
+    model = helper.make_model(graph, opset_imports=imports)
     model.ir_version = 10
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
@@ -172,7 +173,11 @@ def _onnx_infer(key) -> TensorType:
     )
 
 
-_LIST_TYPES = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.FLOATS}
+_LIST_TYPES = {
+    "ints": onnx.AttributeProto.INTS,
+    "floats": onnx.AttributeProto.FLOATS,
+    "strings": onnx.AttributeProto.STRINGS,
+}
 
 
 def onnx_node(
@@ -186,11 +191,21 @@ def onnx_node(
         aspec = spec.attr_index[a]
         if val is None or (aspec.default not in (NONE, REQUIRED) and _same(val, aspec.default)):
             continue
-        kw[a] = list(val) if isinstance(val, tuple) else val
+        if isinstance(val, TensorValue):
+            kw[a] = numpy_helper.from_array(val.array())
+        else:
+            kw[a] = list(val) if isinstance(val, tuple) else val
     node = helper.make_node(
-        op, inputs, outputs, name=name, **{a: v for a, v in kw.items() if v != []}
+        spec.name,
+        inputs,
+        outputs,
+        name=name,
+        domain=spec.domain or None,
+        **{a: v for a, v in kw.items() if not (isinstance(v, list) and v == [])},
     )
-    for a in [a for a, v in kw.items() if v == []]:  # an empty list (a rank-0 Transpose's
+    for a in [
+        a for a, v in kw.items() if isinstance(v, list) and v == []
+    ]:  # an empty list (a rank-0 Transpose's
         kind = spec.attr_index[a].kind  # perm) has no element to infer its type from
         node.attribute.append(helper.make_attribute(a, [], attr_type=_LIST_TYPES[kind]))
     return node

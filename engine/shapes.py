@@ -281,11 +281,21 @@ def broadcast(shapes: list[Shape]) -> Shape | None:
     return tuple(out)
 
 
+def present_inputs(n: Node) -> tuple[int, ...]:
+    """`n`'s inputs without the trailing absent slots (a matchable node has one slot per
+    op-table input, a variadic op `VARIADIC_SLOTS` of them; an opaque node has its own)."""
+    ins = n.inputs
+    end = len(ins)
+    while end and ins[end - 1] == ABSENT:
+        end -= 1
+    return ins[:end]
+
+
 def _visit(n: Node, g: TermGraph, a: ShapeAnalysis) -> None:
     op = n.op if n.domain in ("", "ai.onnx") else None
     if op is None or not n.outputs:
         return
-    ins = [i for i in n.inputs]
+    ins = list(present_inputs(n))
     s_in = [a.shapes.get(i) if i != ABSENT else None for i in ins]
     out = n.outputs[0]
     at = _attrs(n)
@@ -946,7 +956,7 @@ def _noop_input(n: Node, a: ShapeAnalysis, consts: dict) -> int | None:
     a Pad by all zeros, or of a Concat of one input or a Split into one output (both copy
     their input: ONNX operator spec, Concat and Split)."""
     if n.op == "Concat":
-        return n.inputs[0] if len(n.inputs) == 1 else None
+        return n.inputs[0] if len(present_inputs(n)) == 1 else None
     if n.op == "Split":  # one output (the caller's condition)
         return n.inputs[0]
     if n.op == "Pad":

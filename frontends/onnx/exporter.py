@@ -24,6 +24,7 @@ from onnx import helper, numpy_helper
 from engine.infer import onnx_node
 from engine.provenance import KEY, collect, dumps
 from vocab.graph import ABSENT, Node, TermGraph
+from vocab.ops import OPS
 
 MAX_IR_VERSION = 13
 MAX_OPSET = 26
@@ -66,6 +67,15 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
     )
     graph.output.extend(src.graph.output)
     model.opset_import.extend(src.opset_import)
+    have = {i.domain for i in src.opset_import}
+    for domain in sorted({n.domain for n in nodes if n.domain not in ("", "ai.onnx")} - have):
+        # a rule wrote an op of a domain the model did not import: import its newest version
+        version = max(
+            s.version
+            for s in (OPS.get(f"{domain}.{n.op_type}") for n in nodes if n.domain == domain)
+            if s is not None
+        )
+        model.opset_import.append(helper.make_opsetid(domain, version))
     model.functions.extend(src.functions)
     model.ir_version = min(src.ir_version, MAX_IR_VERSION)
     for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):

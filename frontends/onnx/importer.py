@@ -22,7 +22,7 @@ from onnx.external_data_helper import uses_external_data
 
 from frontends.onnx.external import mapped_array
 from vocab.graph import ABSENT, Node, TermGraph, Value
-from vocab.ops import NONE, OPS, REQUIRED, OpSpec
+from vocab.ops import NONE, OPS, REQUIRED, TENSOR_ATTR_MAX, OpSpec, attribute_value
 from vocab.types import TensorType, tensor_type
 
 _DEDUP_MAX_BYTES = 1 << 16  # constants up to this size are shared when byte-identical
@@ -59,6 +59,9 @@ def import_model(model: onnx.ModelProto, folder: Path | None = None) -> TermGrap
     except Exception:  # shape inference is best-effort: unknown shapes are sound
         inferred = model
     b = _Builder(opset, _types_of(inferred.graph))
+    b.domains |= {
+        i.domain: i.version for i in model.opset_import if i.domain not in ("", "ai.onnx")
+    }
     g = model.graph
     b.read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
     b.read |= {name for n in g.node for name in _outer_names(n)}
@@ -132,6 +135,7 @@ def _types_of(graph: onnx.GraphProto) -> dict[str, TensorType]:
 class _Builder:
     def __init__(self, opset: int, types: dict[str, TensorType]):
         self.opset, self.types = opset, types
+        self.domains: dict[str, int] = {"": opset}  # domain -> the model's opset of it
         self.values: list[Value] = []
         self.ids: dict[str, int] = {}
         self.nodes: list[Node] = []
@@ -183,7 +187,9 @@ class _Builder:
         n = own
         shared = sorted({self.shared[i] for i in n.input if i in self.shared})
         why = _tree("share-constant", n.op_type, shared) if shared else None
-        spec = OPS.get(n.op_type, self.opset) if n.domain in ("", "ai.onnx") else None
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        version = self.domains.get(domain)
+        spec = OPS.lookup(domain, n.op_type, version) if version else None
         attrs = _canonical_attrs(n, spec, inputs, self) if spec else None
         used_outputs = [o for o in n.output if o and (self.read is None or o in self.read)]
         if attrs is None or used_outputs not in ([n.output[0]], []) or n.output[0] == "":
@@ -199,7 +205,7 @@ class _Builder:
         pad = (ABSENT,) * (spec.arity - len(inputs))
         out = (self.value(n.output[0]),)
         self.nodes.append(
-            Node(n.op_type, inputs + pad, out, attrs, False, n.name, "", n, provenance=why)
+            Node(spec.qualname, inputs + pad, out, attrs, False, n.name, "", n, provenance=why)
         )
 
 
@@ -252,7 +258,9 @@ def _canonical_attrs(n: onnx.NodeProto, spec: OpSpec, inputs, b: _Builder):
             onnx.AttributeProto.GRAPHS,
         ):
             return None
-        given[a.name] = _python_value(helper.get_attribute_value(a))
+        if a.type == onnx.AttributeProto.TENSOR and _numel(a.t) > TENSOR_ATTR_MAX:
+            return None  # too big to be a literal of the e-graph
+        given[a.name] = attribute_value(a)
     out = []
     for a in spec.attrs:
         v = given.get(a.name, a.default)
@@ -267,11 +275,8 @@ def _canonical_attrs(n: onnx.NodeProto, spec: OpSpec, inputs, b: _Builder):
     return tuple(out)
 
 
-def _python_value(v):
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    if isinstance(v, (list, tuple)):
-        return tuple(_python_value(x) for x in v)
-    if isinstance(v, onnx.TensorProto):
-        return numpy_helper.to_array(v)
-    return v
+def _numel(t: onnx.TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n
