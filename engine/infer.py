@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.shapes import analyze, to_dim
+from engine.shapes import SYMBOLIC_OPS, analyze, to_dim
 from vocab.graph import ABSENT, Node, TermGraph, Value
 from vocab.ops import FAMILIES, NONE, OPS, REQUIRED, TensorValue
 from vocab.types import UNKNOWN, TensorType, tensor_type
@@ -23,6 +23,16 @@ _SAME = set(FAMILIES["SAME_TYPE"])
 _BROADCAST = set(FAMILIES["BINARY_ARITHMETIC"] + FAMILIES["VARIADIC_ELEMENTWISE"])
 _COMPARE = set(FAMILIES["COMPARISON"] + FAMILIES["LOGICAL"])
 _CONST_MAX = 64  # constant inputs up to this many elements take part in inference
+
+
+def shape_rule(op: str) -> str:
+    """How the engine gets `op`'s output type: `direct` (computed here: same type as the
+    input, broadcasting, comparison, Cast), `symbolic` (the symbolic analysis of
+    `engine.shapes`, which also folds shape computations), or `onnx` (ONNX shape inference on
+    the one node)."""
+    if op in _SAME or op in _BROADCAST or op in _COMPARE or op in ("Where", "Cast", "CastLike"):
+        return "direct"
+    return "symbolic" if op in SYMBOLIC_OPS else "onnx"
 
 
 def infer_type(op: str, attrs, inputs: tuple[TensorType | None, ...], values: tuple) -> TensorType:

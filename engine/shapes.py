@@ -281,6 +281,16 @@ def broadcast(shapes: list[Shape]) -> Shape | None:
     return tuple(out)
 
 
+# the ops whose shapes (and small integer values) the analysis computes itself: the list in
+# the module docstring; `rewrite ops` shows it per op
+SYMBOLIC_OPS = frozenset(
+    "Shape Size Gather Slice Concat Unsqueeze Squeeze Reshape Flatten Transpose Cast Identity "
+    "Add Sub Mul Div Mod Max Min Neg Abs Equal Less Greater LessOrEqual Not And Or Where Range "
+    "Expand ConstantOfShape ReduceProd ReduceSum ReduceMax ReduceMin MatMul Gemm Pad Split "
+    "Sum".split()
+)
+
+
 def present_inputs(n: Node) -> tuple[int, ...]:
     """`n`'s inputs without the trailing absent slots (a matchable node has one slot per
     op-table input, a variadic op `VARIADIC_SLOTS` of them; an opaque node has its own)."""

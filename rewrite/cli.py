@@ -29,6 +29,7 @@ from rich.table import Table
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 out = Console(highlight=False, soft_wrap=True)
+VARIADIC_SLOTS_SHOWN = 8  # vocab.ops.VARIADIC_SLOTS: the slots a variadic input is shown as
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -119,6 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("paths", nargs="+", metavar="PATH", help="rule files or directories")
     e.set_defaults(func=cmd_emit)
     _optimize_parser(sub)
+    _ops_parser(sub)
     x = sub.add_parser(
         "explain",
         help="print the rules that produced a node of an optimized model",
@@ -351,6 +353,130 @@ def cmd_check(args) -> int:
         sets = sorted({r.ruleset for r in rules.rules if r.span.file == f})
         out.print(f"{f}: ok, {n} rules ({', '.join(sets) or 'no rules'})", markup=False)
     return EXIT_OK
+
+
+def _ops_parser(sub) -> None:
+    o = sub.add_parser(
+        "ops",
+        help="list the operator vocabulary that rules can match and write",
+        description="List the operators rules can name: every op of the ONNX registry "
+        "(onnx.defs) and of onnxruntime's contrib domains, with its since-version, inputs "
+        "(`?` optional, `...` variadic), outputs, attributes with defaults, families, how its "
+        "output type is computed (direct, symbolic or onnx shape inference) and whether the "
+        "engine can match it (and why not). The reference for rule authors; see docs/dsl.md.",
+    )
+    o.add_argument(
+        "--domain",
+        action="extend",
+        type=_names,
+        metavar="D",
+        help="only these domains ('' or ai.onnx is the default domain; com.microsoft, "
+        "ai.onnx.ml); repeatable or comma-separated",
+    )
+    o.add_argument(
+        "--opset",
+        type=int,
+        metavar="N",
+        help="the forms in force at opset N of the default domain (default: the newest); "
+        "ops that do not exist at N are left out",
+    )
+    o.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    o.add_argument(
+        "--family", metavar="NAME", help="only the ops of one family (UNARY_ELEMENTWISE, ...)"
+    )
+    o.set_defaults(func=cmd_ops)
+
+
+def cmd_ops(args) -> int:
+    """`rewrite ops`: the vocabulary as a table or JSON (`vocab.ops.vocabulary`)."""
+    from engine.infer import shape_rule
+    from vocab.ops import FAMILIES, MIN_OPSET, OPS, REQUIRED, vocabulary
+
+    domains = None
+    if args.domain:
+        domains = {"" if d in ("ai.onnx", "default", "''") else d for d in args.domain}
+    if args.family and args.family not in FAMILIES:
+        err.print(
+            f"error: unknown op family {args.family!r} (families: {', '.join(sorted(FAMILIES))})",
+            markup=False,
+        )
+        return EXIT_USAGE
+    if args.opset is not None and not MIN_OPSET <= args.opset <= 26:
+        err.print(f"error: --opset must be between {MIN_OPSET} and 26", markup=False)
+        return EXIT_USAGE
+    rows = []
+    for e in vocabulary(domains):
+        spec, reason = e.spec, e.reason
+        if args.family and args.family not in spec.families:
+            continue
+        if args.opset is not None and spec.domain == "":
+            form = OPS.get(spec.name, args.opset)
+            if form is None and not reason:
+                continue
+            spec = form or spec
+        inputs = []
+        seen_variadic = False
+        for i, name in enumerate(spec.inputs):
+            if not spec.has_input(i):
+                break
+            if spec.variadic and i >= spec.arity - VARIADIC_SLOTS_SHOWN:
+                if not seen_variadic:
+                    inputs.append(name.rsplit("_", 1)[0] + "...")
+                    seen_variadic = True
+                continue
+            inputs.append(name + ("?" if i >= spec.n_required else ""))
+        attrs = {
+            a.name: ("required" if a.default is REQUIRED else a.default)
+            for a in spec.attrs
+            if spec.has_attr(a.name)
+        }
+        rows.append(
+            {
+                "domain": spec.domain or "ai.onnx",
+                "op": spec.name,
+                "since": spec.version,
+                "inputs": inputs,
+                "outputs": list(spec.outputs),
+                "attributes": {k: _jsonable(v) for k, v in attrs.items()},
+                "families": list(spec.families),
+                "shape_rule": shape_rule(spec.qualname) if not reason else None,
+                "matchable": not reason,
+                "reason": reason or None,
+            }
+        )
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return EXIT_OK
+    table = Table(title="operator vocabulary", title_justify="left")
+    for col in ("domain", "op", "since", "inputs", "outputs", "attributes", "families", "type"):
+        table.add_column(col, overflow="fold")
+    table.add_column("matchable")
+    for r in rows:
+        attrs = ", ".join(f"{k}={'-' if v is None else v}" for k, v in r["attributes"].items())
+        table.add_row(
+            r["domain"],
+            r["op"],
+            str(r["since"]),
+            " ".join(r["inputs"]),
+            " ".join(r["outputs"]),
+            attrs,
+            " ".join(r["families"]),
+            r["shape_rule"] or "",
+            "yes" if r["matchable"] else f"no: {r['reason']}",
+        )
+    wide = out if out.is_terminal else Console(highlight=False, width=220)
+    wide.print(table)
+    matchable = sum(r["matchable"] for r in rows)
+    out.print(f"{len(rows)} ops, {matchable} matchable", markup=False)
+    return EXIT_OK
+
+
+def _jsonable(v):
+    if isinstance(v, tuple) and hasattr(v, "_fields"):  # a TensorValue
+        return {"dtype": v.dtype, "shape": list(v.shape), "values": list(v.values)}
+    if isinstance(v, tuple):
+        return list(v)
+    return v
 
 
 def cmd_emit(args) -> int:
