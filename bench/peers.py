@@ -847,7 +847,21 @@ def main(argv=None) -> None:
     }
     for k, why in failed.items():
         console.print(f"not generated: {k}: {why}")
+    console.print(vocabulary_line())
     console.print(f"results: {RESULTS.relative_to(BENCH.parent)}")
+
+
+def vocabulary_line() -> str:
+    """`vocabulary: matchable / registry ops` per domain (`vocab.ops.vocabulary`)."""
+    from vocab.ops import vocabulary
+
+    per: dict[str, list[int]] = {}
+    for e in vocabulary():
+        counts = per.setdefault(e.spec.domain or "ai.onnx", [0, 0])
+        counts[0] += not e.reason
+        counts[1] += 1
+    parts = [f"{d} {m}/{n}" for d, (m, n) in sorted(per.items())]
+    return "vocabulary (matchable / ops in the registries): " + ", ".join(parts)
 
 
 if __name__ == "__main__":

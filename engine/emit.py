@@ -46,7 +46,8 @@ def schema(ops: Iterable[str] | None = None) -> str:
         "(relation UnionRow (i64 i64))   ; results of host rules: union two handles",
         "(rule ((UnionRow a b)) ((union (T a) (T b))) :ruleset load)",
     ]
-    for name in OPS.names() if ops is None else sorted(set(ops) & set(OPS.names())):
+    names = OPS.names() if ops is None else sorted(n for n in set(ops) if OPS.get(n) is not None)
+    for name in names:
         spec = OPS.get(name)
         sig = " ".join(["Term"] * spec.arity + ["String"] * len(spec.attrs))
         lines.append(f"(constructor {name} ({sig}) Term)")

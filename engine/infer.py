@@ -208,7 +208,7 @@ def onnx_node(
     node = helper.make_node(
         spec.name,
         inputs,
-        outputs,
+        [""] * spec.output + list(outputs),  # a projection Op#K writes output K
         name=name,
         domain=spec.domain or None,
         **{a: v for a, v in kw.items() if not (isinstance(v, list) and v == [])},

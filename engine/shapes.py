@@ -43,6 +43,7 @@ from onnx import helper, numpy_helper
 from sympy.parsing.sympy_parser import parse_expr
 
 from vocab.graph import ABSENT, Node, TermGraph, Value
+from vocab.ops import TensorValue
 from vocab.types import TensorType, np_dtype
 
 MAX_VALUE_ELEMENTS = 64  # integer tensors up to this size have their values tracked
@@ -209,8 +210,8 @@ def _value_of_array(arr) -> SymValue | None:
 
 def _attrs(n: Node) -> dict:
     """A node's attributes: canonical ones, or read from its ONNX proto when opaque."""
-    if not n.opaque:
-        return dict(n.attrs)
+    if not n.opaque:  # a tensor attribute (ConstantOfShape's value) as an array, as below
+        return {k: v.array() if isinstance(v, TensorValue) else v for k, v in n.attrs}
     if isinstance(n.payload, onnx.NodeProto):
         out = {x.name: helper.get_attribute_value(x) for x in n.payload.attribute}
         return {
@@ -967,8 +968,14 @@ def _noop_input(n: Node, a: ShapeAnalysis, consts: dict) -> int | None:
     their input: ONNX operator spec, Concat and Split)."""
     if n.op == "Concat":
         return n.inputs[0] if len(present_inputs(n)) == 1 else None
-    if n.op == "Split":  # one output (the caller's condition)
-        return n.inputs[0]
+    if n.op == "Split":  # into one output: the node has one (the caller's condition) and
+        # `num_outputs` or the `split` input says one (a matchable Split is its first output)
+        at = _attrs(n)
+        sizes = _ints(a, n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] != ABSENT else None
+        count = at.get("num_outputs") or (len(sizes) if sizes is not None else None)
+        if count is None and isinstance(n.payload, onnx.NodeProto):
+            count = len(n.payload.output)
+        return n.inputs[0] if count == 1 else None
     if n.op == "Pad":
         pads, x = a.values.get(n.inputs[1]), a.shapes.get(n.inputs[0])
         if x is not None and all(d.is_number for d in x) and n.inputs[1] in consts:

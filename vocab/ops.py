@@ -22,7 +22,10 @@ Default-domain forms older than `MIN_OPSET` are not represented: such models are
 An op is *matchable* (in `OPS`) unless it is control flow (a subgraph attribute: `If`, `Loop`,
 `Scan`, ...), works on sequences, optionals or maps, is a training op, or has an attribute kind
 the e-graph cannot hold as a literal; random ops are in `OPS` marked `random` (never matched).
-`VOCABULARY` lists every registry op with the reason it is not matchable (`rewrite ops`).
+An op with several outputs is several e-graph constructors with the same slots: `Op` is its
+first output and `Op#K` its output K (`Split#1`, `LayerNormalization#2`); the ONNX exporter
+writes the projections of one application as one node. `vocabulary()` lists every registry
+op with the reason it is not matchable (`rewrite ops`).
 
 Sources: the ONNX operator specification (https://onnx.ai/onnx/operators/) as `onnx.defs`
 carries it; onnxruntime's contrib operator schemas (docs/ContribOperators.md in onnxruntime).
@@ -35,7 +38,7 @@ import json
 import os
 import pickle
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cache
 from pathlib import Path
@@ -149,6 +152,8 @@ class OpSpec:
     function: bool = False
     version_inputs: int = -1  # input slots this form has (-1: all of them)
     version_attrs: frozenset[str] | None = None  # attributes this form has (None: all of them)
+    variadic_outputs: bool = False  # the last output is variadic (Split's `outputs`)
+    output: int = 0  # a projection `Op#K` is the op's output K (module docstring)
     attr_index: dict[str, AttrSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -163,7 +168,16 @@ class OpSpec:
     def qualname(self) -> str:
         """The op's name in rules and in the e-graph: `Name` in the default domain, else
         `domain.Name` (`com.microsoft.FusedConv`)."""
-        return self.name if self.domain == DEFAULT_DOMAIN else f"{self.domain}.{self.name}"
+        base = self.name if self.domain == DEFAULT_DOMAIN else f"{self.domain}.{self.name}"
+        return f"{base}#{self.output}" if self.output else base
+
+    @property
+    def n_outputs(self) -> int:
+        """How many outputs a node of this op may have (`VARIADIC_SLOTS` more than the fixed
+        ones for a variadic output)."""
+        return (
+            len(self.outputs) - 1 + VARIADIC_SLOTS if self.variadic_outputs else len(self.outputs)
+        )
 
     def supports(self, opset: int) -> bool:
         """True if this form is the one in force at `opset` of its domain."""
@@ -519,6 +533,7 @@ def _specs_of(versions: list[_Schema], floor: int, ceiling: int) -> list[OpSpec]
         domain=domain,
         outputs=tuple(n for n, _ in newest.outputs),
         n_outputs_required=sum(1 for _, o in newest.outputs if o == "single") or 1,
+        variadic_outputs=bool(newest.outputs) and newest.outputs[-1][1] == "variadic",
         variadic=variadic,
         families=families,
     )
@@ -574,6 +589,7 @@ class OpTable:
         self._by_name: dict[str, list[OpSpec]] = {}
         self._loader = loader  # domain -> list[OpSpec], for domains read on demand
         self._loaded: set[str] = set()
+        self._projections: dict[tuple[str, int], OpSpec] = {}
         for s in specs:
             self._add(s)
 
@@ -589,7 +605,9 @@ class OpTable:
 
     def get(self, name: str, opset: int | None = None) -> OpSpec | None:
         """The spec of `name` in force at `opset` of its domain (the newest one when opset is
-        None)."""
+        None). `Op#K` (K >= 1) is output K of `Op`: the op's spec with `output` K."""
+        if "#" in name:
+            return self._projection(name, opset)
         specs = self._by_name.get(name)
         if specs is None and "." in name:
             self.load_domain(_domain_of(name))
@@ -599,6 +617,16 @@ class OpTable:
         if opset is None:
             return specs[-1]
         return next((s for s in specs if s.supports(opset)), None)
+
+    def _projection(self, name: str, opset: int | None) -> OpSpec | None:
+        base, _, k = name.partition("#")
+        spec = self.get(base, opset)
+        if spec is None or not k.isdigit() or not 1 <= int(k) < spec.n_outputs:
+            return None
+        key = (name, spec.since)
+        if key not in self._projections:
+            self._projections[key] = replace(spec, output=int(k))
+        return self._projections[key]
 
     def lookup(self, domain: str, op_type: str, opset: int | None = None) -> OpSpec | None:
         """`get` by an ONNX node's (domain, op_type) (`ai.onnx` is the default domain)."""

@@ -44,6 +44,7 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
     for n in g.nodes:
         nodes += _rebind_outer_names(n, name)
         nodes.append(export_node(n, name))
+    nodes = merge_projections(nodes)
     # values read by subgraphs (If, Loop, Scan bodies) are used too, under their own names
     used = {i for n in nodes for i in n.input} | {name(v) for v in g.outputs}
     used |= {name(v) for n in g.nodes for v in n.implicit}
@@ -162,6 +163,44 @@ def export_node(n: Node, name) -> onnx.NodeProto:
         proto.output.extend(outputs)
         return proto
     return onnx_node(n.op, inputs, outputs, n.attrs, name=n.name or None)
+
+
+def merge_projections(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """`nodes` with the projections of one application merged into one node: nodes of one
+    multi-output op (`vocab.ops`: `Split` and `Split#1` export as two Split nodes, each
+    writing one output position) with the same domain, inputs and attributes become one node
+    writing all their outputs, where the first of them was (its inputs exist there). Nodes
+    that would write one position twice are left as they are."""
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(nodes):
+        spec = OPS.lookup(p.domain, p.op_type)
+        if spec is None or spec.n_outputs < 2:
+            continue
+        attrs = tuple(a.SerializeToString(deterministic=True) for a in p.attribute)
+        groups.setdefault((p.domain, p.op_type, tuple(p.input), attrs), []).append(i)
+    drop: set[int] = set()
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue
+        outs: list[str] = []
+        for i in idx:
+            for k, o in enumerate(nodes[i].output):
+                if not o:
+                    continue
+                outs += [""] * (k + 1 - len(outs))
+                if outs[k]:
+                    break  # a position written twice: keep this group as it is
+                outs[k] = o
+            else:
+                continue
+            break
+        else:
+            first = nodes[idx[0]]
+            del first.output[:]
+            first.output.extend(outs)
+            first.name = first.name.split("#")[0]
+            drop.update(idx[1:])
+    return [p for i, p in enumerate(nodes) if i not in drop]
 
 
 def _output_identities(g: TermGraph, src_graph: onnx.GraphProto, nodes) -> list[onnx.NodeProto]:

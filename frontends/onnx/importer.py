@@ -191,8 +191,8 @@ class _Builder:
         version = self.domains.get(domain)
         spec = OPS.lookup(domain, n.op_type, version) if version else None
         attrs = _canonical_attrs(n, spec, inputs, self) if spec else None
-        used_outputs = [o for o in n.output if o and (self.read is None or o in self.read)]
-        if attrs is None or used_outputs not in ([n.output[0]], []) or n.output[0] == "":
+        used = [k for k, o in enumerate(n.output) if o and (self.read is None or o in self.read)]
+        if attrs is None or any(k >= spec.n_outputs for k in used) or not (used or n.output[0]):
             outputs = tuple(self.value(o) for o in n.output)
             names = tuple(sorted(_outer_names(n) & self.ids.keys()))
             implicit = tuple(self.ids[name] for name in names)
@@ -203,10 +203,19 @@ class _Builder:
             )
             return
         pad = (ABSENT,) * (spec.arity - len(inputs))
-        out = (self.value(n.output[0]),)
-        self.nodes.append(
-            Node(spec.qualname, inputs + pad, out, attrs, False, n.name, "", n, provenance=why)
-        )
+        # one term per output read (`Op`, `Op#1`, ...: vocab.ops); the original proto is kept
+        # for reuse only when it is one term with its first output
+        payload = n if used in ([0], []) else None
+        for k in used or [0]:
+            op, name = (
+                (spec.qualname, n.name)
+                if k == 0
+                else (f"{spec.qualname}#{k}", n.name and f"{n.name}#{k}")
+            )
+            out = (self.value(n.output[k]),)
+            self.nodes.append(
+                Node(op, inputs + pad, out, attrs, False, name, "", payload, provenance=why)
+            )
 
 
 def _tree(rule: str, op: str, replaces: list[str]) -> dict:
