@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from engine.shapes import analyze, to_dim
 from vocab.graph import ABSENT, Node, TermGraph, Value
-from vocab.ops import NONE, OPS, REQUIRED
+from vocab.onnx_nodes import onnx_node
 from vocab.types import UNKNOWN, TensorType, tensor_type
 
 _SAME = set(
@@ -170,36 +170,6 @@ def _onnx_infer(key) -> TensorType:
     return TensorType(
         t.dtype, tuple(None if isinstance(d, str) and d not in known else d for d in t.shape)
     )
-
-
-_LIST_TYPES = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.FLOATS}
-
-
-def onnx_node(
-    op: str, inputs: list[str], outputs: list[str], attrs, name: str | None = None
-) -> onnx.NodeProto:
-    """NodeProto of a canonical op with canonical `attrs` (`(name, value)` pairs); attributes
-    that are absent or equal to their op-table default are left out, as ONNX writers do."""
-    spec = OPS.get(op)
-    kw = {}
-    for a, val in attrs:
-        aspec = spec.attr_index[a]
-        if val is None or (aspec.default not in (NONE, REQUIRED) and _same(val, aspec.default)):
-            continue
-        kw[a] = list(val) if isinstance(val, tuple) else val
-    node = helper.make_node(
-        op, inputs, outputs, name=name, **{a: v for a, v in kw.items() if v != []}
-    )
-    for a in [a for a, v in kw.items() if v == []]:  # an empty list (a rank-0 Transpose's
-        kind = spec.attr_index[a].kind  # perm) has no element to infer its type from
-        node.attribute.append(helper.make_attribute(a, [], attr_type=_LIST_TYPES[kind]))
-    return node
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, tuple) or isinstance(b, tuple):
-        return tuple(a) == tuple(b)
-    return a == b
 
 
 def _value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:

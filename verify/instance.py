@@ -19,10 +19,10 @@ from onnx import helper, numpy_helper
 
 from dsl.ir import Absent, Capture, OpNode, Rule
 from engine import apply as engine_apply
-from frontends.onnx.exporter import export_node
 from frontends.onnx.importer import import_model
 from verify.draw import Example
 from vocab.graph import ABSENT, Node
+from vocab.onnx_nodes import export_node
 from vocab.ops import OPS, encode_attr
 from vocab.types import UNKNOWN, ClassInfo, TensorType
 
