@@ -24,6 +24,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from verify.cli_common import load_rules
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -75,11 +77,9 @@ def add_parser(subparsers) -> None:
 def cmd_verify(args) -> int:
     """`rewrite verify`: verify the selected rules and print a table; exit 0 if every rule
     passes, 1 if one does not (or the rules do not load), 2 on bad arguments."""
-    from rewrite.cli import _load_rules
-
     if args.examples <= 0 or args.jobs <= 0:
         return _usage("--examples and --jobs must be positive")
-    rules = _load_rules(args.paths)
+    rules = load_rules(args.paths, err)
     if rules is None:
         return EXIT_FAIL
     names = select(rules, args.rule)
