@@ -22,8 +22,11 @@ from pathlib import Path
 
 import onnx
 
+from dsl import load_rules as parse_rules
+from dsl import shipped_rules_dir
 from engine.optimize import Report
 from engine.saturate import Limits
+from engine.selection import pick_rules
 from frontends.onnx import ModelError, external, import_model, load_model, structure
 from frontends.onnx import optimize_model as optimize_engine
 from frontends.onnx.check import CheckError, compare
@@ -224,17 +227,12 @@ def load(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, P
 @functools.cache
 def _shipped(folder: Path):
     """The shipped library, parsed once per process (a RuleSet is immutable)."""
-    from dsl import load_rules as parse_rules
-
     return parse_rules([folder])
 
 
 def load_rules(rules):
     """A RuleSet from `Options.rules`: a RuleSet as it is, paths parsed, None the shipped
     library. Raises `dsl.RulesError`, and OptionError for a path that does not exist."""
-    from dsl import load_rules as parse_rules
-    from dsl import shipped_rules_dir
-
     if rules is None:
         return _shipped(shipped_rules_dir())
     if not isinstance(rules, (str, os.PathLike, list, tuple)):
@@ -317,8 +315,6 @@ def run(
     Raises as `optimize_model`; OutputMismatch after the check failed and CheckError when a
     model cannot run both carry the `Run` as `.run`.
     """
-    from engine.selection import pick_rules
-
     start = time.perf_counter() if start is None else start
     clock = time.perf_counter()
     with stage("reading rules"):
