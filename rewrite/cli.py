@@ -26,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+import rewrite
 from verify.cli import add_parser as add_verify
 from verify.cli_common import load_rules
 from verify.lint_cli import add_parser as add_lint
@@ -93,8 +94,6 @@ def _classes(text: str) -> list[str]:
 
 
 def _version() -> str:
-    import rewrite
-
     return f"rewrite {rewrite.__version__}"
 
 

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from verify.cli_common import load_rules
+from verify.defaults import DEFAULT_EXAMPLES
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -33,8 +34,6 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def add_parser(subparsers) -> None:
     """Register the `verify` subcommand on `rewrite`'s subparsers."""
-    from verify.defaults import DEFAULT_EXAMPLES
-
     v = subparsers.add_parser(
         "verify",
         help="check every rule numerically (Hypothesis differential tests)",
