@@ -31,6 +31,10 @@ from verify.cli import add_parser as add_verify
 from verify.cli_common import load_rules
 from verify.lint_cli import add_parser as add_lint
 
+# Each command imports the project's modules it needs inside its function, so that `rewrite
+# --help` and `rewrite check` do not load the engine, egglog and onnxruntime (0.3 s instead of
+# 2 s). Such imports stay in the command-line entry points (tests/test_layers.py lists them).
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 out = Console(highlight=False, soft_wrap=True)
