@@ -1,4 +1,4 @@
-"""Constant folding after extraction, and dead-node removal.
+"""Constant folding after extraction, and dead-node removal (`vocab.graph.prune`).
 
 A node is folded when every input is a constant (or, for Shape/Size, the input's shape is
 static) and its result is not much larger than its inputs (`FOLD_MAX_ELEMENTS`), the same

@@ -160,7 +160,8 @@ def make_model(ex: Example, nodes, outputs) -> onnx.ModelProto:
 
 
 def proto(op: str, inputs: list[str], output: str, attrs) -> onnx.NodeProto:
-    """One NodeProto, attributes at their default left out (the exporter's `export_node`)."""
+    """One NodeProto, attributes at their default left out (`vocab.onnx_nodes.export_node`, as
+    the exporter writes it)."""
     names = [*inputs, output]
     ids = tuple(ABSENT if n == "" else i for i, n in enumerate(inputs))
     node = Node(op, ids, (len(inputs),), tuple(attrs))

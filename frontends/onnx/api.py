@@ -66,7 +66,7 @@ class Options:
     input_shapes: input name -> dims (ints), or `"name:1,128"` strings; fixes those inputs'
         dimensions (`fix_input_shapes`).
     atol/rtol: the output check's tolerance for float outputs, |a-b| <= atol + rtol*max|b|;
-        None keeps the default of the numeric class that fired (`check.TOLERANCES`).
+        None keeps the default of the numeric class that fired (`engine.optimize.TOLERANCES`).
     max_iterations, max_nodes: saturation limits. timeout: seconds for the whole call.
     provenance: record on each rewritten node the rules that produced it (`rewrite explain`).
     opset: convert the model to this default-domain opset first (`onnx.version_converter`) and
