@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import patterns
 from dsl.check import check
 from dsl.errors import (
     ArgumentError,
@@ -70,8 +71,6 @@ __all__ = [
 
 def shipped_rules_dir() -> Path:
     """The directory of the shipped rule library (the `patterns` package)."""
-    import patterns
-
     return Path(patterns.__file__).parent
 
 

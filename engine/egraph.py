@@ -19,6 +19,7 @@ from pathlib import Path
 import egglog.bindings as egg
 import numpy as np
 
+from engine.emit import egg_string, schema
 from engine.infer import infer_type
 from vocab.graph import ABSENT, TermGraph
 from vocab.ops import OPS, decode_attr, encode_attr
@@ -39,8 +40,6 @@ class EGraph:
     """
 
     def __init__(self, graph: TermGraph, program: str, ops: set[str] | None = None):
-        from engine.emit import schema
-
         self.graph = graph
         self.egg = egg.EGraph()
         self.next_id = len(graph.values)  # handles of e-classes added by host rules
@@ -316,8 +315,6 @@ class Snapshot:
             raise EGraphError(f"e-class {c} has no finite term")
         else:
             n = self.finite_node(c)
-            from engine.emit import egg_string
-
             kids = " ".join(self.rep(k, depth + 1) for k in n.children)
             r = f"({n.op} {kids} {' '.join(egg_string(a) for a in n.attrs)})"
         self._reps[c] = r

@@ -1,4 +1,4 @@
-"""Constant folding after extraction, and dead-node removal.
+"""Constant folding after extraction, and dead-node removal (`vocab.graph.prune`).
 
 A node is folded when every input is a constant (or, for Shape/Size, the input's shape is
 static) and its result is not much larger than its inputs (`FOLD_MAX_ELEMENTS`), the same
@@ -18,7 +18,8 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from engine.extract import small_enough_to_fold
-from vocab.graph import ABSENT, Node, TermGraph
+from vocab.graph import ABSENT, Node, TermGraph, prune
+from vocab.onnx_nodes import export_node
 from vocab.ops import OPS
 from vocab.types import TensorType, onnx_dtype
 
@@ -131,8 +132,6 @@ def _shape_value(n: Node, t: TensorType) -> np.ndarray:
 
 
 def _evaluate(nodes: list[Node], g: TermGraph, consts: dict) -> dict[int, np.ndarray]:
-    from frontends.onnx.exporter import export_node
-
     name = lambda v: "" if v == ABSENT else g.values[v].name  # noqa: E731
     # a payload that is not an ONNX node (the fx frontend's) is not a proto to copy; canonical
     # nodes are then written from their attributes
@@ -153,16 +152,3 @@ def _evaluate(nodes: list[Node], g: TermGraph, consts: dict) -> dict[int, np.nda
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.opset)])
     results = ReferenceEvaluator(model).run(None, {})
     return {o: np.asarray(r) for o, r in zip(outs, results)}
-
-
-def prune(g: TermGraph) -> TermGraph:
-    """Drop nodes whose outputs nothing uses (graph outputs count as uses)."""
-    used = set(g.outputs)
-    keep = []
-    for n in reversed(g.nodes):
-        if any(o in used for o in n.outputs):
-            keep.append(n)
-            used.update(i for i in n.inputs + n.implicit if i != ABSENT)
-    nodes = tuple(reversed(keep))
-    consts = {v: a for v, a in g.constants.items() if v in used}
-    return TermGraph(g.values, nodes, g.inputs, g.outputs, consts, g.opset, g.meta)

@@ -16,7 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from engine.shapes import SYMBOLIC_OPS, analyze, to_dim
 from vocab.graph import ABSENT, Node, TermGraph, Value
-from vocab.ops import FAMILIES, NONE, OPS, REQUIRED, TensorValue
+from vocab.onnx_nodes import onnx_node
+from vocab.ops import FAMILIES, OPS
 from vocab.types import UNKNOWN, TensorType, tensor_type
 
 _SAME = set(FAMILIES["SAME_TYPE"])
@@ -181,50 +182,6 @@ def _onnx_infer(key) -> TensorType:
     return TensorType(
         t.dtype, tuple(None if isinstance(d, str) and d not in known else d for d in t.shape)
     )
-
-
-_LIST_TYPES = {
-    "ints": onnx.AttributeProto.INTS,
-    "floats": onnx.AttributeProto.FLOATS,
-    "strings": onnx.AttributeProto.STRINGS,
-}
-
-
-def onnx_node(
-    op: str, inputs: list[str], outputs: list[str], attrs, name: str | None = None
-) -> onnx.NodeProto:
-    """NodeProto of a canonical op with canonical `attrs` (`(name, value)` pairs); attributes
-    that are absent or equal to their op-table default are left out, as ONNX writers do."""
-    spec = OPS.get(op)
-    kw = {}
-    for a, val in attrs:
-        aspec = spec.attr_index[a]
-        if val is None or (aspec.default not in (NONE, REQUIRED) and _same(val, aspec.default)):
-            continue
-        if isinstance(val, TensorValue):
-            kw[a] = numpy_helper.from_array(val.array())
-        else:
-            kw[a] = list(val) if isinstance(val, tuple) else val
-    node = helper.make_node(
-        spec.name,
-        inputs,
-        [""] * spec.output + list(outputs),  # a projection Op#K writes output K
-        name=name,
-        domain=spec.domain or None,
-        **{a: v for a, v in kw.items() if not (isinstance(v, list) and v == [])},
-    )
-    for a in [
-        a for a, v in kw.items() if isinstance(v, list) and v == []
-    ]:  # an empty list (a rank-0 Transpose's
-        kind = spec.attr_index[a].kind  # perm) has no element to infer its type from
-        node.attribute.append(helper.make_attribute(a, [], attr_type=_LIST_TYPES[kind]))
-    return node
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, tuple) or isinstance(b, tuple):
-        return tuple(a) == tuple(b)
-    return a == b
 
 
 def _value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 
+from onnx import TensorProto
+
 from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet, Term
 from engine import provenance as prov
 from engine.cost import CostModel
@@ -26,6 +28,31 @@ from vocab.graph import TermGraph
 from vocab.ops import OPS
 
 FP_CLASSES = ("exact", "reassoc", "approx")
+
+# (rtol, atol) per numeric class of the rules that fired, then per ONNX element type. Even
+# `exact` rules change which kernel runs (MatMul + Add vs Gemm accumulate in another order),
+# so floats get a few ulps; `reassoc` rules (e.g. BatchNorm folded into Conv weights) regroup
+# sums; `approx` rules may change results by more. Used by both frontends' output checks.
+TOLERANCES = {
+    "exact": {
+        TensorProto.FLOAT: (1e-5, 1e-6),
+        TensorProto.DOUBLE: (1e-12, 1e-15),
+        TensorProto.FLOAT16: (1e-3, 1e-4),
+        TensorProto.BFLOAT16: (1e-2, 1e-3),
+    },
+    "reassoc": {
+        TensorProto.FLOAT: (1e-3, 1e-4),
+        TensorProto.DOUBLE: (1e-9, 1e-12),
+        TensorProto.FLOAT16: (1e-2, 1e-3),
+        TensorProto.BFLOAT16: (4e-2, 1e-2),
+    },
+    "approx": {
+        TensorProto.FLOAT: (1e-2, 1e-3),
+        TensorProto.DOUBLE: (1e-6, 1e-9),
+        TensorProto.FLOAT16: (5e-2, 1e-2),
+        TensorProto.BFLOAT16: (1e-1, 5e-2),
+    },
+}
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ import sympy
 from onnx import helper, numpy_helper
 from sympy.parsing.sympy_parser import parse_expr
 
-from vocab.graph import ABSENT, Node, TermGraph, Value
-from vocab.ops import TensorValue
+from vocab.graph import ABSENT, Node, TermGraph, Value, prune
+from vocab.ops import OPS, TensorValue
 from vocab.types import TensorType, np_dtype
 
 MAX_VALUE_ELEMENTS = 64  # integer tensors up to this size have their values tracked
@@ -775,8 +775,6 @@ def fold_shapes(
     Returns the new TermGraph (types refined with the analysis's symbolic shapes) and
     FoldStats. `g` itself is not changed. Raises nothing on graphs it cannot follow.
     """
-    from engine.fold import prune
-
     a = analysis or analyze(g)
     values = [
         replace(v, type=TensorType(v.type.dtype, a.dim_text(vid)))
@@ -938,8 +936,6 @@ def _renamed(n: Node, alias: dict[int, int]) -> Node:
 
 
 def _effectful(n: Node) -> bool:
-    from vocab.ops import OPS
-
     spec = OPS.get(n.op)
     if n.op in ("If", "Loop", "Scan") or n.domain not in ("", "ai.onnx"):
         return True

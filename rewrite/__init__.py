@@ -11,6 +11,8 @@ Both take the options of `rewrite optimize` as keywords (`allow=`, `skip=`, `onl
 """
 
 
+# Lazy on purpose (PEP 562): `import rewrite` stays light, and the public API is the only place
+# above `verify` that imports a frontend inside a function (tests/test_layers.py allows it here).
 def __getattr__(name: str):
     if name == "__version__":  # pyproject.toml's, as installed (one place for the number)
         from importlib.metadata import PackageNotFoundError, version

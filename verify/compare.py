@@ -5,7 +5,7 @@
   order a kernel may choose: the op table's cost classes `matmul`, `gemm`, `conv`, `reduce`,
   `normalize`, `pool`): exactly, bit for bit, except that every NaN equals every NaN and
   -0.0 equals +0.0 (the sign-of-zero convention of patterns/algebra/arith.rules).
-- Other floats: the numeric class's tolerance from `frontends.onnx.check.TOLERANCES` (the
+- Other floats: the numeric class's tolerance from `engine.optimize.TOLERANCES` (the
   optimizer's own output check), scaled by the magnitude of the computation:
   `|a - b| <= atol + rtol * max(|b|, S)`, S the largest finite magnitude among the example's
   inputs and intermediate values. Rounding errors of a regrouped sum are proportional to its
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto
 
-from frontends.onnx.check import TOLERANCES
+from engine.optimize import TOLERANCES
 from verify.instance import op_names
 from vocab.ops import OPS
 

@@ -32,7 +32,10 @@ import onnxruntime as ort
 from onnx.backend.test.runner import Runner
 from onnx.reference import ReferenceEvaluator
 
+from dsl import load_rules
 from engine.optimize import FP_CLASSES
+from frontends.onnx import optimize_model
+from frontends.onnx.importer import default_opset
 
 # outcomes, best first; the last four are failures of the optimizer
 OUTCOMES = ("ok", "unchanged", "not-runnable", "crash", "invalid", "mismatch", "ort-mismatch")
@@ -95,8 +98,6 @@ def run_suite(rule_paths: list, pattern: str | None = None, jobs: int = 1) -> li
 
 def _share(paths: tuple[str, ...], pattern: str | None, k: int, n: int) -> list[CaseResult]:
     """The results of every n-th case from the k-th on (one worker's share)."""
-    from dsl import load_rules
-
     ort.set_default_logger_severity(4)
     rules = load_rules(list(paths))
     return list(run_cases(rules, collect(pattern)[k::n]))
@@ -104,8 +105,6 @@ def _share(paths: tuple[str, ...], pattern: str | None, k: int, n: int) -> list[
 
 def run_case(case, rules) -> CaseResult:
     """Optimize one conformance case and judge the result (see the module docstring)."""
-    from frontends.onnx import optimize_model
-    from frontends.onnx.importer import default_opset
 
     model = case.model
     opset = default_opset(model)

@@ -1,12 +1,13 @@
 """Drawing one example of a pattern: opset, dtypes, shapes, attributes, constants and values.
 
 `Gen.draw()` walks a rule's left side bottom-up. Each operator node is handed to the
-*sampler* of its op (`SAMPLERS`, filled by `verify.ops_basic` and `verify.ops_nn`): the
-sampler knows what makes the op valid (Transpose's perm is a permutation of the input's rank,
-MatMul's inner dimensions agree, ...) and proposes shapes for the node's free inputs, values
-for its shape-like inputs (Reshape's shape, Squeeze's axes) and values for its free
-attributes. Proposals then pass through the guards' requests (`verify.hints`), and the node's
-output type comes from the engine's own shape rules (`engine.infer.infer_type`).
+*sampler* of its op (`verify.node.SAMPLERS`, filled by `verify.ops_basic`, `verify.ops_nn` and
+`verify.ops_movement`): the sampler knows what makes the op valid (Transpose's perm is a
+permutation of the input's rank, MatMul's inner dimensions agree, ...) and proposes shapes for
+the node's free inputs, values for its shape-like inputs (Reshape's shape, Squeeze's axes) and
+values for its free attributes. Proposals then pass through the guards' requests
+(`verify.hints`), and the node's output type comes from the engine's own shape rules
+(`engine.infer.infer_type`).
 
 Everything is drawn from Hypothesis's `data` object, so a failing example shrinks: towards
 float32, opset 18, rank 0, size-1 dimensions, default attributes and small values.
@@ -20,8 +21,7 @@ rarely, size-0 dimensions), so elementwise patterns are valid without rejection.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,9 @@ from hypothesis import strategies as st
 from dsl.ir import OpNode, Term
 from engine.infer import infer_type
 from verify import hints as H
+from verify import ops_basic, ops_movement, ops_nn  # noqa: F401  (registers their samplers)
 from verify.dtypes import plan_dtypes
+from verify.node import SAMPLERS, Leaf, NodeCtx
 from verify.steer import MAX_RANK, Steer
 from verify.values import Values, sampled
 from vocab.types import TensorType
@@ -40,40 +42,6 @@ MAX_ELEMENTS = 256
 OPSETS = (18, 19, 20, 21, 13, 14, 15, 16, 17)  # shrinking order: 18 first
 # dimension sizes, in shrinking order; size 0 is rare (every tensor using it is empty)
 _DIMS = (1,) * 6 + (2,) * 6 + (3,) * 6 + (4,) * 4 + (5,) * 2 + (0,)
-
-SAMPLERS: dict[str, Callable[[NodeCtx], None]] = {}
-
-
-def sampler(*ops: str):
-    """Register a sampler for `ops`: a function of a `NodeCtx` that puts every free input
-    (`NodeCtx.put`) and sets every attribute (`NodeCtx.attr`)."""
-
-    def deco(fn):
-        for op in ops:
-            SAMPLERS[op] = fn
-        return fn
-
-    return deco
-
-
-@dataclass
-class Leaf:
-    """One leaf of the example. value: set for constants with fixed values (shape-like
-    inputs, `Fill`, `CopyValues`), else drawn at the end; const: an initializer."""
-
-    name: str
-    dtype: int
-    shape: tuple[int, ...] | None = None
-    const: bool = False
-    absent: bool = False
-    value: np.ndarray | None = None
-    uses: list[tuple[str, int]] = field(default_factory=list)
-    copy_of: str | None = None
-
-    @property
-    def type(self) -> TensorType:
-        """The leaf's tensor type (dtype, and shape once drawn)."""
-        return TensorType(self.dtype, self.shape)
 
 
 @dataclass(frozen=True)
@@ -254,7 +222,3 @@ def _dtype_request(plan, r) -> None:
         plan.restrict(a, r.dtypes)
     elif isinstance(r, H.DtypeFrom) and a is not None and plan.var_of(r.source) is not None:
         plan.depends[a] = (plan.var_of(r.source), r.fn)
-
-
-from verify import ops_basic, ops_nn  # noqa: E402,F401  (register the samplers)
-from verify.node import NodeCtx  # noqa: E402  (NodeCtx uses Gen's helpers)

@@ -22,6 +22,7 @@ from onnx import TensorProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from engine.optimize import FP_CLASSES
+from frontends.onnx import optimize_model
 from frontends.onnx.check import CheckError, output_diff, random_inputs, run, tolerance_types
 from verify.graph_builder import edge_undefined, finite_model, has_edges, scatter_edges
 
@@ -91,8 +92,6 @@ def check_graph(
     inputs, the graph is checked as two cases that must both pass: optimized with the exact
     rules only (`fp` without the non-exact classes), on the same data with its edge values;
     and with every class, with the edge values replaced by finite ones (`finite_model`)."""
-    from frontends.onnx import optimize_model
-
     try:
         onnx.checker.check_model(model, full_check=True)
     except Exception as e:  # ValidationError, InferenceError

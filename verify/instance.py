@@ -19,10 +19,10 @@ from onnx import helper, numpy_helper
 
 from dsl.ir import Absent, Capture, OpNode, Rule
 from engine import apply as engine_apply
-from frontends.onnx.exporter import export_node
 from frontends.onnx.importer import import_model
 from verify.draw import Example
 from vocab.graph import ABSENT, Node
+from vocab.onnx_nodes import export_node
 from vocab.ops import OPS, encode_attr
 from vocab.types import UNKNOWN, ClassInfo, TensorType
 
@@ -160,7 +160,8 @@ def make_model(ex: Example, nodes, outputs) -> onnx.ModelProto:
 
 
 def proto(op: str, inputs: list[str], output: str, attrs) -> onnx.NodeProto:
-    """One NodeProto, attributes at their default left out (the exporter's `export_node`)."""
+    """One NodeProto, attributes at their default left out (`vocab.onnx_nodes.export_node`, as
+    the exporter writes it)."""
     names = [*inputs, output]
     ids = tuple(ABSENT if n == "" else i for i, n in enumerate(inputs))
     node = Node(op, ids, (len(inputs),), tuple(attrs))

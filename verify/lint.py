@@ -32,11 +32,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from dsl import load_rules, rule_files
-from dsl.ir import Guard, Literal, OpNode, Rule, RuleSet, Span
+from dsl.ir import Guard, Literal, OpNode, Rule, RuleSet
 from dsl.unify import binds_of, match, substitute
+from verify.findings import KINDS, Finding, contradiction, source_name
+from verify.lint_growth import growth_findings
+from verify.lint_pairs import critical_pairs
 from vocab.ops import OPS
 
-KINDS = ("duplicate", "shadowed", "never-fires", "grows", "critical-pair")
 MAX_OPSET = 26  # the newest opset onnxruntime 1.31 runs
 _ALLOW = re.compile(r";+\s*lint:\s*allow\s+(.*)$")
 _ALLOW_BODY = re.compile(r"([a-z-]+(?:\s*,\s*[a-z-]+)*)\s+because\s+\S.*")
@@ -70,24 +72,6 @@ ATTR_VALUES: dict[str, frozenset] = {
 
 class LintInputError(Exception):
     """Bad input to the lint: a malformed `lint: allow` comment (message is one line)."""
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One finding: `kind` (one of `KINDS`), the rule it is about and where, a one-line
-    `reason`, and `allowed`: the acknowledgement's reason ("" if not acknowledged)."""
-
-    kind: str
-    rule: str
-    span: Span
-    reason: str
-    allowed: str = ""
-    other: str = ""
-
-    def line(self) -> str:
-        """The finding as one line: `file:line: kind: rule: reason`, plus the acknowledgement."""
-        note = f" (allowed: {self.allowed})" if self.allowed else ""
-        return f"{self.span.file}:{self.span.line}: {self.kind}: {self.rule}: {self.reason}{note}"
 
 
 @dataclass
@@ -160,9 +144,6 @@ def lint(
 
     found = list(never_fires(rules)) + list(duplicates(directed))
     stage("static")
-    from verify.lint_growth import growth_findings
-    from verify.lint_pairs import critical_pairs
-
     found += growth_findings(rules, report.growth)
     stage("growth")
     found += critical_pairs(
@@ -275,40 +256,6 @@ def _literal_attrs(t):
             yield from _literal_attrs(a)
 
 
-def guard_text(g: Guard) -> str:
-    """Guard `g` as written in a rule: `(fn @a @b ...)`, or `(not ...)` when negated."""
-    args = " ".join(f"@{a.name}" if hasattr(a, "name") else repr(a.value) for a in g.args)
-    body = f"({g.fn} {args})"
-    return f"(not {body})" if g.negate else body
-
-
-def contradiction(guards) -> str:
-    """Why two of `guards` cannot hold together ("" if none found): a guard and its
-    negation, two ranks or dtypes for one value, a rank below a minimum rank, two fill
-    values, a float guard against an integer dtype."""
-    from verify.dtypes import FLOATS
-
-    for g, h in itertools.combinations(guards, 2):
-        same_args = g.args == h.args
-        if g.fn == h.fn and same_args and g.negate != h.negate:
-            return f"{guard_text(g)} and {guard_text(h)}"
-        if g.negate or h.negate or not g.args or not h.args or g.args[0] != h.args[0]:
-            continue
-        pair = {g.fn: g, h.fn: h}
-        lit = lambda x: getattr(x.args[-1], "value", None)  # noqa: E731
-        if lit(g) is None or lit(h) is None:
-            continue
-        if g.fn == h.fn and g.fn in ("rank", "has-dtype", "all-equal") and lit(g) != lit(h):
-            return f"{guard_text(g)} and {guard_text(h)}"
-        if {"rank", "rank-at-least"} <= pair.keys() and lit(pair["rank"]) < lit(
-            pair["rank-at-least"]
-        ):
-            return f"{guard_text(g)} and {guard_text(h)}"
-        if {"is-float", "has-dtype"} <= pair.keys() and lit(pair["has-dtype"]) not in FLOATS:
-            return f"{guard_text(g)} and {guard_text(h)}"
-    return ""
-
-
 # ---- duplicates and shadowed rules ---------------------------------------------------------
 
 
@@ -358,8 +305,3 @@ def subsumes(a: Rule, b: Rule) -> bool:
 
 def _guard_key(g: Guard, f):
     return g.fn, g.negate, tuple(f(x) for x in g.args)
-
-
-def source_name(r: Rule) -> str:
-    """The name of the rule a directed rule comes from (an `equal` rule's reverse included)."""
-    return r.name.removesuffix(" (reverse)")

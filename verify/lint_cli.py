@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import sys
 
+# The lint and dsl are imported inside `cmd_lint`, so that `rewrite --help` does not load them
+# (tests/test_layers.py lists the modules allowed such imports).
+
 
 def add_parser(subparsers) -> None:
     """Register the `lint` subcommand on `rewrite`'s subparsers."""

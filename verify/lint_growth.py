@@ -26,7 +26,7 @@ from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet
 from engine.egraph import EGraph
 from engine.emit import emit
 from engine.saturate import Limits, saturate
-from verify.lint import Finding
+from verify.findings import Finding
 from vocab.graph import ABSENT, Node, TermGraph, Value
 from vocab.ops import OPS, REQUIRED
 from vocab.types import UNKNOWN

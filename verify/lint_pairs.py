@@ -32,8 +32,8 @@ from dsl.ir import Absent, Call, Capture, OpNode, Rule
 from dsl.unify import NoOverlap, Overlap, apart, overlap, subterms
 from verify.check import run_both
 from verify.draw import SAMPLERS
+from verify.findings import Finding, contradiction, source_name
 from verify.instance import NotAMatch, instantiate, lowest_opset, op_names
-from verify.lint import Finding, contradiction, source_name
 from verify.runner import _Checker
 
 FP_ORDER = ("exact", "reassoc", "approx")

@@ -5,11 +5,16 @@ leaf this node draws: the sampler proposes its shape with `put`) or *absent*. Ea
 is fixed by the pattern (a literal, or a capture bound earlier) or free (the sampler proposes
 a value with `attr`). Proposals pass through the guards' requests (`verify.hints`), so a
 sampler only has to know its op.
+
+The samplers register here (`sampler`, `SAMPLERS`), by op, and the leaves they draw are
+`Leaf`s: the op modules (`verify.ops_basic`, ...) and the drawing (`verify.draw`) both build on
+this module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,14 +26,46 @@ from verify.dtypes import np_type
 from vocab.ops import NONE, OPS, REQUIRED
 from vocab.types import TensorType
 
+SAMPLERS: dict[str, Callable[[NodeCtx], None]] = {}  # op -> sampler
+
+
+def sampler(*ops: str):
+    """Register a sampler for `ops`: a function of a `NodeCtx` that puts every free input
+    (`NodeCtx.put`) and sets every attribute (`NodeCtx.attr`)."""
+
+    def deco(fn):
+        for op in ops:
+            SAMPLERS[op] = fn
+        return fn
+
+    return deco
+
+
+@dataclass
+class Leaf:
+    """One leaf of the example. value: set for constants with fixed values (shape-like
+    inputs, `Fill`, `CopyValues`), else drawn at the end; const: an initializer."""
+
+    name: str
+    dtype: int
+    shape: tuple[int, ...] | None = None
+    const: bool = False
+    absent: bool = False
+    value: np.ndarray | None = None
+    uses: list[tuple[str, int]] = field(default_factory=list)
+    copy_of: str | None = None
+
+    @property
+    def type(self) -> TensorType:
+        """The leaf's tensor type (dtype, and shape once drawn)."""
+        return TensorType(self.dtype, self.shape)
+
 
 class NodeCtx:
     """One node being drawn. names: per slot, the input's name ("" if absent); types: per
     slot, its type once known (None while free or when absent)."""
 
     def __init__(self, gen, t: OpNode, inputs: list[str | None]):
-        from verify.draw import Leaf
-
         self.gen, self.t, self.op = gen, t, t.op
         self.spec = OPS.get(t.op)
         n = len(t.args)

@@ -14,18 +14,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from verify import hints as H
-from verify.draw import sampler
 from verify.dtypes import FLOATS
-
-# Value domains of input slots, (op, slot) -> domain (`verify.draw.elements`): a numpy
-# reference cannot raise integers to negative powers, a variance is not negative, and an
-# integer divided by zero is undefined (onnxruntime dies of SIGFPE).
-VALUE_DOMAINS = {
-    ("Pow", 1): "exponent",
-    ("BatchNormalization", 4): "nonneg",
-    ("Div", 1): "nonzero",
-    ("Mod", 1): "nonzero",
-}
+from verify.node import sampler
 
 _UNARY = [
     "Relu",
@@ -262,6 +252,3 @@ def _shape(ctx) -> None:
         ctx.attr(name, lambda name=name, bounds=bounds: ctx.draw(bounds, name))
     if ctx.op == "Shape" and ctx.attrs["start"] is None:
         ctx.attrs["start"] = 0
-
-
-from verify import ops_movement  # noqa: E402,F401  (Slice, Pad)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from verify import hints as H
-from verify.draw import sampler
+from verify.node import sampler
 
 BIG = 2**31 - 1  # an end past any axis (Slice clamps it), in int32 too
 

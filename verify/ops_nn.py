@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from verify.draw import sampler
+from verify.node import sampler
 
 _FACTORS = st.sampled_from([1.0, 0.5, 2.0, -1.0, 0.0, 1.5])
 

@@ -23,6 +23,10 @@ from pathlib import Path
 
 import pytest
 
+# dsl, the runner and the lint are imported inside the hooks that use them: pytest loads this
+# plugin at every start, in every project that installs `rewrite`, and most sessions collect no
+# rules (tests/test_layers.py lists the modules allowed such imports).
+
 
 def pytest_addoption(parser) -> None:
     """Add the `--rules`, `--rules-examples`, `--rules-seed` and `--rules-lint-pairs` options

@@ -38,7 +38,7 @@ from verify.draw import SAMPLERS, Gen
 from verify.engine import commuted_positions, family, run_engine
 from verify.hints import requests
 from verify.instance import NotAMatch, instantiate, lhs_model, lowest_opset, op_names, reversed_rule
-from verify.report import failure_text
+from verify.report import failure_text, graph_text
 
 # (examples checked, examples drawn at most) of the companion checks
 ENGINE, COMPANION, NEGATIVE = (2, 10), (1, 6), (1, 12)
@@ -362,8 +362,6 @@ def _found_in(e: BaseException) -> Failure | None:
 
 
 def _engine_extra(model, got) -> list[str]:
-    from verify.report import graph_text
-
     lines = [f"rules fired: {got.fired or 'none'}"]
     if got.optimized is not None and got.optimized is not model:
         lines += ["optimized model:"] + ["  " + s for s in graph_text(got.optimized)]

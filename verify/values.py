@@ -20,6 +20,16 @@ from hypothesis.extra import numpy as hnp
 
 from verify.dtypes import FLOATS, np_type
 
+# Value domains of input slots, (op, slot) -> domain (`verify.draw.elements`): a numpy
+# reference cannot raise integers to negative powers, a variance is not negative, and an
+# integer divided by zero is undefined (onnxruntime dies of SIGFPE).
+VALUE_DOMAINS = {
+    ("Pow", 1): "exponent",
+    ("BatchNormalization", 4): "nonneg",
+    ("Div", 1): "nonzero",
+    ("Mod", 1): "nonzero",
+}
+
 
 class Values:
     """Value drawing for `verify.draw.Gen`, which provides `draw`, `leaves` and
@@ -49,9 +59,7 @@ class Values:
 
     def array(self, leaf):
         """Strategy for the values of `leaf` (its dtype, shape and the value domains of the
-        slots it feeds, `verify.ops_basic.VALUE_DOMAINS`)."""
-        from verify.ops_basic import VALUE_DOMAINS
-
+        slots it feeds, `VALUE_DOMAINS`)."""
         domains = frozenset({VALUE_DOMAINS.get(u) for u in leaf.uses} - {None})
         return _arrays(leaf.dtype, leaf.shape, self.values_mode, domains)
 

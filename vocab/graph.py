@@ -86,3 +86,16 @@ class TermGraph:
     def type_of(self, vid: int) -> TensorType:
         """The tensor type of value `vid`."""
         return self.values[vid].type
+
+
+def prune(g: TermGraph) -> TermGraph:
+    """Drop nodes whose outputs nothing uses (graph outputs count as uses)."""
+    used = set(g.outputs)
+    keep = []
+    for n in reversed(g.nodes):
+        if any(o in used for o in n.outputs):
+            keep.append(n)
+            used.update(i for i in n.inputs + n.implicit if i != ABSENT)
+    nodes = tuple(reversed(keep))
+    consts = {v: a for v, a in g.constants.items() if v in used}
+    return TermGraph(g.values, nodes, g.inputs, g.outputs, consts, g.opset, g.meta)

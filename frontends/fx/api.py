@@ -20,8 +20,9 @@ from pathlib import Path
 import torch
 from torch import fx
 
+from dsl import load_rules, shipped_rules_dir
 from engine.cost import CostModel
-from engine.optimize import Report, optimize
+from engine.optimize import TOLERANCES, Report, optimize
 from engine.saturate import Limits
 from engine.selection import pick_rules
 from frontends.fx.exporter import FxExportError, export_fx
@@ -37,8 +38,6 @@ class FxCheckError(AssertionError):
 @functools.cache
 def shipped_rules():
     """The shipped rule library (`patterns/`), parsed once per process."""
-    from dsl import load_rules, shipped_rules_dir
-
     return load_rules([shipped_rules_dir()])
 
 
@@ -72,7 +71,7 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
     skip/only: rule names, globs or `ruleset:NAME`, as `rewrite optimize --skip/--only`
         (`engine.selection.pick_rules`); the excluded rules are in `report.skipped`.
     check (default True): run both modules on `example_inputs` and compare every output with
-        the tolerance of the loosest numeric class that fired (`frontends.onnx.check.TOLERANCES`),
+        the tolerance of the loosest numeric class that fired (`engine.optimize.TOLERANCES`),
         or `atol`/`rtol` when given (float outputs).
     freeze: take parameters that torch.compile passes as inputs as constants (inference only).
     cost: a `engine.cost.CostModel`.
@@ -139,8 +138,6 @@ def _listed(value) -> tuple[str, ...]:
 
 def _rules(rules):
     if isinstance(rules, (str, Path)) or isinstance(rules, (list, tuple)):
-        from dsl import load_rules
-
         return load_rules([rules] if isinstance(rules, (str, Path)) else list(rules))
     return rules
 
@@ -222,8 +219,6 @@ def compare(original, optimized, example_inputs, fp: str = "exact", tolerance=(N
     """Run both modules on `example_inputs`; raise FxCheckError if an output differs by more
     than the tolerance of numeric class `fp` for its dtype (|a-b| <= atol + rtol*|b|), or
     `tolerance` (rtol, atol; each None for the class's) for float outputs."""
-    from frontends.onnx.check import TOLERANCES
-
     with torch.no_grad():
         want, got = (_leaves(_callable(m)(*example_inputs)) for m in (original, optimized))
     if len(want) != len(got):

@@ -21,12 +21,13 @@ import numpy as np
 import torch
 from torch import fx
 
+from engine.egraph import constant_op_value
 from frontends.fx.importer import FxSource, Origin, Source
 from frontends.fx.linear import Linear, plan_linears
 from frontends.fx.raising import RAISE, NoTorchForm
 from frontends.fx.tensors import to_torch
 from vocab.graph import ABSENT, TermGraph
-from vocab.ops import OPS
+from vocab.ops import OPS, encode_attr
 
 _FRESH = re.compile(r"rw_\d+")  # names `engine.rebuild` gives values it cannot name otherwise
 _VALUE_META = {"val", "example_value", "tensor_meta", "unbacked_bindings"}
@@ -402,9 +403,6 @@ class Builder:
 
     def own_constant(self) -> fx.Node:
         """A buffer holding the value of this `Constant` node (decoded from its attributes)."""
-        from engine.egraph import constant_op_value
-        from vocab.ops import encode_attr
-
         spec = OPS.get("Constant")
         attrs = tuple(encode_attr(a.kind, self.node.attr(a.name)) for a in spec.attrs)
         value = constant_op_value(attrs)

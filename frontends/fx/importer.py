@@ -34,7 +34,7 @@ from frontends.fx.lower import Lowering, Unmapped
 from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT, SPLITS
 from frontends.fx.tensors import onnx_elem, to_numpy
 from vocab.graph import Node, TermGraph, Value
-from vocab.types import UNKNOWN, TensorType
+from vocab.types import UNKNOWN, TensorType, onnx_dtype
 
 OPSET = 23  # default-domain opset of imported graphs: Gelu (20), AveragePool (19) and
 # RMSNormalization (23) included
@@ -442,6 +442,4 @@ def _label(n: fx.Node) -> str:
 
 
 def _array_type(a: np.ndarray) -> TensorType:
-    from vocab.types import onnx_dtype
-
     return TensorType(onnx_dtype(a.dtype), tuple(int(d) for d in a.shape))

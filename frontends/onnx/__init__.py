@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx.external_data_helper import uses_external_data
 
+from engine.optimize import as_given, optimize
 from engine.saturate import Limits
 from frontends.onnx import external
 from frontends.onnx.check import compare
@@ -270,8 +271,6 @@ def _merge_reports(first, then):
 
 def _optimize_model(model: onnx.ModelProto, rules, **kw):
     """`optimize_model` at the model's own opset, one round."""
-    from engine.optimize import as_given, optimize
-
     clock = time.perf_counter()
     limits = kw.pop("limits", Limits())
     folder = kw.pop("folder", None)

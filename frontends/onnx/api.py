@@ -22,8 +22,11 @@ from pathlib import Path
 
 import onnx
 
+from dsl import load_rules as parse_rules
+from dsl import shipped_rules_dir
 from engine.optimize import Report
 from engine.saturate import Limits
+from engine.selection import pick_rules
 from frontends.onnx import ModelError, external, import_model, load_model, structure
 from frontends.onnx import optimize_model as optimize_engine
 from frontends.onnx.check import CheckError, compare
@@ -63,7 +66,7 @@ class Options:
     input_shapes: input name -> dims (ints), or `"name:1,128"` strings; fixes those inputs'
         dimensions (`fix_input_shapes`).
     atol/rtol: the output check's tolerance for float outputs, |a-b| <= atol + rtol*max|b|;
-        None keeps the default of the numeric class that fired (`check.TOLERANCES`).
+        None keeps the default of the numeric class that fired (`engine.optimize.TOLERANCES`).
     max_iterations, max_nodes: saturation limits. timeout: seconds for the whole call.
     provenance: record on each rewritten node the rules that produced it (`rewrite explain`).
     opset: convert the model to this default-domain opset first (`onnx.version_converter`) and
@@ -224,17 +227,12 @@ def load(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, P
 @functools.cache
 def _shipped(folder: Path):
     """The shipped library, parsed once per process (a RuleSet is immutable)."""
-    from dsl import load_rules as parse_rules
-
     return parse_rules([folder])
 
 
 def load_rules(rules):
     """A RuleSet from `Options.rules`: a RuleSet as it is, paths parsed, None the shipped
     library. Raises `dsl.RulesError`, and OptionError for a path that does not exist."""
-    from dsl import load_rules as parse_rules
-    from dsl import shipped_rules_dir
-
     if rules is None:
         return _shipped(shipped_rules_dir())
     if not isinstance(rules, (str, os.PathLike, list, tuple)):
@@ -317,8 +315,6 @@ def run(
     Raises as `optimize_model`; OutputMismatch after the check failed and CheckError when a
     model cannot run both carry the `Run` as `.run`.
     """
-    from engine.selection import pick_rules
-
     start = time.perf_counter() if start is None else start
     clock = time.perf_counter()
     with stage("reading rules"):

@@ -31,7 +31,7 @@ from dsl.ir import Rule, RuleSet
 from engine.ddmin import ddmin
 from engine.saturate import Limits
 from engine.sites import sited
-from frontends.onnx import external
+from frontends.onnx import external, optimize_model
 from frontends.onnx.check import (
     CheckError,
     output_diff,
@@ -147,8 +147,6 @@ class _Trials:
         return error
 
     def _run(self, rules: RuleSet) -> str | None:
-        from frontends.onnx import optimize_model
-
         try:
             result, report = optimize_model(
                 self.model,

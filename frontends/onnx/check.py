@@ -21,30 +21,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto
 
-# (rtol, atol) per numeric class of the rules that fired, then per ONNX element type. Even
-# `exact` rules change which kernel runs (MatMul + Add vs Gemm accumulate in another order),
-# so floats get a few ulps; `reassoc` rules (e.g. BatchNorm folded into Conv weights) regroup
-# sums; `approx` rules may change results by more.
-TOLERANCES = {
-    "exact": {
-        TensorProto.FLOAT: (1e-5, 1e-6),
-        TensorProto.DOUBLE: (1e-12, 1e-15),
-        TensorProto.FLOAT16: (1e-3, 1e-4),
-        TensorProto.BFLOAT16: (1e-2, 1e-3),
-    },
-    "reassoc": {
-        TensorProto.FLOAT: (1e-3, 1e-4),
-        TensorProto.DOUBLE: (1e-9, 1e-12),
-        TensorProto.FLOAT16: (1e-2, 1e-3),
-        TensorProto.BFLOAT16: (4e-2, 1e-2),
-    },
-    "approx": {
-        TensorProto.FLOAT: (1e-2, 1e-3),
-        TensorProto.DOUBLE: (1e-6, 1e-9),
-        TensorProto.FLOAT16: (5e-2, 1e-2),
-        TensorProto.BFLOAT16: (1e-1, 5e-2),
-    },
-}
+from engine.optimize import TOLERANCES  # per numeric class and dtype, shared with frontends.fx
+
 EXACT = (0.0, 0.0)
 DIM_DEFAULT = 2  # size given to symbolic or unknown input dimensions
 

@@ -21,9 +21,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from engine.infer import onnx_node
 from engine.provenance import KEY, collect, dumps
 from vocab.graph import ABSENT, Node, TermGraph
+from vocab.onnx_nodes import export_node
 from vocab.ops import OPS
 
 MAX_IR_VERSION = 13
@@ -146,23 +146,6 @@ def _rebind_outer_names(n: Node, name) -> list[onnx.NodeProto]:
 
 def _init_names(src: onnx.ModelProto) -> set[str]:
     return {i.name for i in src.graph.initializer}
-
-
-def export_node(n: Node, name) -> onnx.NodeProto:
-    """One NodeProto for `n`; `name(value_id)` gives value names. Attributes equal to their
-    op-table default are left out, as ONNX writers do."""
-    inputs = [name(v) for v in n.inputs]
-    while inputs and inputs[-1] == "":
-        inputs.pop()
-    outputs = [name(v) for v in n.outputs]
-    if n.payload is not None:  # the original node, untouched: keep its proto, rename values
-        proto = onnx.NodeProto()
-        proto.CopyFrom(n.payload)
-        del proto.input[:], proto.output[:]
-        proto.input.extend(inputs)
-        proto.output.extend(outputs)
-        return proto
-    return onnx_node(n.op, inputs, outputs, n.attrs, name=n.name or None)
 
 
 def merge_projections(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
