@@ -22,6 +22,7 @@ import onnx.defs
 from onnx import TensorProto as TP
 
 from dsl.ir import Capture, Literal, OpNode, Term
+from vocab.ops import OPS
 
 # The dtypes examples are drawn from, in shrinking order: float32 first.
 CANDIDATES = (TP.FLOAT, TP.FLOAT16, TP.INT64, TP.BOOL, TP.DOUBLE, TP.INT32, TP.INT8, TP.UINT8)
@@ -56,7 +57,9 @@ def slot_types(op: str, opset: int) -> tuple[tuple, tuple]:
     """((param or None, allowed frozenset) per input slot, same for output 0) of `op`'s
     schema in force at `opset`. `param` names the schema's type parameter (`T`), so slots with
     the same param share a dtype. Raises onnx.defs.SchemaError for an unknown op."""
-    schema = onnx.defs.get_schema(op, opset)
+    spec = OPS.get(op)
+    name, domain, k = (spec.name, spec.domain, spec.output) if spec else (op, "", 0)
+    schema = onnx.defs.get_schema(name, opset, domain)
     params = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
 
     def one(type_str: str):
@@ -64,8 +67,12 @@ def slot_types(op: str, opset: int) -> tuple[tuple, tuple]:
         codes = frozenset(_BY_TYPE_STR[s] for s in allowed if s in _BY_TYPE_STR)
         return (type_str if type_str in params else None, codes)
 
-    ins = tuple(one(i.type_str) for i in schema.inputs)
-    return ins, one(schema.outputs[0].type_str)
+    formal = [i.type_str for i in schema.inputs]
+    if spec is not None and spec.variadic:  # the variadic input's slots share its type
+        formal += [formal[-1]] * (spec.arity - len(formal))
+    ins = tuple(one(t) for t in formal)
+    # a projection Op#K has output K's type (a variadic output: its one formal parameter)
+    return ins, one(schema.outputs[min(k, len(schema.outputs) - 1)].type_str)
 
 
 @dataclass

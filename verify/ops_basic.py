@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from verify import hints as H
 from verify.dtypes import FLOATS
 from verify.node import sampler
+from vocab.ops import FAMILIES
 
 _UNARY = [
     "Relu",
@@ -92,7 +93,7 @@ def _softmax(ctx) -> None:
     ctx.attr("axis", lambda: ctx.draw(_attr_strategy(ctx, "axis", max(x.rank, 1)), "axis"))
 
 
-@sampler(*_BROADCAST)
+@sampler(*_BROADCAST, *FAMILIES["VARIADIC_ELEMENTWISE"])
 def _broadcast(ctx) -> None:
     n = len(ctx.names)
     for i in range(n):

@@ -1,4 +1,5 @@
-"""Samplers for Slice and Pad (see `verify.draw`), whose shape-like inputs interact.
+"""Samplers for Slice and Pad (see `verify.draw`), whose shape-like inputs interact, and for
+Concat and Split (its projections `Split#K` too).
 
 Under `keep_type` (a `same-type` guard) they are drawn so that the output keeps the input's
 shape, which includes the cases that are *not* no-ops: a Slice over a whole axis with step -1
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from verify import hints as H
 from verify.node import sampler
+from vocab.ops import VARIADIC_SLOTS
 
 BIG = 2**31 - 1  # an end past any axis (Slice clamps it), in int32 too
 
@@ -98,3 +100,41 @@ def _pads(ctx, d: int, mode: str, non_negative: bool = False) -> tuple[int, int]
         return begin, ctx.draw(st.integers(max(lo, -d - begin), 2), "end")
     hi = max(0, min(2, d - 1 if mode == "reflect" else d))
     return ctx.draw(st.integers(0, hi), "begin"), ctx.draw(st.integers(0, hi), "end")
+
+
+@sampler("Concat")
+def _concat(ctx) -> None:
+    """Inputs of one rank, equal but on the concatenated axis (ONNX Concat)."""
+    slots = range(len(ctx.names))
+    known = next((s for s in map(ctx.shape, slots) if s is not None), None)
+    base = known if known is not None else (ctx.gen.sub_shape() or (ctx.gen.dim(),))
+    rank = len(base)
+    axis = ctx.attr("axis", lambda: ctx.draw(st.integers(-rank, rank - 1), "axis"))
+    equal = ctx.draw(st.booleans(), "equal parts")  # equal parts let `same-type` hold
+    for i in slots:
+        if ctx.free(i):
+            shape = list(base)
+            if not equal:
+                shape[axis % rank] = ctx.gen.dim()
+            ctx.put(i, tuple(shape))
+
+
+@sampler("Split", *(f"Split#{k}" for k in range(1, VARIADIC_SLOTS)))
+def _split(ctx) -> None:
+    """A split into more outputs than the projection's index, by `num_outputs` (equal
+    chunks, the last one smaller: ONNX Split-18) or by a `split` input of sizes."""
+    shape = ctx.gen.sub_shape()
+    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    rank = x.rank
+    axis = ctx.attr("axis", lambda: ctx.draw(st.integers(-rank, rank - 1), "axis"))
+    d = x.shape[axis % rank]
+    least = ctx.spec.output + 1
+    if ctx.present(1):
+        if ctx.free(1):
+            n = ctx.draw(st.integers(least, max(least, d)), "outputs")
+            cuts = sorted(ctx.draw(st.lists(st.integers(0, d), min_size=n - 1, max_size=n - 1)))
+            sizes = [b - a for a, b in zip([0, *cuts], [*cuts, d])]
+            ctx.put(1, (n,), sizes)
+        ctx.attr("num_outputs", None)
+    else:
+        ctx.attr("num_outputs", lambda: ctx.draw(st.integers(least, max(least, d)), "outputs"))

@@ -59,7 +59,7 @@ def onnx_node(
     node = helper.make_node(
         spec.name,
         inputs,
-        [""] * spec.output + list(outputs),
+        node_outputs(spec, list(outputs), dict(attrs)),
         name=name,
         domain=spec.domain or None,
         **{a: v for a, v in kw.items() if not (isinstance(v, list) and v == [])},
@@ -69,6 +69,28 @@ def onnx_node(
         kind = spec.attr_index[a].kind
         node.attribute.append(helper.make_attribute(a, [], attr_type=_LIST_TYPES[kind]))
     return node
+
+
+UNUSED = "__unused"  # the mark of a placeholder output name (`node_outputs`)
+
+
+def node_outputs(spec, outputs: list[str], attrs: dict) -> list[str]:
+    """The output list of a node of `spec` (an `OpSpec`, maybe a projection `Op#K`) that
+    writes `outputs` from position `spec.output` on. Positions before it, and after it up to
+    the count the node must have (`num_outputs` of a variadic-output op such as Split), are
+    left empty where ONNX lets an output be omitted (an optional one) and get a placeholder
+    name `<first output>__unusedJ` otherwise: onnxruntime 1.32 crashes on a Split whose first
+    output is ""."""
+    first = outputs[0] if outputs else "out"
+    out = []
+    for j in range(spec.output):
+        optional = j >= spec.n_outputs_required and not spec.variadic_outputs
+        out.append("" if optional else f"{first}{UNUSED}{j}")
+    out += outputs
+    count = attrs.get("num_outputs") if spec.variadic_outputs else None
+    for j in range(len(out), count or 0):
+        out.append(f"{first}{UNUSED}{j}")
+    return out
 
 
 def _same(a, b) -> bool:

@@ -637,7 +637,7 @@ class OpTable:
         """The lowest opset of its domain at which the table has a spec of `name`."""
         if self.get(name) is None:
             return None
-        return min(s.since for s in self._by_name[name])
+        return min(s.since for s in self._by_name[name.partition("#")[0]])
 
     def names(self) -> list[str]:
         """All op names (qualified) read so far, sorted."""

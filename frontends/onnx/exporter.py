@@ -23,7 +23,7 @@ from onnx import helper, numpy_helper
 
 from engine.provenance import KEY, collect, dumps
 from vocab.graph import ABSENT, Node, TermGraph
-from vocab.onnx_nodes import export_node
+from vocab.onnx_nodes import UNUSED, export_node
 from vocab.ops import OPS
 
 MAX_IR_VERSION = 13
@@ -168,7 +168,7 @@ def merge_projections(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
         outs: list[str] = []
         for i in idx:
             for k, o in enumerate(nodes[i].output):
-                if not o:
+                if not o or UNUSED in o:  # (a placeholder: vocab.onnx_nodes.node_outputs)
                     continue
                 outs += [""] * (k + 1 - len(outs))
                 if outs[k]:
@@ -179,6 +179,11 @@ def merge_projections(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
             break
         else:
             first = nodes[idx[0]]
+            # positions no member writes keep the first member's (a placeholder, or "")
+            outs += [""] * (len(first.output) - len(outs))
+            outs = [
+                o or (first.output[k] if k < len(first.output) else "") for k, o in enumerate(outs)
+            ]
             del first.output[:]
             first.output.extend(outs)
             first.name = first.name.split("#")[0]
