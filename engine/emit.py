@@ -46,7 +46,9 @@ def schema(ops: Iterable[str] | None = None) -> str:
         "(relation UnionRow (i64 i64))   ; results of host rules: union two handles",
         "(rule ((UnionRow a b)) ((union (T a) (T b))) :ruleset load)",
     ]
-    names = OPS.names() if ops is None else sorted(n for n in set(ops) if OPS.get(n) is not None)
+    if ops is None:  # every op, and every output of the multi-output ones (`Op#K`)
+        ops = [f"{n}#{k}" if k else n for n in OPS.names() for k in range(OPS.get(n).n_outputs)]
+    names = sorted(n for n in set(ops) if OPS.get(n) is not None)
     for name in names:
         spec = OPS.get(name)
         sig = " ".join(["Term"] * spec.arity + ["String"] * len(spec.attrs))

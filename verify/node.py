@@ -174,10 +174,16 @@ class NodeCtx:
         if name in self.attrs:
             return self.attrs[name]
         v = dict(self.t.attrs)[name]
+        form = OPS.get(self.op, self.gen.opset)
         if isinstance(v, Literal):
             value = v.value
         elif isinstance(v, Capture) and v.name in self.gen.attrs:
             value = self.gen.attrs[v.name]
+        elif form is not None and not form.has_attr(name):  # not in the opset's form (Reshape-13
+            default = self.spec.attr_index[name].default  # has no allowzero): its default
+            value = None if default in (NONE, REQUIRED) else default
+            if isinstance(v, Capture):
+                self.gen.attrs[v.name] = value
         else:
             value = propose() if callable(propose) else propose
             if isinstance(v, Capture):

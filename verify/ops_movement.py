@@ -123,12 +123,16 @@ def _concat(ctx) -> None:
 def _split(ctx) -> None:
     """A split into more outputs than the projection's index, by `num_outputs` (equal
     chunks, the last one smaller: ONNX Split-18) or by a `split` input of sizes."""
-    shape = ctx.gen.sub_shape()
-    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
-    rank = x.rank
-    axis = ctx.attr("axis", lambda: ctx.draw(st.integers(-rank, rank - 1), "axis"))
-    d = x.shape[axis % rank]
     least = ctx.spec.output + 1
+    shape = list(ctx.gen.sub_shape() or (ctx.gen.dim(),))
+    axis = ctx.attr("axis", lambda: ctx.draw(st.integers(-len(shape), len(shape) - 1), "axis"))
+    if -len(shape) <= axis < len(shape):  # room for the output the projection reads
+        shape[axis] = max(shape[axis], least)
+    x = ctx.put(0, tuple(shape))
+    rank = x.rank
+    if not -rank <= axis < rank:
+        return  # a pattern's axis beyond the input's rank: the example is rejected
+    d = x.shape[axis % rank]
     if ctx.present(1):
         if ctx.free(1):
             n = ctx.draw(st.integers(least, max(least, d)), "outputs")
