@@ -145,6 +145,29 @@ EXPECTED = {
         "      (if (identity-prem @p))\n"
         "           ^",
     ),
+    "projection_out_of_range": (
+        dsl.UnknownOperatorError,
+        "projection_out_of_range.rules:2:4: error: "
+        "'Split#9': Split's outputs are Split, then Split#1 to Split#7 (a variadic output)\n"
+        "      (Split#9 @x :axis 0 :num_outputs 2)\n"
+        "       ^",
+    ),
+    "unknown_domain": (
+        dsl.UnknownOperatorError,
+        "unknown_domain.rules:2:4: error: "
+        "unknown domain 'com.nosuch' in 'com.nosuch.Foo' (domains: ai.onnx.ml, com.microsoft)\n"
+        "      (com.nosuch.Foo @x)\n"
+        "       ^",
+    ),
+    "unknown_family": (
+        dsl.ForError,
+        "unknown_family.rules:1:1: error: unknown op family 'NO_SUCH_FAMILY' (families: "
+        "ACTIVATION, BINARY_ARITHMETIC, BROADCASTING, COMMUTATIVE, COMPARISON, CONV, LOGICAL, "
+        "MATMUL, MOVEMENT, NORMALIZATION, POOL, QUANTIZATION, RANDOM, REDUCTION, SAME_TYPE, "
+        "SHAPE, SOFTMAX, UNARY_ELEMENTWISE, VARIADIC_ELEMENTWISE, VIEW)\n"
+        "    (for op NO_SUCH_FAMILY\n"
+        "    ^",
+    ),
     "unknown_operator": (
         dsl.UnknownOperatorError,
         "unknown_operator.rules:2:4: error: "
