@@ -64,6 +64,8 @@ def lower_left(t: ast.Term, scope: Scope, lw: Lowering, equal: bool = False) -> 
     if isinstance(t, ast.CaptureRef):
         scope.bind(t.name, "term", t.span)
         return [ir.Capture(t.name)]
+    if isinstance(t, ast.AbsentTerm):
+        return [ir.Absent()]
     if isinstance(t, ast.Wild):
         if equal:
             raise PlacementError(t.span, "'_' cannot appear in an equal rule (each side is built)")
@@ -138,6 +140,8 @@ def lower_right(t: ast.Term, scope: Scope, lw: Lowering) -> ir.Term:
     if isinstance(t, ast.CaptureRef):
         scope.use(t.name, "term", t.span)
         return ir.Capture(t.name)
+    if isinstance(t, ast.AbsentTerm):
+        return ir.Absent()
     if isinstance(t, ast.Wild):
         raise PlacementError(t.span, "'_' cannot appear in a result (there is nothing to build)")
     spec = op_spec(t, lw.ops)
