@@ -98,9 +98,26 @@ class App:
     bind: str | None = None
     rest: CaptureRef | None = None
     span: Span = _span()
+    optional: bool = False  # `Op?`: the application, or its first input in its place
 
 
-Term = App | CaptureRef | Wild
+@dataclass(frozen=True)
+class Alt:
+    """`(or P1 P2 ...)` in a pattern: any one of the alternatives (`dsl.expand` makes one rule
+    per alternative)."""
+
+    options: tuple[Term, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class AbsentTerm:
+    """`absent`: an optional input that is not there."""
+
+    span: Span = _span()
+
+
+Term = App | CaptureRef | Wild | Alt | AbsentTerm
 
 
 # ---- guards and forms ----------------------------------------------------------------------

@@ -11,6 +11,7 @@ kebab-case. `(for op UNARY_ELEMENTWISE FORM...)` iterates over a family of
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -39,13 +40,75 @@ def flatten(file: ast.File) -> list[FlatRule]:
         if isinstance(form, ast.Ruleset):
             ruleset = form.name
         else:
-            out += [FlatRule(f, ruleset) for f in _expand(form, {})]
+            out += [FlatRule(a, ruleset) for f in _expand(form, {}) for a in alternatives(f)]
     for r in out:
         left = _PLACEHOLDER.search(r.form.name)
         if left:
             msg = f"rule name '{r.form.name}' uses {{{left[1]}}} outside a 'for {left[1]}'"
             raise ForError(r.form.span, msg)
     return out
+
+
+def alternatives(form: ast.Simplify | ast.Equal) -> list[ast.Simplify | ast.Equal]:
+    """The rules a form stands for once its pattern's choices are made: `(or P1 P2 ...)` is
+    each alternative, `Op?` the application or its first input in its place. The first keeps
+    the rule's name, the others get `-alt1`, `-alt2`, ... A guard that uses a capture which
+    another alternative binds but this one does not is left out of this one: `(or absent @z)`
+    with `(if (all-equal @z 0))` matches an absent input or a constant zero. Raises ForError
+    for a choice outside a `simplify` pattern."""
+    for side, t in (("result", form.rhs), ("pattern of an equal rule", form.lhs)):
+        if side == "result" or isinstance(form, ast.Equal):
+            bad = _first_choice(t)
+            if bad is not None:
+                what = "'or'" if isinstance(bad, ast.Alt) else f"'{bad.head}?'"
+                raise ForError(bad.span, f"{what} is only allowed in a simplify rule's pattern")
+    if isinstance(form, ast.Equal) or _first_choice(form.lhs) is None:
+        return [form]
+    lhss = _choices(form.lhs)
+    bound = [_captures(t) for t in lhss]
+    some = set.union(*bound)
+    out = []
+    for i, (lhs, mine) in enumerate(zip(lhss, bound)):
+        guards = tuple(g for g in form.guards if not (_guard_captures(g) & (some - mine)))
+        name = form.name if i == 0 else f"{form.name}-alt{i}"
+        out.append(dataclasses.replace(form, name=name, lhs=lhs, guards=guards))
+    return out
+
+
+def _first_choice(t: ast.Term):
+    if isinstance(t, ast.Alt) or (isinstance(t, ast.App) and t.optional):
+        return t
+    if isinstance(t, ast.App):
+        return next((c for a in t.args if (c := _first_choice(a)) is not None), None)
+    return None
+
+
+def _choices(t: ast.Term) -> list[ast.Term]:
+    if isinstance(t, ast.Alt):
+        return [c for o in t.options for c in _choices(o)]
+    if not isinstance(t, ast.App):
+        return [t]
+    combos = itertools.product(*(_choices(a) for a in t.args))
+    out = [dataclasses.replace(t, args=tuple(c), optional=False) for c in combos]
+    if t.optional:
+        out += _choices(t.args[0])
+    return out
+
+
+def _captures(t: ast.Term) -> set[str]:
+    if isinstance(t, ast.CaptureRef):
+        return {t.name}
+    if not isinstance(t, ast.App):
+        return set()
+    out = {t.bind} if t.bind else set()
+    out |= {a.value.name for a in t.attrs if isinstance(a.value, ast.CaptureRef)}
+    for a in t.args:
+        out |= _captures(a)
+    return out
+
+
+def _guard_captures(g: ast.GuardCall) -> set[str]:
+    return {a.name for a in g.args if isinstance(a, ast.CaptureRef)}
 
 
 def kebab(op: str) -> str:
@@ -92,6 +155,8 @@ def _substitute_rule(form: ast.Simplify | ast.Equal, env: dict[str, str]):
 
 
 def _substitute(t: ast.Term, env: dict[str, str]) -> ast.Term:
+    if isinstance(t, ast.Alt):
+        return dataclasses.replace(t, options=tuple(_substitute(o, env) for o in t.options))
     if not isinstance(t, ast.App):
         return t
     args = tuple(_substitute(a, env) for a in t.args)

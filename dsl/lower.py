@@ -34,7 +34,7 @@ from dsl.errors import (
 )
 from dsl.host import Scope, lower_call
 from dsl.printer import value_text
-from vocab.ops import REQUIRED, OpSpec, OpTable
+from vocab.ops import ORT_DOMAINS, REQUIRED, OpSpec, OpTable
 
 KIND_WORDS = {
     "int": "an int",
@@ -64,6 +64,8 @@ def lower_left(t: ast.Term, scope: Scope, lw: Lowering, equal: bool = False) -> 
     if isinstance(t, ast.CaptureRef):
         scope.bind(t.name, "term", t.span)
         return [ir.Capture(t.name)]
+    if isinstance(t, ast.AbsentTerm):
+        return [ir.Absent()]
     if isinstance(t, ast.Wild):
         if equal:
             raise PlacementError(t.span, "'_' cannot appear in an equal rule (each side is built)")
@@ -138,6 +140,8 @@ def lower_right(t: ast.Term, scope: Scope, lw: Lowering) -> ir.Term:
     if isinstance(t, ast.CaptureRef):
         scope.use(t.name, "term", t.span)
         return ir.Capture(t.name)
+    if isinstance(t, ast.AbsentTerm):
+        return ir.Absent()
     if isinstance(t, ast.Wild):
         raise PlacementError(t.span, "'_' cannot appear in a result (there is nothing to build)")
     spec = op_spec(t, lw.ops)
@@ -201,8 +205,7 @@ def op_spec(t: ast.App, ops: OpTable) -> OpSpec:
     Raises UnknownOperatorError, ForbiddenOperatorError, ArityError."""
     spec = ops.get(t.head)
     if spec is None:
-        hint = did_you_mean(t.head, ops.names())
-        raise UnknownOperatorError(t.span, f"unknown operator '{t.head}'{hint}")
+        raise UnknownOperatorError(t.span, _unknown(t.head, ops))
     if spec.effectful or spec.random:
         what = "random" if spec.random else "effectful"
         raise ForbiddenOperatorError(t.span, f"{t.head} is {what}; rules cannot match or build it")
@@ -210,6 +213,24 @@ def op_spec(t: ast.App, ops: OpTable) -> OpSpec:
     if not spec.n_required <= n <= spec.arity:
         raise ArityError(t.span, f"{t.head} takes {_inputs(spec)}, got {n}")
     return spec
+
+
+def _unknown(head: str, ops: OpTable) -> str:
+    """Why `head` names no op: a projection out of range, an unknown domain, or a name with
+    the closest known one."""
+    base, sharp, k = head.partition("#")
+    spec = ops.get(base) if sharp else None
+    if spec is not None:
+        if spec.n_outputs == 1:
+            return f"'{head}': {base} has one output (write {base} for it)"
+        last = f"{spec.n_outputs - 1}" + (" (a variadic output)" if spec.variadic_outputs else "")
+        return f"'{head}': {base}'s outputs are {base}, then {base}#1 to {base}#{last}"
+    if "." in base and not sharp:
+        domain = base.rsplit(".", 1)[0]
+        known = sorted({n.rsplit(".", 1)[0] for n in ops.names() if "." in n} | set(ORT_DOMAINS))
+        if domain not in known:
+            return f"unknown domain '{domain}' in '{head}' (domains: {', '.join(known)})"
+    return f"unknown operator '{head}'{did_you_mean(head, ops.names())}"
 
 
 def _inputs(spec: OpSpec) -> str:

@@ -19,7 +19,7 @@ from dsl import ast
 from dsl.errors import RulesError, RulesSyntaxError, source_line
 from dsl.ir import Span
 
-_HEAD = re.compile(r"(?P<op>[^:@]+)(:(?P<flag>[A-Za-z]+))?(@(?P<bind>\w+))?$")
+_HEAD = re.compile(r"(?P<op>[^:@?]+)(?P<opt>\?)?(:(?P<flag>[A-Za-z]+))?(@(?P<bind>\w+))?$")
 
 # What a terminal means to a rule author; string terminals are shown quoted instead.
 _WORDS = {
@@ -196,9 +196,25 @@ class _ToAst(Transformer):
             raise RulesSyntaxError(rest[-1].span, ":attrs takes one capture, like :attrs @rest")
         attrs = tuple(a for a in attrs if a.name != "attrs")
         rest_cap = rest[0].value if rest else None
+        if m["opt"] and not args:
+            msg = f"'{m['op']}?' needs an input to stand in its place when it is not there"
+            raise RulesSyntaxError(self._at(head), msg)
         return ast.App(
-            m["op"], args, attrs, m["flag"] == "c", m["bind"], rest_cap, span=self._at(head)
+            m["op"],
+            args,
+            attrs,
+            m["flag"] == "c",
+            m["bind"],
+            rest_cap,
+            span=self._at(head),
+            optional=bool(m["opt"]),
         )
+
+    def alt(self, meta, c):
+        return ast.Alt(tuple(c), span=self._at(meta))
+
+    def absent(self, meta, c):
+        return ast.AbsentTerm(span=self._at(meta))
 
     def attr(self, meta, c):
         return ast.Attr(str(c[0])[1:], c[1], span=self._at(c[0]))

@@ -40,6 +40,9 @@ def format_form(form: ast.Form, indent: str = "") -> str:
 def format_term(t: ast.Term, indent: str = "") -> str:
     """A term at `indent`: on one line if it fits, else one operand or attribute per line."""
     flat = indent + term_text(t)
+    if isinstance(t, ast.Alt) and len(flat) > WIDTH:
+        inner = indent + _STEP
+        return f"{indent}(or\n" + "\n".join(format_term(o, inner) for o in t.options) + ")"
     if len(flat) <= WIDTH or not isinstance(t, ast.App) or not (t.args or t.attrs):
         return flat
     inner = indent + _STEP
@@ -56,6 +59,10 @@ def term_text(t: ast.Term) -> str:
         return f"@{t.name}"
     if isinstance(t, ast.Wild):
         return "_"
+    if isinstance(t, ast.AbsentTerm):
+        return "absent"
+    if isinstance(t, ast.Alt):
+        return "(or " + " ".join(term_text(o) for o in t.options) + ")"
     parts = [_head(t), *(term_text(a) for a in t.args)]
     parts += [f":{a.name} {value_text(a.value)}" for a in t.attrs]
     if t.rest is not None:
@@ -84,7 +91,8 @@ def number_text(x: int | float) -> str:
 
 
 def _head(t: ast.App) -> str:
-    return t.head + (":c" if t.commutative else "") + (f"@{t.bind}" if t.bind else "")
+    head = t.head + ("?" if t.optional else "") + (":c" if t.commutative else "")
+    return head + (f"@{t.bind}" if t.bind else "")
 
 
 def _format_guards(guards: tuple[ast.GuardCall, ...], indent: str) -> str:

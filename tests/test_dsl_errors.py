@@ -108,7 +108,7 @@ EXPECTED = {
     "syntax_error": (
         dsl.RulesSyntaxError,
         "syntax_error.rules:3:11: error: unexpected '0'; "
-        "expected a capture like @x, an attribute like :perm, '(', ')' or '_'\n"
+        "expected a capture like @x, an attribute like :perm, '(', ')', '_' or 'absent'\n"
         "      (Add @x 0)\n"
         "              ^",
     ),
@@ -144,6 +144,29 @@ EXPECTED = {
         "unknown guard 'identity-prem'; did you mean 'identity-perm'?\n"
         "      (if (identity-prem @p))\n"
         "           ^",
+    ),
+    "projection_out_of_range": (
+        dsl.UnknownOperatorError,
+        "projection_out_of_range.rules:2:4: error: "
+        "'Split#9': Split's outputs are Split, then Split#1 to Split#7 (a variadic output)\n"
+        "      (Split#9 @x :axis 0 :num_outputs 2)\n"
+        "       ^",
+    ),
+    "unknown_domain": (
+        dsl.UnknownOperatorError,
+        "unknown_domain.rules:2:4: error: "
+        "unknown domain 'com.nosuch' in 'com.nosuch.Foo' (domains: ai.onnx.ml, com.microsoft)\n"
+        "      (com.nosuch.Foo @x)\n"
+        "       ^",
+    ),
+    "unknown_family": (
+        dsl.ForError,
+        "unknown_family.rules:1:1: error: unknown op family 'NO_SUCH_FAMILY' (families: "
+        "ACTIVATION, BINARY_ARITHMETIC, BROADCASTING, COMMUTATIVE, COMPARISON, CONV, LOGICAL, "
+        "MATMUL, MOVEMENT, NORMALIZATION, POOL, QUANTIZATION, RANDOM, REDUCTION, SAME_TYPE, "
+        "SHAPE, SOFTMAX, UNARY_ELEMENTWISE, VARIADIC_ELEMENTWISE, VIEW)\n"
+        "    (for op NO_SUCH_FAMILY\n"
+        "    ^",
     ),
     "unknown_operator": (
         dsl.UnknownOperatorError,

@@ -348,7 +348,7 @@ CASES = [
         EXACT,
     ),
     (
-        "pad-zero-into-conv",
+        "pad-into-conv-alt1",
         18,
         "float[N,2,H,W] x => float[N,2,H2,W2] y",
         f"{CONV_W}, int64[8] p = {{0, 0, 0, 2, 0, 0, 1, 0}}, float zero = {{0.0}}",
@@ -546,7 +546,7 @@ def test_fused_attributes():
     assert _attrs(result).get("epsilon", default) == pytest.approx(1e-5)
     result, _ = optimize_model(_model(*case["gelu-tanh-half-first"][1:5]), RULES, fp=APPROX)
     assert _attrs(result) == {"approximate": b"tanh"}
-    result, _ = optimize_model(_model(*case["pad-zero-into-conv"][1:5]), RULES, fp=EXACT)
+    result, _ = optimize_model(_model(*case["pad-into-conv-alt1"][1:5]), RULES, fp=EXACT)
     assert list(_attrs(result)["pads"]) == [1, 2, 1, 1]
     result, _ = optimize_model(_model(*case["slice-slice"][1:5]), RULES, fp=EXACT)
     values = {i.name: onnx.numpy_helper.to_array(i).tolist() for i in result.graph.initializer}
