@@ -391,7 +391,7 @@ def _visit(n: Node, g: TermGraph, a: ShapeAnalysis) -> None:
             for j, ax in enumerate(axes):
                 x[ax] = x[ax] + pads.elems[j] + pads.elems[j + k]
             shp = tuple(x)
-    elif op == "Split" and s_in[0] is not None:
+    elif op.partition("#")[0] == "Split" and s_in[0] is not None:
         _split(n, g, a, s_in[0], at)
     if shp is not None:
         a.shapes[out] = tuple(sympy.Integer(d) if isinstance(d, int) else d for d in shp)
@@ -527,6 +527,17 @@ def _split(n: Node, g: TermGraph, a: ShapeAnalysis, x: Shape, at: dict) -> None:
     sizes = (
         _ints(a, n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] != ABSENT else at.get("split")
     )
+    if not n.opaque:  # a term of one output: Split (output 0) or its projection Split#K
+        k = int(n.op.partition("#")[2] or 0)
+        count = at.get("num_outputs")
+        if sizes is None and count and x[axis].is_number:  # equal chunks, the last smaller
+            d = int(x[axis])
+            chunk = -(-d // count)
+            sizes = [min(chunk, max(d - i * chunk, 0)) for i in range(count)]
+        if sizes is None or k >= len(sizes):
+            return
+        a.shapes[n.outputs[0]] = x[:axis] + (sympy.Integer(sizes[k]),) + x[axis + 1 :]
+        return
     if sizes is None or len(sizes) != len(n.outputs):
         return
     for o, size in zip(n.outputs, sizes):

@@ -2,6 +2,8 @@
 makes one term per output read, rules match and write projections, and the exporter writes
 the projections of one application as one node that onnxruntime runs."""
 
+import dataclasses
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -12,6 +14,7 @@ from frontends.onnx import optimize_model
 from frontends.onnx.check import run
 from frontends.onnx.exporter import merge_projections
 from frontends.onnx.importer import import_model
+from vocab.types import TensorType
 
 RULES = load_rules([shipped_rules_dir()])
 
@@ -114,3 +117,33 @@ def test_merge_keeps_nodes_that_would_write_one_position_twice():
     merged = merge_projections([a, c])
     assert len(merged) == 1 and list(merged[0].output) == ["p", "r"]
     onnx.checker.check_node(merged[0])
+
+
+def test_shape_analysis_gives_every_projection_its_shape():
+    """Found on GPT-2 (TorchScript): once Split was a term per output, the symbolic analysis
+    gave its outputs no shape (it expected one node with three outputs), the shape
+    computations after it stayed, and the optimized model had 125 more nodes."""
+    from engine.shapes import analyze
+
+    nodes = [
+        helper.make_node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3),
+        helper.make_node("Relu", ["a"], ["ya"]),
+        helper.make_node("Relu", ["b"], ["yb"]),
+        helper.make_node("Relu", ["c"], ["yc"]),
+    ]
+    model = _model(nodes, [_info("x", ["n", 7])], [_info(f"y{o}", None) for o in "abc"])
+    g = import_model(model)
+    # as after a Reshape whose target only the analysis computes: ONNX inference left the
+    # outputs' types unknown, so their shapes must come from the analysis itself
+    split_outs = {n.outputs[0] for n in g.nodes if n.op.startswith("Split")}
+    values = tuple(
+        dataclasses.replace(v, type=TensorType()) if i in split_outs else v
+        for i, v in enumerate(g.values)
+    )
+    a = analyze(dataclasses.replace(g, values=values))
+    shapes = {n.op: a.shapes.get(n.outputs[0]) for n in g.nodes if n.op.startswith("Split")}
+    assert {k: [str(d) for d in v] for k, v in shapes.items()} == {
+        "Split": ["n", "3"],
+        "Split#1": ["n", "3"],
+        "Split#2": ["n", "1"],  # 7 in chunks of 3: the last is smaller (ONNX Split-18)
+    }
