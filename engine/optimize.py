@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from onnx import TensorProto
 
-from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet, Term
+from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet, Term, Wildcard
 from engine import provenance as prov
 from engine.cost import CostModel
 from engine.egraph import EGraph
@@ -115,7 +115,7 @@ def select(
         if missing:
             skipped[r.name] = f"{', '.join(missing)} not available at opset {opset}"
             continue
-        older = _older_form_lacks(r.rhs, opset)
+        older = form_lacks(r.rhs, opset)
         if older:
             skipped[r.name] = f"{older} at opset {opset}"
             continue
@@ -123,13 +123,17 @@ def select(
     return keep, skipped
 
 
-def _older_form_lacks(t: Term, opset: int) -> str:
-    """Why the result `t` cannot be written at `opset` ("" if it can): it fills an input slot
-    or sets an attribute (to other than its default) that the op's form at that opset does
-    not have (ReduceMean's `axes` input is opset 18's; opset 13 has an attribute)."""
+def form_lacks(t: Term, opset: int) -> str:
+    """Why the term `t` (a result, or a pattern) cannot be written at `opset` ("" if it can):
+    an op missing there, or one that fills an input slot or sets an attribute (to other than
+    its default) that the op's form at that opset does not have (ReduceMean's `axes` input is
+    opset 18's; opset 13 has an attribute). A captured or wildcard attribute is whatever the
+    matched node has."""
     if not isinstance(t, OpNode):
         return ""
     spec = OPS.get(t.op, opset)
+    if spec is None:
+        return f"{t.op} not available"
     for i, arg in enumerate(t.args):
         if not isinstance(arg, Absent) and not spec.has_input(i):
             return f"{t.op} has no input {spec.inputs[i]}"
@@ -137,11 +141,11 @@ def _older_form_lacks(t: Term, opset: int) -> str:
         if spec.has_attr(name):
             continue
         default = spec.attr_index[name].default
-        if isinstance(value, Capture):  # copied from a matched node: its form's default
+        if isinstance(value, (Capture, Wildcard)):  # a matched node's: its form's default
             continue
         if not (isinstance(value, Literal) and (value.value == default or value.value is None)):
             return f"{t.op} has no attribute {name}"
-    return next((why for a in t.args if (why := _older_form_lacks(a, opset))), "")
+    return next((why for a in t.args if (why := form_lacks(a, opset))), "")
 
 
 def reachable(rules: list[Rule], ops: set[str]) -> list[Rule]:

@@ -19,11 +19,12 @@ from onnx import helper, numpy_helper
 
 from dsl.ir import Absent, Capture, OpNode, Rule
 from engine import apply as engine_apply
+from engine.optimize import form_lacks
 from frontends.onnx.importer import import_model
 from verify.draw import Example
 from vocab.graph import ABSENT, Node
 from vocab.onnx_nodes import export_node
-from vocab.ops import OPS, encode_attr
+from vocab.ops import MAX_OPSET, OPS, encode_attr
 from vocab.types import UNKNOWN, ClassInfo, TensorType
 
 IR_VERSION = 10  # onnxruntime 1.31 loads IR <= 13
@@ -232,5 +233,11 @@ def op_names(t) -> set[str]:
 
 
 def lowest_opset(rule: Rule) -> int:
-    """The lowest default-domain opset at which every op of both sides is in the op table."""
-    return max([13, *(OPS.first_opset(op) for op in op_names(rule.lhs) | op_names(rule.rhs))])
+    """The lowest default-domain opset at which every op of both sides is in the op table, in
+    a form with every input slot and non-default attribute the rule writes
+    (`engine.optimize.form_lacks`: Reshape's allowzero is opset 14's)."""
+    first = max([13, *(OPS.first_opset(op) for op in op_names(rule.lhs) | op_names(rule.rhs))])
+    for opset in range(first, MAX_OPSET + 1):
+        if not form_lacks(rule.lhs, opset) and not form_lacks(rule.rhs, opset):
+            return opset
+    return first
