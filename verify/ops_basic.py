@@ -18,45 +18,17 @@ from verify.dtypes import FLOATS
 from verify.node import sampler
 from vocab.ops import FAMILIES
 
+# the samplers' ops, from the op table's families (vocab.ops.FAMILIES) and the few others
+# these samplers draw: shape-preserving unary ops, and multidirectional broadcasting ones
 _UNARY = [
-    "Relu",
-    "Neg",
-    "Sqrt",
-    "Erf",
-    "Tanh",
-    "Sigmoid",
-    "Exp",
-    "Log",
-    "Abs",
-    "Reciprocal",
-    "Floor",
-    "Ceil",
-    "Not",
-    "Sin",
-    "Cos",
-    "Sign",
+    *FAMILIES["UNARY_ELEMENTWISE"],
     "Identity",
     "LeakyRelu",
     "HardSigmoid",
     "Gelu",
     "Cast",
 ]
-_BROADCAST = [
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Pow",
-    "Equal",
-    "Less",
-    "Greater",
-    "And",
-    "Or",
-    "Mod",
-    "LessOrEqual",
-    "GreaterOrEqual",
-    "Where",
-]
+_BROADCAST = [op for op in FAMILIES["BROADCASTING"] if op not in FAMILIES["VARIADIC_ELEMENTWISE"]]
 _SMALL_FLOATS = st.sampled_from([0.01, 0.2, 0.5, -0.5, 2.0, 1.0 / 6.0]) | st.floats(-3, 3, width=32)
 
 
@@ -99,6 +71,8 @@ def _broadcast(ctx) -> None:
     for i in range(n):
         known = [s for s in map(ctx.shape, range(n)) if s is not None]
         ctx.put(i, ctx.gen.compatible(known))
+    if ctx.op == "BitShift":
+        ctx.attr("direction", lambda: ctx.pick(["LEFT", "RIGHT"], "direction"))
     if ctx.op == "Mod":  # fmod=0 is integer modulus; floats need fmod=1
         ctx.attr("fmod", lambda: 1 if ctx.dtype(0) in FLOATS else ctx.pick([0, 1], "fmod"))
 
