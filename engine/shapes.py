@@ -521,12 +521,29 @@ def _slice_len(dim: Expr, s: Expr, e: Expr, step: int) -> Expr | None:
     return sympy.Max(e2 - s2, 0)
 
 
+def _split_sizes(n: Node, a: ShapeAnalysis, at: dict) -> list[int] | None:
+    """The sizes a Split node's `split` input (or Split-11's attribute) gives, if known."""
+    if len(n.inputs) > 1 and n.inputs[1] != ABSENT:
+        return _ints(a, n.inputs[1])
+    return at.get("split")
+
+
+def _split_count(n: Node, a: ShapeAnalysis, at: dict) -> int | None:
+    """How many outputs a Split node has: its split sizes, its `num_outputs`, or (an imported
+    node) its ONNX proto's outputs; a matchable Split term is one of them, so `n.outputs`
+    does not say."""
+    sizes = _split_sizes(n, a, at)
+    if sizes is not None:
+        return len(sizes)
+    if at.get("num_outputs"):
+        return at["num_outputs"]
+    return len(n.payload.output) if isinstance(n.payload, onnx.NodeProto) else None
+
+
 def _split(n: Node, g: TermGraph, a: ShapeAnalysis, x: Shape, at: dict) -> None:
     axis = at.get("axis", 0)
     axis = axis + len(x) if axis < 0 else axis
-    sizes = (
-        _ints(a, n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] != ABSENT else at.get("split")
-    )
+    sizes = _split_sizes(n, a, at)
     if not n.opaque:  # a term of one output: Split (output 0) or its projection Split#K
         k = int(n.op.partition("#")[2] or 0)
         count = at.get("num_outputs")
@@ -977,12 +994,7 @@ def _noop_input(n: Node, a: ShapeAnalysis, consts: dict) -> int | None:
         return n.inputs[0] if len(present_inputs(n)) == 1 else None
     if n.op == "Split":  # into one output: the node has one (the caller's condition) and
         # `num_outputs` or the `split` input says one (a matchable Split is its first output)
-        at = _attrs(n)
-        sizes = _ints(a, n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] != ABSENT else None
-        count = at.get("num_outputs") or (len(sizes) if sizes is not None else None)
-        if count is None and isinstance(n.payload, onnx.NodeProto):
-            count = len(n.payload.output)
-        return n.inputs[0] if count == 1 else None
+        return n.inputs[0] if _split_count(n, a, _attrs(n)) == 1 else None
     if n.op == "Pad":
         pads, x = a.values.get(n.inputs[1]), a.shapes.get(n.inputs[0])
         if x is not None and all(d.is_number for d in x) and n.inputs[1] in consts:

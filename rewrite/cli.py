@@ -38,7 +38,6 @@ from verify.lint_cli import add_parser as add_lint
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 out = Console(highlight=False, soft_wrap=True)
-VARIADIC_SLOTS_SHOWN = 8  # vocab.ops.VARIADIC_SLOTS: the slots a variadic input is shown as
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -380,7 +379,7 @@ def _ops_parser(sub) -> None:
 def cmd_ops(args) -> int:
     """`rewrite ops`: the vocabulary as a table or JSON (`vocab.ops.vocabulary`)."""
     from engine.infer import shape_rule
-    from vocab.ops import FAMILIES, MIN_OPSET, OPS, REQUIRED, vocabulary
+    from vocab.ops import FAMILIES, MIN_OPSET, OPS, REQUIRED, VARIADIC_SLOTS, vocabulary
 
     domains = None
     if args.domain:
@@ -409,7 +408,7 @@ def cmd_ops(args) -> int:
         for i, name in enumerate(spec.inputs):
             if not spec.has_input(i):
                 break
-            if spec.variadic and i >= spec.arity - VARIADIC_SLOTS_SHOWN:
+            if spec.variadic and i >= spec.arity - VARIADIC_SLOTS:
                 if not seen_variadic:
                     inputs.append(name.rsplit("_", 1)[0] + "...")
                     seen_variadic = True

@@ -680,10 +680,8 @@ def vocabulary(domains: Iterable[str] | None = None) -> list[VocabEntry]:
         newest = versions[-1]
         spec = OPS.get(newest.name if domain == DEFAULT_DOMAIN else f"{domain}.{newest.name}")
         reason = _reason(newest)
-        if spec is None:  # not representable: a spec of the registry's form, for the listing
-            floor = 1
-            specs = _specs_of(versions, floor, ceiling) if not reason else []
-            spec = specs[-1] if specs else _listing_spec(newest)
+        if spec is None:  # not representable: the registry's newest form, for the listing
+            spec = _listing_spec(newest)
             reason = reason or "no form the engine can hold"
         elif spec.random:
             reason = "random (never matched)"
