@@ -25,10 +25,12 @@ def _span() -> Span:
 
 @dataclass(frozen=True)
 class CaptureRef:
-    """`@name`: a capture, at a term or an attribute position."""
+    """`@name`: a capture, at a term or an attribute position. `many`: `@name...`, a list
+    capture that binds a run of a variadic input's slots (zero or more values)."""
 
     name: str
     span: Span = _span()
+    many: bool = False
 
 
 @dataclass(frozen=True)

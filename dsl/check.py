@@ -121,4 +121,5 @@ def _rule(fr: FlatRule, name, kind, lhs, rhs, guards, scope: Scope) -> ir.Rule:
         span=fr.form.span,
         term_captures=scope.names("term"),
         attr_captures=scope.names("attr"),
+        lists=scope.names("list"),
     )

@@ -22,9 +22,14 @@ from dsl.errors import (
     did_you_mean,
 )
 from dsl.ir import Span
-from vocab.registry import TERM
+from vocab.registry import LIST, TERM
 
-ROLE_WORDS = {"term": "a term", "attr": "an attribute", "attrs": "an attribute group (:attrs)"}
+ROLE_WORDS = {
+    "term": "a term",
+    "attr": "an attribute",
+    "attrs": "an attribute group (:attrs)",
+    "list": "a list of terms (@xs...)",
+}
 
 
 @dataclass(frozen=True)
@@ -110,17 +115,22 @@ def _host_args(name, what, params, args, span, scope, builders) -> tuple[ir.Attr
     )
 
 
+_WANT = {TERM: "a term capture like @x", LIST: "a list capture like @xs..."}
+_ROLE = {TERM: "term", LIST: "list"}
+
+
 def _host_arg(name, what, i, param, a, scope, builders) -> ir.AttrExpr:
-    want = "a term capture like @x" if param == TERM else "an attribute capture or a literal"
+    want = _WANT.get(param, "an attribute capture or a literal")
     where = f"argument {i + 1} of {what} '{name}'"
     if isinstance(a, ast.CaptureRef):
         b = scope.bound.get(a.name)
+        shown = f"@{a.name}" + ("..." if a.many else "")
         if b is None:
-            raise UnboundCaptureError(a.span, f"@{a.name} is not bound by the left side")
-        if b.role != ("term" if param == TERM else "attr"):
+            raise UnboundCaptureError(a.span, f"{shown} is not bound by the left side")
+        if b.role != _ROLE.get(param, "attr") or a.many != (b.role == "list"):
             raise ArgumentError(a.span, f"{where} must be {want}; @{a.name} {_was(b)}")
-        return ir.Capture(a.name)
-    if param == TERM:
+        return ir.ListCapture(a.name) if a.many else ir.Capture(a.name)
+    if param in (TERM, LIST):
         raise ArgumentError(a.span, f"{where} must be {want}")
     if isinstance(a, ast.Number | ast.String):
         return ir.Literal(a.value)

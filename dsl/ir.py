@@ -33,6 +33,16 @@ class Capture:
 
 
 @dataclass(frozen=True)
+class ListCapture:
+    """`@name...`: a list capture. On the left, in a variadic input's slots, it binds a run of
+    zero or more values; in a result it spreads them into a variadic input; as a guard
+    argument it is the list. `dsl.lists` turns a rule with list captures into rules with one
+    capture `name.K` per item (`Rule.items`)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class Wildcard:
     """`_`: matches anything, binds nothing."""
 
@@ -69,8 +79,8 @@ class OpNode:
     bind: str | None = None
 
 
-Term = OpNode | Capture | Wildcard | Absent
-AttrExpr = Literal | Capture | Wildcard | Call
+Term = OpNode | Capture | ListCapture | Wildcard | Absent
+AttrExpr = Literal | Capture | ListCapture | Wildcard | Call
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,12 @@ class Rule:
     ruleset: the `(ruleset NAME)` in force where the rule was written.
     fp: numeric class: `exact`, `reassoc` or `approx`.
     term_captures / attr_captures: the captures bound on the left, split by what they bind.
+    lists: the list captures (`@xs...`) bound on the left. A rule with lists is a template:
+    `dsl.lists` makes the rules the engine runs and the rules `verify` draws from it.
+    items: in such a rule, list name -> the term captures of its items, in order (an item
+        the engine binds to an absent slot is not part of the list).
+    instance: what tells apart the rules `dsl.lists` makes of one template (the item counts
+        it fixed), so that each gets its own egglog relation; empty for a written rule.
     """
 
     name: str
@@ -103,6 +119,9 @@ class Rule:
     span: Span
     term_captures: tuple[str, ...]
     attr_captures: tuple[str, ...]
+    lists: tuple[str, ...] = ()
+    items: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    instance: str = ""
 
     @cached_property
     def lhs_ops(self) -> frozenset[str]:
@@ -116,8 +135,9 @@ class Rule:
 
     @property
     def needs_host(self) -> bool:
-        """True if the rule has guards or computed values, so its matches go through Python."""
-        return bool(self.guards) or _has_call(self.rhs)
+        """True if the rule has guards, computed values or list captures, so its matches go
+        through Python."""
+        return bool(self.guards) or bool(self.lists) or _has_call(self.rhs)
 
 
 @dataclass(frozen=True)

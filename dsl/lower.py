@@ -34,7 +34,7 @@ from dsl.errors import (
 )
 from dsl.host import Scope, lower_call
 from dsl.printer import value_text
-from vocab.ops import ORT_DOMAINS, REQUIRED, OpSpec, OpTable
+from vocab.ops import ORT_DOMAINS, REQUIRED, VARIADIC_SLOTS, OpSpec, OpTable
 
 KIND_WORDS = {
     "int": "an int",
@@ -62,6 +62,8 @@ def lower_left(t: ast.Term, scope: Scope, lw: Lowering, equal: bool = False) -> 
     """The IR variants of a pattern (more than one when `:c` is used: the written order
     first), binding its captures into `scope`. `equal` lowers one side of an `equal` rule."""
     if isinstance(t, ast.CaptureRef):
+        if t.many:
+            raise _list_outside(t)
         scope.bind(t.name, "term", t.span)
         return [ir.Capture(t.name)]
     if isinstance(t, ast.AbsentTerm):
@@ -75,8 +77,14 @@ def lower_left(t: ast.Term, scope: Scope, lw: Lowering, equal: bool = False) -> 
         if equal:
             raise PlacementError(t.span, f"'{t.head}@{t.bind}' cannot appear in an equal rule")
         scope.bind(t.bind, "term", t.span)
-    variants = [lower_left(a, scope, lw, equal) for a in t.args]
-    variants += [[ir.Absent()]] * (spec.arity - len(t.args))
+    variants = [
+        [_left_list(t, i, a, spec, scope, equal)]
+        if _is_list(a)
+        else lower_left(a, scope, lw, equal)
+        for i, a in enumerate(t.args)
+    ]
+    if not any(_is_list(a) for a in t.args):  # a run of list captures is padded by dsl.lists
+        variants += [[ir.Absent()]] * (spec.arity - len(t.args))
     combos = list(product(*variants))
     if t.commutative:
         _check_commutative(t, spec, equal)
@@ -86,7 +94,46 @@ def lower_left(t: ast.Term, scope: Scope, lw: Lowering, equal: bool = False) -> 
     return list(dict.fromkeys(nodes))
 
 
+def _is_list(a: ast.Term) -> bool:
+    return isinstance(a, ast.CaptureRef) and a.many
+
+
+def _list_outside(t: ast.CaptureRef) -> PlacementError:
+    msg = (
+        f"@{t.name}... binds a run of inputs; it can only be an input of an op with a"
+        " variadic input, like Concat"
+    )
+    return PlacementError(t.span, msg)
+
+
+def _check_list_slot(t: ast.App, i: int, a: ast.CaptureRef, spec: OpSpec) -> None:
+    """A list capture must stand in the variadic input's slots (the last input)."""
+    if not spec.variadic:
+        msg = f"@{a.name}... binds a run of inputs, but {t.head} has no variadic input"
+        raise PlacementError(a.span, msg)
+    first = spec.arity - VARIADIC_SLOTS
+    if i < first:
+        msg = (
+            f"@{a.name}... is input {i + 1} of {t.head}, whose variadic input starts at input"
+            f" {first + 1}"
+        )
+        raise PlacementError(a.span, msg)
+
+
+def _left_list(t: ast.App, i: int, a: ast.CaptureRef, spec: OpSpec, scope: Scope, equal: bool):
+    if equal:
+        raise PlacementError(a.span, f"@{a.name}... cannot appear in an equal rule")
+    _check_list_slot(t, i, a, spec)
+    if scope.has(a.name):
+        msg = f"@{a.name}... is bound twice; a list capture binds one run of inputs"
+        raise PlacementError(a.span, msg)
+    scope.bind(a.name, "list", a.span)
+    return ir.ListCapture(a.name)
+
+
 def _check_commutative(t: ast.App, spec: OpSpec, equal: bool) -> None:
+    if any(_is_list(a) for a in t.args):
+        raise CommutativeError(t.span, "':c' cannot swap a list capture")
     if equal:
         raise CommutativeError(t.span, "':c' cannot appear in an equal rule (write one order)")
     if len(t.args) < 2:
@@ -138,6 +185,8 @@ def _left_value(t: ast.App, at: ast.Attr, kind: str, scope: Scope, equal: bool) 
 def lower_right(t: ast.Term, scope: Scope, lw: Lowering) -> ir.Term:
     """The IR of a result term; its captures must be bound in `scope`."""
     if isinstance(t, ast.CaptureRef):
+        if t.many:
+            raise _list_outside(t)
         scope.use(t.name, "term", t.span)
         return ir.Capture(t.name)
     if isinstance(t, ast.AbsentTerm):
@@ -150,9 +199,19 @@ def lower_right(t: ast.Term, scope: Scope, lw: Lowering) -> ir.Term:
         raise PlacementError(t.span, msg)
     if t.commutative:
         raise CommutativeError(t.span, "':c' is only allowed on the left side")
-    args = [lower_right(a, scope, lw) for a in t.args]
-    args += [ir.Absent()] * (spec.arity - len(t.args))
+    args = [
+        _right_list(t, i, a, spec, scope) if _is_list(a) else lower_right(a, scope, lw)
+        for i, a in enumerate(t.args)
+    ]
+    if not any(_is_list(a) for a in t.args):  # a spread is padded when the lists are known
+        args += [ir.Absent()] * (spec.arity - len(t.args))
     return ir.OpNode(t.head, tuple(args), _right_attrs(t, spec, scope, lw))
+
+
+def _right_list(t: ast.App, i: int, a: ast.CaptureRef, spec: OpSpec, scope: Scope):
+    _check_list_slot(t, i, a, spec)
+    scope.use(a.name, "list", a.span)
+    return ir.ListCapture(a.name)
 
 
 def _right_attrs(t: ast.App, spec: OpSpec, scope: Scope, lw: Lowering):
@@ -209,8 +268,9 @@ def op_spec(t: ast.App, ops: OpTable) -> OpSpec:
     if spec.effectful or spec.random:
         what = "random" if spec.random else "effectful"
         raise ForbiddenOperatorError(t.span, f"{t.head} is {what}; rules cannot match or build it")
-    n = len(t.args)
-    if not spec.n_required <= n <= spec.arity:
+    n = sum(not (isinstance(a, ast.CaptureRef) and a.many) for a in t.args)
+    lists = n < len(t.args)  # list captures may stand for the required inputs
+    if not (spec.n_required <= n or lists) or n > spec.arity:
         raise ArityError(t.span, f"{t.head} takes {_inputs(spec)}, got {n}")
     return spec
 

@@ -31,6 +31,7 @@ _WORDS = {
     "FN_NAME": "a guard or builder name",
     "ATTR_KEY": "an attribute like :perm",
     "CAPTURE": "a capture like @x",
+    "LIST_CAPTURE": "a list capture like @xs...",
     "NUMBER": "a number",
     "STRING": 'a string like "NOTSET"',
     "FP_CLASS": "exact, reassoc or approx",
@@ -227,6 +228,9 @@ class _ToAst(Transformer):
 
     def capture(self, meta, c):
         return ast.CaptureRef(str(c[0])[1:], span=self._at(c[0]))
+
+    def list_capture(self, meta, c):
+        return ast.CaptureRef(str(c[0])[1:-3], span=self._at(c[0]), many=True)
 
     def wildcard(self, meta, c):
         return ast.Wild(span=self._at(meta))

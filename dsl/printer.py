@@ -56,7 +56,7 @@ def format_term(t: ast.Term, indent: str = "") -> str:
 def term_text(t: ast.Term) -> str:
     """A term on one line."""
     if isinstance(t, ast.CaptureRef):
-        return f"@{t.name}"
+        return f"@{t.name}" + ("..." if t.many else "")
     if isinstance(t, ast.Wild):
         return "_"
     if isinstance(t, ast.AbsentTerm):
@@ -73,7 +73,7 @@ def term_text(t: ast.Term) -> str:
 def value_text(v: ast.AttrValue | ast.GuardArg) -> str:
     """An attribute value or guard argument on one line."""
     if isinstance(v, ast.CaptureRef):
-        return f"@{v.name}"
+        return f"@{v.name}" + ("..." if v.many else "")
     if isinstance(v, ast.Wild):
         return "_"
     if isinstance(v, ast.Number):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsl.ir import Absent, Call, Capture, Literal, OpNode, Rule
+from dsl.ir import Absent, Call, Capture, ListCapture, Literal, OpNode, Rule
 from engine.egraph import Snapshot, constant_op_value
 from engine.emit import HostRule, guard_text
 from engine.infer import infer_type
@@ -114,6 +114,10 @@ def apply_matches(
                 continue
             processed.add(key)
             m = _Match(h.rule, dict(zip(h.columns, row[1:])), kinds, snap, batch)
+            gap = m.list_gap()
+            if gap is not None:
+                report.rejected[h.rule.name][f"@{gap}... has an absent input inside it"] += 1
+                continue
             try:
                 failed = m.failing_guard()
                 if failed is not None:
@@ -152,7 +156,21 @@ class _Match:
             batch,
         )
         self.terms = set(rule.term_captures)
+        self.items = dict(rule.items)
         self.created: list[tuple[int, str, tuple[int, ...], tuple[str, ...]]] = []
+
+    def present(self, name: str) -> tuple[str, ...]:
+        """The item captures of list `name` bound to present inputs (an open list's items past
+        the node's last input are bound to the absent class, `dsl.lists`)."""
+        return tuple(i for i in self.items[name] if not self.snap.is_absent(self.binding[i]))
+
+    def list_gap(self) -> str | None:
+        """The first list whose present items are not a leading run of its items (no match of
+        a well-formed node has one), or None."""
+        for name, items in self.items.items():
+            if self.present(name) != items[: len(self.present(name))]:
+                return name
+        return None
 
     def firing(self, root: int) -> HostFiring:
         """This match, applied, as a HostFiring (after `build`)."""
@@ -170,6 +188,8 @@ class _Match:
         """Python value of a guard/builder argument or attribute expression."""
         if isinstance(a, Literal):
             return a.value
+        if isinstance(a, ListCapture):
+            return [self.snap.info(self.binding[i]) for i in self.present(a.name)]
         if isinstance(a, Capture):
             if a.name in self.terms:
                 return self.snap.info(self.binding[a.name])
@@ -203,14 +223,30 @@ class _Match:
         if not isinstance(t, OpNode):
             raise TypeError(f"cannot build {t!r}")
         spec = OPS.get(t.op)
-        args = [self.build(a) for a in t.args]
+        terms = self.spread(t, spec)
+        args = [self.build(a) for a in terms]
         attrs = tuple((name, self.value(v)) for name, v in t.attrs)
         texts = [encode_attr(spec.attr_index[n].kind, v) for n, v in attrs]
-        values = tuple(self._const(a) for a in t.args)
+        values = tuple(self._const(a) for a in terms)
         typ = infer_type(t.op, attrs, tuple(a[1] for a in args), values)
         vid = self.batch.node(t.op, [a[0] for a in args], texts, typ)
         self.created.append((vid, t.op, tuple(a[0] for a in args), tuple(texts)))
         return vid, typ
+
+    def spread(self, t: OpNode, spec) -> tuple:
+        """The inputs of result node `t` with each list capture spread into its present items
+        and the rest of the slots absent. Raises _Skip when they do not fit the op's slots
+        or leave a required input out."""
+        if not any(isinstance(a, ListCapture) for a in t.args):
+            return t.args
+        out: list = []
+        for a in t.args:
+            out += [Capture(i) for i in self.present(a.name)] if isinstance(a, ListCapture) else [a]
+        if len(out) > spec.arity:
+            raise _Skip(f"{t.op} of {len(out)} inputs (it has {spec.arity} slots)")
+        if len(out) < spec.n_required:
+            raise _Skip(f"{t.op} of {len(out)} inputs")
+        return tuple(out) + (Absent(),) * (spec.arity - len(out))
 
     def _const(self, a):
         """Value of a constant argument (a captured constant, or a `Constant` op in the rule),

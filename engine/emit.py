@@ -23,7 +23,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet, Term, Wildcard
+from dsl.ir import Absent, Capture, ListCapture, Literal, OpNode, Rule, RuleSet, Term, Wildcard
+from dsl.lists import engine_rules
 from vocab.ops import OPS, encode_attr
 
 COMBINED = "all-rules"
@@ -73,9 +74,17 @@ class HostRule:
 
 
 def relation_name(rule: Rule) -> str:
-    """The egglog relation a host rule's left side fills: `match-NAME`, with characters
-    egglog does not allow in names replaced by `_`."""
-    return "match-" + re.sub(r"[^A-Za-z0-9_-]", "_", rule.name)
+    """The egglog relation a host rule's left side fills: `match-NAME` (`match-NAME--COUNTS`
+    for a rule made of a rule with list captures, `Rule.instance`), with characters egglog
+    does not allow in names replaced by `_`."""
+    name = rule.name + (f"--{rule.instance}" if rule.instance else "")
+    return "match-" + re.sub(r"[^A-Za-z0-9_-]", "_", name)
+
+
+def egg_rule_name(rule: Rule) -> str:
+    """The egglog `:name` of a host rule: its name, and `[COUNTS]` for one of the rules made
+    of a rule with list captures (egglog names must be unique)."""
+    return rule.name + (f" [{rule.instance}]" if rule.instance else "")
 
 
 def prov_relation(name: str) -> str:
@@ -106,9 +115,15 @@ def captures(lhs: Term) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def host_rule(rule: Rule) -> HostRule:
-    """The HostRule of `rule`: its match relation and column layout (term captures, then
-    attribute captures)."""
+    """The HostRule of `rule` (a rule without list captures, or one of `engine_rules`): its
+    match relation and column layout (term captures, then attribute captures)."""
     return HostRule(rule, relation_name(rule), rule.term_captures + rule.attr_captures)
+
+
+def host_rules(rules: Iterable[Rule]) -> list[HostRule]:
+    """The HostRules of the rules in `rules` that go through Python, a rule with list
+    captures as the rules the engine runs for it (`dsl.lists.engine_rules`)."""
+    return [host_rule(e) for r in rules if r.needs_host for e in engine_rules(r)]
 
 
 def emit(rules: RuleSet, provenance: bool = False) -> str:
@@ -127,8 +142,13 @@ def emit(rules: RuleSet, provenance: bool = False) -> str:
 
 
 def emit_rule(r: Rule, provenance: bool = False) -> str:
-    """One rule as an egglog block (see `emit`)."""
+    """One rule as an egglog block (see `emit`); a rule with list captures as one block per
+    rule the engine runs for it (`dsl.lists.engine_rules`)."""
+    if r.lists and not r.items:
+        return "\n".join(emit_rule(e, provenance) for e in engine_rules(r))
     head = f";; {r.name}  ({r.span.file}:{r.span.line})"
+    if r.instance:
+        head += f"  [{r.instance}]"
     if r.needs_host:
         h = host_rule(r)
         sig = " ".join(
@@ -142,7 +162,7 @@ def emit_rule(r: Rule, provenance: bool = False) -> str:
                 f"(relation {h.relation} ({sig}))",
                 f"(rule ({_query(r.lhs)})",
                 f"      (({h.relation} {cols}))",
-                f'      :ruleset {r.ruleset} :name "{r.name}")',
+                f'      :ruleset {r.ruleset} :name "{egg_rule_name(r)}")',
             ]
         )
     blocks = [_plain(r.name, r.lhs, r.rhs, r.ruleset, head, provenance)]
@@ -224,6 +244,8 @@ def _apply(t: OpNode, arg, attr) -> str:
 
 
 def _leaf(t: Term, var) -> str:
+    if isinstance(t, ListCapture):
+        raise TypeError(f"list capture @{t.name}... cannot be emitted (host rules only)")
     if isinstance(t, Capture):
         return var(t.name)
     if isinstance(t, Wildcard):

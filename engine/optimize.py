@@ -18,7 +18,7 @@ from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet, Term, Wildca
 from engine import provenance as prov
 from engine.cost import CostModel
 from engine.egraph import EGraph
-from engine.emit import emit, host_rule
+from engine.emit import emit, host_rules
 from engine.extract import extract, input_cost
 from engine.fold import fold
 from engine.saturate import Limits, saturate
@@ -224,7 +224,7 @@ def optimize(
     stage("emit")
     eg = EGraph(graph, program, ops)
     stage("import")
-    hosts = [host_rule(r) for r in chosen if r.needs_host]
+    hosts = host_rules(chosen)
     sat, snap = saturate(eg, hosts, limits, prov.relations(chosen) if provenance else None)
     stage("saturate")
     ex = extract(snap, cost)

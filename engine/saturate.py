@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from engine.apply import UnsoundRuleError, apply_matches
 from engine.egraph import EGraph, Snapshot
-from engine.emit import COMBINED, HostRule
+from engine.emit import COMBINED, HostRule, egg_rule_name
 
 __all__ = ["Limits", "SaturationReport", "UnsoundRuleError", "saturate"]
 
@@ -83,7 +83,7 @@ def saturate(
     """
     report = SaturationReport()
     relations = tuple(h.relation for h in host_rules)
-    host_names = {h.rule.name for h in host_rules}
+    host_names = {egg_rule_name(h.rule) for h in host_rules}
     processed: set = set()
     seen_rows = None
     start = time.perf_counter()

@@ -108,7 +108,8 @@ EXPECTED = {
     "syntax_error": (
         dsl.RulesSyntaxError,
         "syntax_error.rules:3:11: error: unexpected '0'; "
-        "expected a capture like @x, an attribute like :perm, '(', ')', '_' or 'absent'\n"
+        "expected a capture like @x, a list capture like @xs..., an attribute like :perm, '(',"
+        " ')', '_' or 'absent'\n"
         "      (Add @x 0)\n"
         "              ^",
     ),

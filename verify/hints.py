@@ -44,6 +44,8 @@ Requests:
 | `DtypeFrom(x, y, f)`     | x's dtype is in `f(dtype of y)`                                |
 | `IdentityPerm(p)`        | attribute p is the identity permutation of its length          |
 | `SpatialPads(p)`         | Pad's pads p are non-negative and 0 on the first two axes      |
+| `PartOfConcat(s)`        | a Slice's starts s (and ends) take one input's part of the    |
+|                          | Concat it slices                                              |
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dsl.ir import Capture, Guard, Literal
+from dsl.ir import Capture, Guard, ListCapture, Literal
 from verify.dtypes import CANDIDATES, FLOATS
 from vocab.registry import GUARDS
 from vocab.types import ClassInfo, TensorType
@@ -187,6 +189,12 @@ class IdentityPerm(Request):
 
 
 @dataclass(frozen=True)
+class PartOfConcat(Request):
+    """`name`, a Slice's starts, and its ends take exactly one input's part of the Concat
+    the Slice slices (`slice-takes-part`)."""
+
+
+@dataclass(frozen=True)
 class SpatialPads(Request):
     """Attribute capture `name` (Pad's pads) is non-negative and 0 on the first two axes."""
 
@@ -222,7 +230,10 @@ def requests(guards: tuple[Guard, ...], violate: int | None = None) -> list[Requ
     for i, g in enumerate(guards):
         holds = (i != violate) != g.negate  # a negated guard holds when g fails
         fn = (HINTS if holds else VIOLATIONS).get(g.fn)
-        args = [Arg(a.name) if isinstance(a, Capture) else Arg(None, _lit(a)) for a in g.args]
+        args = [
+            Arg(a.name) if isinstance(a, Capture | ListCapture) else Arg(None, _lit(a))
+            for a in g.args
+        ]
         if fn is not None and all(a.name is not None or a.value is not None for a in args):
             out += fn(*args)
     return out
@@ -425,3 +436,17 @@ def _not_channel(b: Arg, y: Arg) -> list[Request]:
 def _not_all_equal_into(c: Arg, v: Arg, x: Arg) -> list[Request]:
     other = v.value + 1 if isinstance(v.value, int | float) else v.value
     return [Const(c.name), Fill(c.name, other), Within(c.name, x.name)]
+
+
+@hint("slices-meet")
+def _slices_meet(x: Arg, s: Arg, m: Arg, e: Arg, axes: Arg, steps: Arg, axis: Arg) -> list[Request]:
+    return [OneElement(s.name), Fill(steps.name, 1)] if s.name and steps.name else []
+
+
+@hint("slice-takes-part")
+def _slice_takes_part(
+    s: Arg, e: Arg, axes: Arg, steps: Arg, before: Arg, y: Arg, after: Arg, axis: Arg
+) -> list[Request]:
+    if not (s.name and steps.name):
+        return []
+    return [OneElement(s.name), PartOfConcat(s.name), Fill(steps.name, 1)]

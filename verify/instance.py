@@ -88,6 +88,10 @@ class _Facts:
     def info(self, key: str) -> ClassInfo:
         return self.infos.get(key, ClassInfo(UNKNOWN))
 
+    def is_absent(self, key: str) -> bool:
+        """False: a drawn example's list items are all present inputs (`dsl.lists.concrete`)."""
+        return False
+
 
 def _infos(ex: Example, imported) -> dict[str, ClassInfo]:
     by_name = {v.name: vid for vid, v in enumerate(imported.values)}

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from dsl import load_rules, rule_files
 from dsl.ir import Guard, Literal, OpNode, Rule, RuleSet
+from dsl.lists import concrete
 from dsl.unify import binds_of, match, substitute
 from verify.findings import KINDS, Finding, contradiction, source_name
 from verify.lint_growth import growth_findings
@@ -155,9 +156,17 @@ def lint(
 
 
 def directions(rules: RuleSet) -> list[Rule]:
-    """Every rule as a directed rule: an `equal` rule gives both directions."""
+    """Every rule as a directed rule: an `equal` rule gives both directions, and a rule with
+    list captures its instances with every list of 0 and of 1 item (`dsl.lists.concrete`,
+    named `NAME[xs=1,...]`; the ones that fit their ops' slots)."""
     out = []
     for r in rules.rules:
+        if r.lists:
+            for n in (0, 1):
+                c = concrete(r, dict.fromkeys(r.lists, n))
+                if c is not None:
+                    out.append(dataclasses.replace(c, name=f"{r.name}[{c.instance}]"))
+            continue
         out.append(r)
         if r.kind == "equal":  # named as `verify.instance.reversed_rule` and the engine do
             out.append(dataclasses.replace(r, name=f"{r.name} (reverse)", lhs=r.rhs, rhs=r.lhs))

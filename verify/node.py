@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from dsl.ir import Absent, Capture, Literal, OpNode
 from verify import hints as H
 from verify.dtypes import np_type
-from vocab.ops import NONE, OPS, REQUIRED
+from vocab.ops import NONE, OPS, REQUIRED, VARIADIC_SLOTS
 from vocab.types import TensorType
 
 SAMPLERS: dict[str, Callable[[NodeCtx], None]] = {}  # op -> sampler
@@ -97,7 +97,10 @@ class NodeCtx:
             var = g.plan.var_of(name) if name else g.plan.find(g.plan.slot_var[(id(self.t), i)])
             leaf = self._Leaf(name or g.fresh("w"), g.dtype_of(var))
             g.leaves[leaf.name] = leaf
-            optional = i >= self.spec.n_required
+            # a capture in a variadic input's slots is one of its inputs, always there
+            optional = i >= self.spec.n_required and not (
+                self.spec.variadic and i >= self.spec.arity - VARIADIC_SLOTS
+            )
             if optional and not g.reqs.get(leaf.name) and g.draw(st.integers(0, 2), "absent") == 2:
                 leaf.absent = True
         leaf.uses.append((self.op, i))

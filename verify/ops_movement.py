@@ -9,6 +9,7 @@ is caught by exactly these examples.
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import strategies as st
 
 from verify import hints as H
@@ -22,24 +23,57 @@ BIG = 2**31 - 1  # an end past any axis (Slice clamps it), in int32 too
 def _slice(ctx) -> None:
     shape = ctx.gen.sub_shape()
     x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
-    if not ctx.free(1):
+    if not any(ctx.free(i) for i in (1, 2, 3, 4)):
         return
     r = x.rank
-    k = (
-        ctx.draw(st.integers(1, r), "sliced axes")
-        if ctx.present(3)
-        else ctx.draw(st.integers(1, r), "k")
-    )
-    if ctx.present(3):
+    # a slot drawn before (a capture shared with another Slice) fixes how many axes are
+    # sliced and, for axes and steps, which and how
+    known = {i: ctx.value(i) for i in (1, 2, 3, 4) if ctx.present(i) and not ctx.free(i)}
+    sizes = {int(np.asarray(v).size) for v in known.values() if v is not None}
+    if len(sizes) > 1 or (sizes and not 1 <= min(sizes) <= r):
+        return  # the drawn example is not a valid Slice: it is rejected
+    if sizes:
+        k = sizes.pop()
+    elif ctx.wants(1, H.OneElement):  # `slices-meet`, `slice-takes-part`: one axis
+        k = 1
+    else:
+        k = ctx.draw(st.integers(1, r), "sliced axes" if ctx.present(3) else "k")
+    if known.get(3) is not None:
+        axes = [int(a) % r for a in np.asarray(known[3]).ravel()]
+    elif ctx.present(3):
         axes = ctx.draw(st.permutations(range(r)), "axes")[:k]
     else:
         axes = list(range(k))
-    steps = [_step(ctx) if ctx.present(4) else 1 for _ in axes]
-    bounds = [_bounds(ctx, x.shape[a], s) for a, s in zip(axes, steps)]
+    if known.get(4) is not None:
+        steps = [int(t) for t in np.asarray(known[4]).ravel()]
+    else:
+        steps = [_step(ctx) if ctx.present(4) else 1 for _ in axes]
+    part = _concat_part(ctx, axes) if ctx.wants(1, H.PartOfConcat) else None
+    if part is not None:
+        bounds = [part]
+    else:
+        bounds = [_bounds(ctx, x.shape[a], t) for a, t in zip(axes, steps)]
     ctx.put(1, (k,), [b[0] for b in bounds])
     ctx.put(2, (k,), [b[1] for b in bounds])
     ctx.put(3, (k,), [a - r if ctx.draw(st.booleans(), "negative axis") else a for a in axes])
     ctx.put(4, (k,), steps)
+
+
+def _concat_part(ctx, axes: list[int]) -> tuple[int, int] | None:
+    """(start, end) of one input's part of the Concat whose output this Slice slices, along
+    the Concat's axis (`slice-takes-part`); None when the input is not a drawn Concat's output
+    or the sliced axis is another one."""
+    node = next((n for n in ctx.gen.nodes if n.output == ctx.names[0]), None)
+    if node is None or node.op != "Concat" or len(axes) != 1:
+        return None
+    rank = len(node.type.shape)
+    axis = int(dict(node.attrs)["axis"]) % rank
+    if axes[0] != axis:
+        return None
+    lengths = [int(ctx.gen.types[i].shape[axis]) for i in node.inputs if i]
+    k = ctx.draw(st.integers(0, len(lengths) - 1), "part")
+    start = sum(lengths[:k])
+    return start, start + lengths[k]
 
 
 def _step(ctx) -> int:

@@ -31,6 +31,7 @@ from hypothesis.errors import Unsatisfiable, UnsatisfiedAssumption
 
 from dsl import shipped_rules_dir
 from dsl.ir import OpNode, Rule, RuleSet
+from dsl.lists import concrete, max_items
 from verify.check import run_both
 from verify.compare import mode_of
 from verify.defaults import DEFAULT_EXAMPLES  # re-exported
@@ -176,6 +177,9 @@ def repro_command(rule: Rule, seed: int, examples: int) -> str:
     return f"{ci}rewrite verify {where}--rule {rule.name} --seed {seed} --examples {examples}"
 
 
+MAX_LIST_ITEMS = 4  # items drawn per list capture: 0 to 4 (or fewer slots), at random
+
+
 class _Checker:
     """The checks of one direction of a rule."""
 
@@ -290,16 +294,27 @@ class _Checker:
 
     # ---- drawing -------------------------------------------------------------------------------
 
-    def instance(self, data, reqs, build_rhs: bool = True):
-        gen = Gen(data, self.rule.lhs, reqs, self.values, self.lo)
+    def instance(self, data, violate: int | None = None, build_rhs: bool = True):
+        """A drawn instance of the rule (of a rule with list captures: at drawn item counts,
+        `dsl.lists.concrete`), steered to make every guard hold but guard `violate`."""
+        rule = self.rule
+        if rule.lists:
+            counts = {
+                name: data.draw(st.integers(0, min(most, MAX_LIST_ITEMS)), label=f"@{name}...")
+                for name, most in max_items(rule).items()
+            }
+            rule = concrete(rule, counts)
+            if rule is None:  # more inputs than the op's slots, or too few for it
+                reject()
+        gen = Gen(data, rule.lhs, requests(rule.guards, violate), self.values, self.lo)
         try:
-            return instantiate(self.rule, gen.example(), build_rhs)
+            return instantiate(rule, gen.example(), build_rhs)
         except NotAMatch:
             reject()
 
     def positive(self, data):
         """An instance whose guards all hold."""
-        inst = self.instance(data, requests(self.rule.guards))
+        inst = self.instance(data)
         if not all(inst.guards) or inst.rhs is None:
             reject()
         return inst
@@ -308,7 +323,7 @@ class _Checker:
         """Draws an instance whose guard i fails and whose other guards hold."""
 
         def draw(data):
-            inst = self.instance(data, requests(self.rule.guards, violate=i), build_rhs=False)
+            inst = self.instance(data, violate=i, build_rhs=False)
             if inst.guards[i] or not all(v for j, v in enumerate(inst.guards) if j != i):
                 reject()
             return inst

@@ -7,7 +7,8 @@ their parameters:
 - `term`: a captured tensor value; the function receives a `ClassInfo` (type and, for an
   imported constant, its value),
 - `attr`: an attribute value (a capture bound to an attribute, or a literal in the rule); the
-  function receives the Python value (int, float, str, tuple), None when absent.
+  function receives the Python value (int, float, str, tuple), None when absent,
+- `list`: a list capture (`@xs...`); the function receives a list of `ClassInfo`.
 
 A guard that cannot decide (an unknown shape, a non-constant) returns False: a rule never fires
 on a fact the engine does not know. Builders return None when they cannot build; the match is
@@ -22,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from vocab.types import ClassInfo
+from vocab.types import ClassInfo, TensorType
 
-TERM, ATTR = "term", "attr"
+TERM, ATTR, LIST = "term", "attr", "list"
 
 
 @dataclass(frozen=True)
@@ -648,3 +649,83 @@ def slice_merge(part: str, x, s1, e1, a1, t1, s2, e2, a2, t2) -> tuple[int, ...]
     axes = sorted(merged)
     i = ("starts", "ends", "axes", "steps").index(part)
     return tuple(axis if i == 2 else merged[axis][min(i, 2)] for axis in axes)
+
+
+# ---- lists (`@xs...`) --------------------------------------------------------------------------
+
+
+@guard("length", LIST, ATTR)
+def length(xs: list[ClassInfo], n: int) -> bool:
+    """True if list `xs` has exactly `n` items."""
+    return len(xs) == n
+
+
+@guard("all-constant", LIST)
+def all_constant(xs: list[ClassInfo]) -> bool:
+    """True if every item of `xs` is an imported constant (true of an empty list)."""
+    return all(x.is_constant for x in xs)
+
+
+@guard("all-same-type", LIST)
+def all_same_type(xs: list[ClassInfo]) -> bool:
+    """True if the items of `xs` have one dtype and one shape (`same-type` of each with the
+    first; true of a list of zero or one item whose type is known)."""
+    return all(same_type(xs[0], x) for x in xs) if xs else True
+
+
+def _axis_length(x: ClassInfo, axis: int) -> int | None:
+    """The static length of `x` along `axis` (negative counts from the end), or None."""
+    shape = x.type.shape
+    if shape is None or not -len(shape) <= axis < len(shape):
+        return None
+    d = shape[axis]
+    return d if isinstance(d, int) and not isinstance(d, bool) else None
+
+
+def _unit_slice(x: ClassInfo, starts, ends, axes, steps, axis: int) -> range | None:
+    """The indices that Slice(x, starts, ends, axes, steps) takes along `axis` when it slices
+    that one axis with step 1 (ONNX Slice: negative starts and ends count from the end, then
+    both are clamped, numpy's rule) and x's length there is static; else None."""
+    shape = x.type.shape
+    d = _axis_length(x, axis)
+    if shape is None or d is None:
+        return None
+    spec = _slice_spec(len(shape), starts, ends, axes, steps)
+    if spec is None or list(spec) != [axis % len(shape)] or spec[axis % len(shape)][2] != 1:
+        return None
+    s, e, _ = spec[axis % len(shape)]
+    return range(d)[slice(s, e)]
+
+
+@guard("slices-meet", TERM, TERM, TERM, TERM, TERM, TERM, ATTR)
+def slices_meet(x, s, m, e, axes, steps, axis: int) -> bool:
+    """True if Slice(x, s, m, axes, steps) and Slice(x, m, e, axes, steps), concatenated along
+    `axis`, are Slice(x, s, e, axes, steps): both slice only `axis`, with step 1, and the
+    second starts where the first ends (x's length along `axis` is static, so the clamping
+    of ONNX Slice is computed exactly)."""
+    first = _unit_slice(x, s, m, axes, steps, axis)
+    second = _unit_slice(x, m, e, axes, steps, axis)
+    whole = _unit_slice(x, s, e, axes, steps, axis)
+    if first is None or second is None or whole is None:
+        return False
+    return list(first) + list(second) == list(whole)
+
+
+@guard("slice-takes-part", TERM, TERM, TERM, TERM, LIST, TERM, LIST, ATTR)
+def slice_takes_part(s, e, axes, steps, before: list, y: ClassInfo, after: list, axis: int):
+    """True if Slice(Concat(before..., y, after..., axis), s, e, axes, steps) is exactly y:
+    the slice is along `axis` only, with step 1, and takes the indices of y's part (every
+    part's length along `axis` is static)."""
+    lengths = [_axis_length(p, axis) for p in [*before, y, *after]]
+    if y.type.shape is None or any(n is None for n in lengths):
+        return False
+    whole = ClassInfo(TensorType(y.type.dtype, _with_dim(y.type.shape, axis, sum(lengths))))
+    taken = _unit_slice(whole, s, e, axes, steps, axis)
+    start = sum(lengths[: len(before)])
+    return taken is not None and taken == range(start, start + lengths[len(before)])
+
+
+def _with_dim(shape: tuple, axis: int, d: int) -> tuple:
+    out = list(shape)
+    out[axis] = d
+    return tuple(out)
