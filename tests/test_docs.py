@@ -42,6 +42,7 @@ def test_every_form_is_shown():
         "(or ",
         "? @x",
         "absent",
+        "@xs...",
     ):
         assert form in shown, f"no example shows {form!r}"
 
