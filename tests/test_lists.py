@@ -214,5 +214,5 @@ def test_a_slice_that_takes_one_part_of_a_concat_is_that_part():
 def test_shipped_list_rules_verify():
     rules = dsl.load_rules([dsl.shipped_rules_dir() / "cleanup" / "concat.rules"])
     results = verify_rules(rules, examples=30)
-    assert [r.status for r in results] == ["pass"] * 3
+    assert [r.status for r in results] == ["pass"] * len(rules.rules)
     assert all(r.examples >= 30 for r in results)
