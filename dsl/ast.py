@@ -113,6 +113,16 @@ class Alt:
 
 
 @dataclass(frozen=True)
+class Roots:
+    """`(roots T1 T2 ...)`: the sides of a multi-root rule. As a pattern, terms that match
+    together, sharing their captures (three MatMuls of one input); as a result, one term per
+    pattern root, which replaces it."""
+
+    terms: tuple[Term, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
 class AbsentTerm:
     """`absent`: an optional input that is not there."""
 
@@ -150,8 +160,8 @@ class Simplify:
     """`(simplify NAME [:fp CLASS] MATCH [(if GUARD...)] RESULT)`; `fp` is None if not written."""
 
     name: str
-    lhs: Term
-    rhs: Term
+    lhs: Term | Roots
+    rhs: Term | Roots
     guards: tuple[GuardCall, ...] = ()
     fp: str | None = None
     span: Span = _span()

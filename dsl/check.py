@@ -8,7 +8,9 @@ get `-c1`, `-c2`, ... in a fixed order. Errors are collected rule by rule (see `
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
+from itertools import product
 
 from dsl import ast, ir
 from dsl.errors import (
@@ -76,6 +78,8 @@ def check_rule(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
     form = fr.form
     if isinstance(form, ast.Equal):
         return [_check_equal(fr, lw)]
+    if isinstance(form.lhs, ast.Roots) or isinstance(form.rhs, ast.Roots):
+        return _check_roots(fr, lw, guards)
     if not isinstance(form.lhs, ast.App):
         raise PlacementError(form.lhs.span, "a rule's left side must be an operator application")
     scope = Scope()
@@ -84,6 +88,43 @@ def check_rule(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
     rhs = lower_right(form.rhs, scope, lw)
     names = [form.name] + [f"{form.name}-c{i}" for i in range(1, len(lhss))]
     return [_rule(fr, name, "simplify", lhs, rhs, gs, scope) for name, lhs in zip(names, lhss)]
+
+
+def _check_roots(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
+    """A multi-root rule: `(roots P1 P2 ...)` matched together, `(roots R1 R2 ...)` their
+    results, one per root. Roots after the first bind `_rootK` unless they are `Op@name`."""
+    form = fr.form
+    lhs, rhs = form.lhs, form.rhs
+    if not isinstance(lhs, ast.Roots) or not isinstance(rhs, ast.Roots):
+        one, other = (rhs, lhs) if isinstance(lhs, ast.Roots) else (lhs, rhs)
+        n = len(other.terms)
+        msg = f"a pattern of {n} roots needs {n} results, written (roots R1 R2 ...)"
+        if not isinstance(lhs, ast.Roots):
+            msg = "(roots ...) as a result needs a pattern of several roots, (roots P1 P2 ...)"
+        raise PlacementError(one.span, msg)
+    if len(lhs.terms) != len(rhs.terms):
+        msg = f"a pattern of {len(lhs.terms)} roots needs {len(lhs.terms)} results, got"
+        raise PlacementError(rhs.span, f"{msg} {len(rhs.terms)}")
+    scope = Scope()
+    variants = []
+    for k, t in enumerate(lhs.terms):
+        if not isinstance(t, ast.App):
+            raise PlacementError(t.span, "each root of a pattern must be an operator application")
+        if k and t.bind is None:
+            t = dataclasses.replace(t, bind=f"_root{k}")
+        variants.append(lower_left(t, scope, lw))
+    gs = tuple(lower_guard(g, scope, guards) for g in form.guards)
+    results = tuple(lower_right(t, scope, lw) for t in rhs.terms)
+    combos = list(product(*variants))
+    names = [form.name] + [f"{form.name}-c{i}" for i in range(1, len(combos))]
+    return [
+        dataclasses.replace(
+            _rule(fr, name, "simplify", c[0], results[0], gs, scope),
+            roots=tuple(c[1:]),
+            results=results[1:],
+        )
+        for name, c in zip(names, combos)
+    ]
 
 
 def _check_equal(fr: FlatRule, lw: Lowering) -> ir.Rule:

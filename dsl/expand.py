@@ -76,6 +76,8 @@ def alternatives(form: ast.Simplify | ast.Equal) -> list[ast.Simplify | ast.Equa
 
 
 def _first_choice(t: ast.Term):
+    if isinstance(t, ast.Roots):
+        return next((c for a in t.terms if (c := _first_choice(a)) is not None), None)
     if isinstance(t, ast.Alt) or (isinstance(t, ast.App) and t.optional):
         return t
     if isinstance(t, ast.App):
@@ -86,6 +88,8 @@ def _first_choice(t: ast.Term):
 def _choices(t: ast.Term) -> list[ast.Term]:
     if isinstance(t, ast.Alt):
         return [c for o in t.options for c in _choices(o)]
+    if isinstance(t, ast.Roots):
+        return [dataclasses.replace(t, terms=c) for c in itertools.product(*map(_choices, t.terms))]
     if not isinstance(t, ast.App):
         return [t]
     combos = itertools.product(*(_choices(a) for a in t.args))
@@ -98,6 +102,8 @@ def _choices(t: ast.Term) -> list[ast.Term]:
 def _captures(t: ast.Term) -> set[str]:
     if isinstance(t, ast.CaptureRef):
         return {t.name}
+    if isinstance(t, ast.Roots):
+        return set().union(*map(_captures, t.terms))
     if not isinstance(t, ast.App):
         return set()
     out = {t.bind} if t.bind else set()
@@ -157,6 +163,8 @@ def _substitute_rule(form: ast.Simplify | ast.Equal, env: dict[str, str]):
 def _substitute(t: ast.Term, env: dict[str, str]) -> ast.Term:
     if isinstance(t, ast.Alt):
         return dataclasses.replace(t, options=tuple(_substitute(o, env) for o in t.options))
+    if isinstance(t, ast.Roots):
+        return dataclasses.replace(t, terms=tuple(_substitute(o, env) for o in t.terms))
     if not isinstance(t, ast.App):
         return t
     args = tuple(_substitute(a, env) for a in t.args)

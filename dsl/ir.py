@@ -107,6 +107,9 @@ class Rule:
         the engine binds to an absent slot is not part of the list).
     instance: what tells apart the rules `dsl.lists` makes of one template (the item counts
         it fixed), so that each gets its own egglog relation; empty for a written rule.
+    roots / results: a multi-root rule's other pattern roots and their results (`(roots ...)`
+        on both sides; `lhs` and `rhs` are the first). Each extra root binds its match with
+        `OpNode.bind` (`_rootK` unless the rule names it), so it is a term capture.
     """
 
     name: str
@@ -122,22 +125,34 @@ class Rule:
     lists: tuple[str, ...] = ()
     items: tuple[tuple[str, tuple[str, ...]], ...] = ()
     instance: str = ""
+    roots: tuple[Term, ...] = ()
+    results: tuple[Term, ...] = ()
 
     @cached_property
     def lhs_ops(self) -> frozenset[str]:
         """The op names on the left side (computed once: the engine asks for every graph)."""
-        return frozenset(_op_names(self.lhs))
+        return frozenset().union(*(_op_names(t) for t in (self.lhs, *self.roots)))
 
     @cached_property
     def rhs_ops(self) -> frozenset[str]:
         """The op names on the right side."""
-        return frozenset(_op_names(self.rhs))
+        return frozenset().union(*(_op_names(t) for t in (self.rhs, *self.results)))
 
     @property
     def needs_host(self) -> bool:
-        """True if the rule has guards, computed values or list captures, so its matches go
-        through Python."""
-        return bool(self.guards) or bool(self.lists) or _has_call(self.rhs)
+        """True if the rule has guards, computed values, list captures or several roots, so its
+        matches go through Python."""
+        return bool(self.guards or self.lists or self.roots) or _has_call(self.rhs)
+
+    @property
+    def results_all(self) -> tuple[Term, ...]:
+        """The result of every root, the first root's first."""
+        return (self.rhs, *self.results)
+
+    @property
+    def pairs(self) -> tuple[tuple[Term, Term], ...]:
+        """(pattern root, its result) of every root: one pair but for a multi-root rule."""
+        return ((self.lhs, self.rhs), *zip(self.roots, self.results))
 
 
 @dataclass(frozen=True)

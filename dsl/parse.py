@@ -211,6 +211,9 @@ class _ToAst(Transformer):
             optional=bool(m["opt"]),
         )
 
+    def roots(self, meta, c):
+        return ast.Roots(tuple(c), span=self._at(meta))
+
     def alt(self, meta, c):
         return ast.Alt(tuple(c), span=self._at(meta))
 

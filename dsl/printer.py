@@ -39,6 +39,9 @@ def format_form(form: ast.Form, indent: str = "") -> str:
 
 def format_term(t: ast.Term, indent: str = "") -> str:
     """A term at `indent`: on one line if it fits, else one operand or attribute per line."""
+    if isinstance(t, ast.Roots):
+        inner = indent + _STEP
+        return f"{indent}(roots\n" + "\n".join(format_term(r, inner) for r in t.terms) + ")"
     flat = indent + term_text(t)
     if isinstance(t, ast.Alt) and len(flat) > WIDTH:
         inner = indent + _STEP
@@ -63,6 +66,8 @@ def term_text(t: ast.Term) -> str:
         return "absent"
     if isinstance(t, ast.Alt):
         return "(or " + " ".join(term_text(o) for o in t.options) + ")"
+    if isinstance(t, ast.Roots):
+        return "(roots " + " ".join(term_text(o) for o in t.terms) + ")"
     parts = [_head(t), *(term_text(a) for a in t.args)]
     parts += [f":{a.name} {value_text(a.value)}" for a in t.attrs]
     if t.rest is not None:

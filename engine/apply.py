@@ -23,6 +23,9 @@ from vocab.ops import OPS, decode_attr, encode_attr
 from vocab.types import TensorType
 
 
+SAME_ROOTS = "two roots are one value"  # a multi-root match whose roots are one e-class
+
+
 class UnsoundRuleError(RuntimeError):
     """A rule produced a term whose type differs from the type of the term it matched."""
 
@@ -108,12 +111,18 @@ def apply_matches(
     for h in host_rules:
         kinds = attr_kinds(h.rule)
         for row in snap.rows.get(h.relation, ()):
+            m = _Match(h.rule, dict(zip(h.columns, row[1:])), kinds, snap, batch)
+            roots = [row[0], *(m.binding[t.bind] for t in h.rule.roots)]
             # e-class ids are local to one snapshot: key the match by stable terms instead
             key = (h.relation, *(snap.rep(x) if isinstance(x, int) else x for x in row))
-            if key in processed:
+            # a multi-root rule rewrites a set of roots once, in the first order that applies
+            group = (h.relation, frozenset(snap.rep(c) for c in roots)) if h.rule.roots else None
+            if key in processed or group in processed:
                 continue
             processed.add(key)
-            m = _Match(h.rule, dict(zip(h.columns, row[1:])), kinds, snap, batch)
+            if len(set(roots)) < len(roots):
+                report.rejected[h.rule.name][SAME_ROOTS] += 1
+                continue
             gap = m.list_gap()
             if gap is not None:
                 report.rejected[h.rule.name][f"@{gap}... has an absent input inside it"] += 1
@@ -129,18 +138,28 @@ def apply_matches(
                     if not ok:
                         report.rejected[h.rule.name]["not at a chosen site"] += 1
                         continue
-                vid, typ = m.build(h.rule.rhs)
-                root = batch.handle(row[0])
+                built = [(c, *m.build(result)) for c, result in zip(roots, h.rule.results_all)]
+                handles = [batch.handle(c) for c in roots]
                 if record is not None:
-                    record.append(m.firing(root))
+                    record += [m.firing(handle) for handle in handles]
             except _Skip as e:
                 report.rejected[h.rule.name][f"{e.args[0]} could not build"] += 1
                 continue
-            _check_type(h.rule, snap.type_of(row[0]), typ)
+            for c, _vid, typ in built:
+                _check_type(h.rule, snap.type_of(c), typ)
             report.fired[h.rule.name] += 1
             if sited:
                 report.sites[h.rule.name].append(site)
-            batch.union(root, vid)
+            for handle, (_c, vid, _typ) in zip(handles, built):
+                batch.union(handle, vid)
+            if group is not None:
+                processed.add(group)
+                report.groups.append(
+                    tuple(
+                        (handle, m.created_node(vid))
+                        for handle, (_c, vid, _t) in zip(handles, built)
+                    )
+                )
     return batch
 
 
@@ -171,6 +190,11 @@ class _Match:
             if self.present(name) != items[: len(self.present(name))]:
                 return name
         return None
+
+    def created_node(self, vid: int):
+        """The e-node built for handle `vid`, as (op, child handles, attribute strings), or
+        None when `vid` is a captured value's handle (the result is a capture)."""
+        return next(((op, kids, attrs) for v, op, kids, attrs in self.created if v == vid), None)
 
     def firing(self, root: int) -> HostFiring:
         """This match, applied, as a HostFiring (after `build`)."""

@@ -9,6 +9,9 @@ cost = OVERHEAD_NS + FLOPs * NS_PER_FLOP + bytes moved * NS_PER_BYTE
   for elementwise ops, a few per element for reductions and normalizations.
 - bytes: all inputs read plus the output written, for ops that touch data; views (Reshape,
   Squeeze, Unsqueeze, Flatten) and shape queries pay the overhead only.
+- several outputs: a node's first output (`Op`) pays the node; another (`Op#K`) only its own
+  bytes written. The outputs of a Split are pieces of its input, each paying its share of the
+  overhead and of the bytes, so that its pieces add up to the one Split node they export as.
 When a shape is unknown, `UNKNOWN_BYTES` stands in for its size; when an input's type is not
 given at all (an opaque node of an op the table knows, e.g. a Conv at an opset older than the
 table's, is costed without its input types), the FLOPs fall back to the per-output guesses below.
@@ -54,6 +57,16 @@ class CostModel:
         klass = spec.cost if spec else "opaque"
         if klass in ("view", "shape", "free"):
             return self.overhead_ns
+        if spec is not None and spec.variadic_outputs and len(spec.outputs) == 1:
+            # each output of a Split (`Split`, `Split#K`) is one piece of its input: it pays
+            # its share of the one node's overhead and moves its own bytes (read and write),
+            # so the pieces of one Split add up to the Split
+            inp = _input(inputs, 0)
+            share = _bytes(out) / max(_bytes(inp), 1) if inp is not None else 1.0
+            return min(share, 1.0) * self.overhead_ns + 2 * _bytes(out) * self.ns_per_byte
+        if spec is not None and spec.output > 0:
+            # another output of a node its first output pays for: writing it
+            return _bytes(out) * self.ns_per_byte
         flops = _flops(klass, attrs, inputs, out)
         moved = _bytes(out) + (sum(_bytes(t) for t in inputs if t is not None) if spec else 0)
         return self.overhead_ns + flops * self.ns_per_flop + moved * self.ns_per_byte

@@ -160,7 +160,7 @@ def emit_rule(r: Rule, provenance: bool = False) -> str:
             [
                 head + f"  host: {guards or 'builders'}",
                 f"(relation {h.relation} ({sig}))",
-                f"(rule ({_query(r.lhs)})",
+                f"(rule ({_query(r.lhs, r.roots)})",
                 f"      (({h.relation} {cols}))",
                 f'      :ruleset {r.ruleset} :name "{egg_rule_name(r)}")',
             ]
@@ -210,10 +210,13 @@ def _plain(name: str, lhs: Term, rhs: Term, ruleset: str, head: str, provenance:
     return "\n".join(lines)
 
 
-def _query(lhs: Term) -> str:
-    """Query atoms binding `root` to the left side; `Op@name` binds become extra atoms."""
+def _query(lhs: Term, roots: tuple[Term, ...] = ()) -> str:
+    """Query atoms binding `root` to the left side; `Op@name` binds become extra atoms, and so
+    do a multi-root rule's other roots (each binds its `Op@name`)."""
     atoms: list[str] = []
     atoms.insert(0, f"(= root {_pattern(lhs, atoms)})")
+    for t in roots:
+        _pattern(t, atoms)
     return " ".join(atoms)
 
 

@@ -34,9 +34,11 @@ _NEW = 0.01  # added to an e-node the input graph does not have: ties go to the 
 
 def small_enough_to_fold(out: TensorType, inputs: list[TensorType]) -> bool:
     """True if a computed constant of type `out` may be stored: its size is known and at most
-    FOLD_MAX_ELEMENTS or its largest input's size (so folding never blows a model up). The one
-    size rule shared by extraction (pricing constants at ~0) and `engine.fold`."""
-    limit = max([FOLD_MAX_ELEMENTS] + [t.numel or 0 for t in inputs])
+    FOLD_MAX_ELEMENTS or its inputs' sizes added up (so folding never blows a model up: a
+    Concat of constant weights, packed Q/K/V, is no bigger than its inputs, an Expand or Tile
+    of one is). The one size rule shared by extraction (pricing constants at ~0) and
+    `engine.fold`."""
+    limit = max(FOLD_MAX_ELEMENTS, sum(t.numel or 0 for t in inputs))
     return out.numel is not None and out.numel <= limit
 
 
@@ -128,8 +130,14 @@ class _Costs:
                 work.extend(parents.get(c, ()))
 
 
-def extract(snap: Snapshot, model: CostModel | None = None) -> Extraction:
+def extract(snap: Snapshot, model: CostModel | None = None, groups=()) -> Extraction:
     """Extract the cheapest graph from `snap` for the graph outputs of `snap.graph`.
+
+    groups: the applied matches of multi-root rules (`SaturationReport.groups`: per match,
+    (root handle, result e-node as (op, child handles, attribute strings)) per root). Each
+    root's result alone usually costs more than the root (three projections of one packed
+    MatMul each pay for the whole MatMul in a per-class choice), so each match's results are
+    also tried together, and kept when they lower the DAG cost of the whole graph.
 
     Returns the extracted TermGraph with its DAG cost and the DAG cost of the input graph
     (both in the cost model's nanoseconds; constant-only subgraphs of the extracted graph cost
@@ -159,10 +167,45 @@ def extract(snap: Snapshot, model: CostModel | None = None) -> Extraction:
     if own is not None:
         best = _LocalSearch(costs, best, roots).revert_to(own)
         best_cost = _dag_cost(costs, best, roots)
+    moves = _group_moves(costs, groups)
+    if moves:
+        search = _LocalSearch(costs, best, roots)
+        for move in moves:
+            search.try_together(move)
+        if _reachable(costs, search.choice, roots, check_cycles=True) is not None:
+            cand_cost = _dag_cost(costs, search.choice, roots)
+            if cand_cost < best_cost:
+                best, best_cost = search.choice, cand_cost
     origins: list = []
     graph = build_graph(costs, best, roots, origins)
     cost_in = input_cost(snap.graph, model or CostModel())
     return Extraction(graph, best_cost, cost_in, tuple(origins))
+
+
+def _group_moves(costs: _Costs, groups) -> list[list[tuple[int, int]]]:
+    """Each multi-root match as (e-class, e-node index) changes; results that are captured
+    values (no e-node was built) or that the snapshot no longer has are left out."""
+    if not groups:
+        return []
+    snap = costs.snap
+    index = {
+        (c, n.op, n.children, n.attrs): i
+        for i, (c, n) in enumerate(costs.enodes)
+        if n.op not in ("Leaf", "Absent")
+    }
+    moves = []
+    for group in groups:
+        move = []
+        for root, node in group:
+            if node is None or root not in snap.handle:
+                continue
+            op, kids, attrs = node
+            key = (snap.handle[root], op, tuple(snap.handle.get(k, -1) for k in kids), attrs)
+            if key in index:
+                move.append((key[0], index[key]))
+        if len(move) > 1:
+            moves.append(move)
+    return moves
 
 
 def _input_choice(costs: _Costs) -> dict[int, int] | None:
@@ -258,6 +301,29 @@ class _LocalSearch:
         self.choice[c] = j
         self._change(self.costs.kids[j], +1)
         self._change(self.costs.kids[i], -1)
+
+    def try_together(self, move: list[tuple[int, int]]) -> bool:
+        """Switch every (class, e-node) of `move` at once (the results of one multi-root
+        match), and keep the switch only if it lowers the DAG cost. Classes the choice does
+        not use are left alone; a switch that would close a cycle abandons the move."""
+        before, done = self.delta, []
+        for c, j in move:
+            if self.refs.get(c, 0) == 0 or c not in self.topo or self.choice[c] == j:
+                continue
+            kids = self.costs.kids[j]
+            if any(k not in self.choice for k in kids) or self._reaches(kids, c):
+                break
+            done.append((c, self.choice[c]))
+            self._switch(c, j)
+            self._order()
+        else:
+            if done and self.delta < before - 1e-6:
+                return True
+        for c, i in reversed(done):
+            self._switch(c, i)
+        if done:
+            self._order()
+        return False
 
     def revert_to(self, own: dict[int, int]) -> dict[int, int]:
         """Give back each class its e-node in `own` (the input's) where that lowers the DAG

@@ -227,7 +227,7 @@ def optimize(
     hosts = host_rules(chosen)
     sat, snap = saturate(eg, hosts, limits, prov.relations(chosen) if provenance else None)
     stage("saturate")
-    ex = extract(snap, cost)
+    ex = extract(snap, cost, sat.groups)
     stage("extract")
     cheaper = ex.cost < ex.input_cost * (1 - 1e-9)  # summation order differs in the last bits
     extracted, unexplained = ex.graph, 0

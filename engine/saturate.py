@@ -62,6 +62,9 @@ class SaturationReport:
     host_firings: list = field(default_factory=list)  # HostFiring, when provenance is on
     # sites of the matches applied by SitedRules (engine.sites): rule -> value names
     sites: defaultdict = field(default_factory=lambda: defaultdict(list))
+    # applied matches of multi-root rules: ((root handle, result e-node), ...) per match,
+    # for extraction to take all of a match's results together (`engine.extract`)
+    groups: list = field(default_factory=list)
 
 
 def saturate(

@@ -43,6 +43,7 @@ def test_every_form_is_shown():
         "? @x",
         "absent",
         "@xs...",
+        "(roots ",
     ):
         assert form in shown, f"no example shows {form!r}"
 

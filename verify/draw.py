@@ -68,6 +68,7 @@ class Example:
     attrs: dict[str, Any]
     types: dict[str, TensorType]
     output_of: dict[int, str]
+    roots: tuple[str, ...] = ()  # a multi-root rule's other roots' outputs
 
 
 class Gen(Steer, Values):
@@ -82,8 +83,9 @@ class Gen(Steer, Values):
     `hypothesis.assume(False)` when the drawn choices make an invalid node.
     """
 
-    def __init__(self, data, lhs: Term, reqs, values: str = "full", lo_opset: int = 13):
+    def __init__(self, data, lhs: Term, reqs, values: str = "full", lo_opset: int = 13, roots=()):
         self.data, self.lhs, self.values_mode = data, lhs, values
+        self.roots = tuple(roots)  # a multi-root rule's other roots, drawn after `lhs`
         self.lo_opset = lo_opset
         self.reqs: dict[str, list[H.Request]] = {}
         for r in reqs:  # an ordered de-duplication: a set's order changes with PYTHONHASHSEED
@@ -117,13 +119,21 @@ class Gen(Steer, Values):
         self._choose_dtypes()
         self.universe = self.new_shape(self.draw(st.integers(0, MAX_RANK), "rank"))
         root = self.node(self.lhs)
+        others = tuple(self.node(t) for t in self.roots)
         self._draw_values()
         return Example(
-            self.opset, self.leaves, self.nodes, root, self.attrs, self.types, self.output_of
+            self.opset,
+            self.leaves,
+            self.nodes,
+            root,
+            self.attrs,
+            self.types,
+            self.output_of,
+            others,
         )
 
     def _choose_dtypes(self) -> None:
-        plan, self.plan_nodes = plan_dtypes(self.lhs, self.opset)
+        plan, self.plan_nodes = plan_dtypes(self.lhs, self.opset, self.roots)
         for rs in self.reqs.values():
             for r in rs:
                 _dtype_request(plan, r)

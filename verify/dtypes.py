@@ -147,13 +147,17 @@ class DtypePlan:
         ]
 
 
-def plan_dtypes(lhs: Term, opset: int) -> tuple[DtypePlan, dict[int, OpNode]]:
-    """The dtype variables of pattern `lhs` at `opset`, and node id -> OpNode (ids are
-    `id()` of the IR nodes, in the order the walk met them). Raises onnx.defs.SchemaError if
-    an op has no schema at `opset`."""
+def plan_dtypes(
+    lhs: Term, opset: int, roots: tuple[Term, ...] = ()
+) -> tuple[DtypePlan, dict[int, OpNode]]:
+    """The dtype variables of pattern `lhs` (and a multi-root rule's other `roots`, sharing
+    its captures) at `opset`, and node id -> OpNode (ids are `id()` of the IR nodes, in the
+    order the walk met them). Raises onnx.defs.SchemaError if an op has no schema at
+    `opset`."""
     plan = DtypePlan(opset)
     nodes: dict[int, OpNode] = {}
-    _walk(lhs, plan, nodes)
+    for t in (lhs, *roots):
+        _walk(t, plan, nodes)
     return plan, nodes
 
 

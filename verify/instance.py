@@ -143,9 +143,8 @@ def lhs_model(
         if n.output in swap:
             ins[0], ins[1] = ins[1], ins[0]
         nodes.append(proto(n.op, ins, n.output, n.attrs))
-    outs = [ex.root] + (
-        [n.output for n in ex.nodes if n.output != ex.root] if extra_outputs else []
-    )
+    roots = [ex.root, *ex.roots]
+    outs = roots + ([n.output for n in ex.nodes if n.output not in roots] if extra_outputs else [])
     outputs = [helper.make_tensor_value_info(o, ex.types[o].dtype, ex.types[o].shape) for o in outs]
     return make_model(ex, nodes, outputs)
 
@@ -183,13 +182,18 @@ class _RightSide:
         self.count = 0
 
     def model(self) -> onnx.ModelProto:
-        root = self.term(self.match.rule.rhs, "out")
-        if root != "out":
-            self.nodes.append(helper.make_node("Identity", [root], ["out"]))
+        """The right side as a model: one output per result (`out`, then `out1`, ... for a
+        multi-root rule's other results), in the order of the left side's roots."""
+        names = []
+        for k, result in enumerate(self.match.rule.results_all):
+            name = f"out{k}" if k else "out"
+            root = self.term(result, name)
+            if root != name:
+                self.nodes.append(helper.make_node("Identity", [root], [name]))
+            names.append(name)
         needed = self._inner_nodes({i for n in self.nodes for i in n.input})
-        return make_model(
-            self.ex, needed + self.nodes, [helper.make_value_info("out", onnx.TypeProto())]
-        )
+        outputs = [helper.make_value_info(n, onnx.TypeProto()) for n in names]
+        return make_model(self.ex, needed + self.nodes, outputs)
 
     def term(self, t, name: str | None = None) -> str:
         if isinstance(t, Absent):

@@ -158,9 +158,12 @@ def lint(
 def directions(rules: RuleSet) -> list[Rule]:
     """Every rule as a directed rule: an `equal` rule gives both directions, and a rule with
     list captures its instances with every list of 0 and of 1 item (`dsl.lists.concrete`,
-    named `NAME[xs=1,...]`; the ones that fit their ops' slots)."""
+    named `NAME[xs=1,...]`; the ones that fit their ops' slots). Multi-root rules are left
+    out: overlaps and critical pairs are computed between one-root patterns."""
     out = []
     for r in rules.rules:
+        if r.roots:  # critical pairs are of one-root patterns (dsl.unify)
+            continue
         if r.lists:
             for n in (0, 1):
                 c = concrete(r, dict.fromkeys(r.lists, n))

@@ -306,7 +306,8 @@ class _Checker:
             rule = concrete(rule, counts)
             if rule is None:  # more inputs than the op's slots, or too few for it
                 reject()
-        gen = Gen(data, rule.lhs, requests(rule.guards, violate), self.values, self.lo)
+        reqs = requests(rule.guards, violate)
+        gen = Gen(data, rule.lhs, reqs, self.values, self.lo, rule.roots)
         try:
             return instantiate(rule, gen.example(), build_rhs)
         except NotAMatch:
