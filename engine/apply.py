@@ -22,7 +22,6 @@ from vocab.graph import ABSENT
 from vocab.ops import OPS, decode_attr, encode_attr
 from vocab.types import TensorType
 
-
 SAME_ROOTS = "two roots are one value"  # a multi-root match whose roots are one e-class
 
 

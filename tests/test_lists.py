@@ -13,7 +13,6 @@ from verify.runner import verify_rules
 from vocab import registry
 from vocab.types import ClassInfo, TensorType
 
-
 LIBRARY = dsl.load_rules([dsl.shipped_rules_dir()])
 
 
