@@ -149,10 +149,14 @@ class GuardCall:
 
 @dataclass(frozen=True)
 class Ruleset:
-    """`(ruleset NAME)`: the rules that follow in this file belong to NAME."""
+    """`(ruleset NAME [:opset N] [:domain D]...)`: the rules that follow in this file belong
+    to NAME. `opset`: the lowest default-domain opset its results are written for (None: any
+    the model has); `domains`: the other domains its results write ops of."""
 
     name: str
     span: Span = _span()
+    opset: int | None = None
+    domains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

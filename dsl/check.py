@@ -19,11 +19,12 @@ from dsl.errors import (
     PlacementError,
     RulesError,
     RulesErrors,
+    RulesetNeedsError,
 )
 from dsl.expand import FlatRule, flatten
 from dsl.host import Scope, lower_guard
 from dsl.lower import Lowering, lower_left, lower_right
-from vocab.ops import OPS, OpTable
+from vocab.ops import MAX_OPSET, MIN_OPSET, OPS, ORT_DOMAINS, OpTable
 from vocab.registry import BUILDERS, GUARDS
 
 
@@ -52,9 +53,21 @@ def check(
         except RulesError as e:
             errors.append(e)
             continue
+        declared = {id(fr.declared): fr.declared for fr in flat if fr.declared is not None}
+        bad = {}
+        for form in declared.values():
+            try:
+                _check_declared(form, lw.ops)
+            except RulesError as e:
+                errors.append(e)
+                bad[id(form)] = True
         for fr in flat:
+            if id(fr.declared) in bad:
+                continue
             try:
                 new = check_rule(fr, lw, guards)
+                for r in new:
+                    _check_needs(r, fr.declared, lw.ops)
             except RulesError as e:
                 errors.append(e)
                 continue
@@ -150,7 +163,48 @@ def _check_equal(fr: FlatRule, lw: Lowering) -> ir.Rule:
     return _rule(fr, form.name, "equal", lhs, rhs, (), left)
 
 
+def _domains(ops: OpTable) -> set[str]:
+    return {n.rsplit(".", 1)[0] for n in ops.names() if "." in n} | set(ORT_DOMAINS)
+
+
+def _check_declared(form: ast.Ruleset, ops: OpTable) -> None:
+    """A `(ruleset NAME :opset N :domain D)` form's own errors: an unknown domain or opset."""
+    for d in form.domains:
+        if d not in _domains(ops):
+            known = ", ".join(sorted(_domains(ops)))
+            raise RulesetNeedsError(form.span, f"unknown domain '{d}' (domains: {known})")
+    if form.opset is not None and not MIN_OPSET <= form.opset <= MAX_OPSET:
+        msg = f":opset {form.opset} is outside the op table's opsets {MIN_OPSET} to {MAX_OPSET}"
+        raise RulesetNeedsError(form.span, msg)
+
+
+def _check_needs(r: ir.Rule, form: ast.Ruleset | None, ops: OpTable) -> None:
+    """What `r` writes must be what its ruleset declares: an op of another domain needs
+    `:domain`, and with `:opset N` every op it writes must exist at opset N."""
+    writes = r.rhs_ops | (r.lhs_ops if r.kind == "equal" else frozenset())
+    domains = form.domains if form is not None else ()
+    name = form.name if form is not None else "default"
+    for op in sorted(writes):
+        spec = ops.get(op)
+        if spec.domain not in ("", "ai.onnx") and spec.domain not in domains:
+            msg = (
+                f"rule {r.name} writes {op}, but its ruleset '{name}' does not declare the"
+                f" domain (write (ruleset {name} :domain {spec.domain}))"
+            )
+            raise RulesetNeedsError(r.span, msg)
+        if form is not None and form.opset is not None and spec.domain in ("", "ai.onnx"):
+            if ops.get(op, form.opset) is None:
+                first = ops.first_opset(op)
+                msg = (
+                    f"rule {r.name} writes {op}, which opset {form.opset} does not have (it"
+                    f" is in opset {first} and later), but its ruleset '{name}' declares"
+                    f" :opset {form.opset}"
+                )
+                raise RulesetNeedsError(r.span, msg)
+
+
 def _rule(fr: FlatRule, name, kind, lhs, rhs, guards, scope: Scope) -> ir.Rule:
+    declared = fr.declared
     return ir.Rule(
         name=name,
         kind=kind,
@@ -163,4 +217,6 @@ def _rule(fr: FlatRule, name, kind, lhs, rhs, guards, scope: Scope) -> ir.Rule:
         term_captures=scope.names("term"),
         attr_captures=scope.names("attr"),
         lists=scope.names("list"),
+        opset=(declared.opset or 0) if declared is not None else 0,
+        domains=declared.domains if declared is not None else (),
     )

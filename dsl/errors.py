@@ -137,3 +137,8 @@ def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:
     """`"; did you mean 'X'?"` for the closest of `choices` (difflib), or `""`."""
     close = difflib.get_close_matches(name, list(choices), n=1)
     return f"; did you mean '{prefix}{close[0]}'?" if close else ""
+
+
+class RulesetNeedsError(RulesError):
+    """A ruleset's declared needs do not hold: an unknown `:domain`, a result writing an op of
+    a domain its ruleset does not declare, or an op missing at its declared `:opset`."""

@@ -28,6 +28,7 @@ class FlatRule:
 
     form: ast.Simplify | ast.Equal
     ruleset: str
+    declared: ast.Ruleset | None = None  # the `(ruleset ...)` form in force, if any
 
 
 def flatten(file: ast.File) -> list[FlatRule]:
@@ -35,12 +36,14 @@ def flatten(file: ast.File) -> list[FlatRule]:
     (`default` before any `(ruleset NAME)`). Raises `ForError` for a `{VAR}` left in a rule
     name or a shadowed `for` variable."""
     out: list[FlatRule] = []
-    ruleset = "default"
+    ruleset, declared = "default", None
     for form in file.forms:
         if isinstance(form, ast.Ruleset):
-            ruleset = form.name
+            ruleset, declared = form.name, form
         else:
-            out += [FlatRule(a, ruleset) for f in _expand(form, {}) for a in alternatives(f)]
+            out += [
+                FlatRule(a, ruleset, declared) for f in _expand(form, {}) for a in alternatives(f)
+            ]
     for r in out:
         left = _PLACEHOLDER.search(r.form.name)
         if left:

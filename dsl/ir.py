@@ -107,6 +107,8 @@ class Rule:
         the engine binds to an absent slot is not part of the list).
     instance: what tells apart the rules `dsl.lists` makes of one template (the item counts
         it fixed), so that each gets its own egglog relation; empty for a written rule.
+    opset / domains: what the rule's ruleset declares its results need (`(ruleset NAME :opset N
+        :domain D)`): the lowest default-domain opset (0: none), the other domains.
     roots / results: a multi-root rule's other pattern roots and their results (`(roots ...)`
         on both sides; `lhs` and `rhs` are the first). Each extra root binds its match with
         `OpNode.bind` (`_rootK` unless the rule names it), so it is a term capture.
@@ -127,6 +129,8 @@ class Rule:
     instance: str = ""
     roots: tuple[Term, ...] = ()
     results: tuple[Term, ...] = ()
+    opset: int = 0
+    domains: tuple[str, ...] = ()
 
     @cached_property
     def lhs_ops(self) -> frozenset[str]:

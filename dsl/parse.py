@@ -152,7 +152,21 @@ class _ToAst(Transformer):
         return forms
 
     def ruleset(self, meta, c):
-        return ast.Ruleset(str(c[0]), span=self._at(meta))
+        opset, domains = None, []
+        for key, value in c[1:]:
+            if key == ":opset" and value.type == "NUMBER" and re.fullmatch(r"\d+", str(value)):
+                if opset is not None:
+                    raise RulesSyntaxError(self._at(key), ":opset is written twice")
+                opset = int(str(value))
+            elif key == ":domain" and value.type == "OP_ITEM":
+                domains.append(str(value))
+            else:
+                msg = f"a ruleset takes :opset N and :domain NAME, not {key} {value}"
+                raise RulesSyntaxError(self._at(key), msg)
+        return ast.Ruleset(str(c[0]), span=self._at(meta), opset=opset, domains=tuple(domains))
+
+    def need(self, meta, c):
+        return c[0], c[1]
 
     def simplify(self, meta, c):
         name, fp, rest = str(c[0]), None, c[1:]

@@ -23,7 +23,9 @@ def format_file(file: ast.File) -> str:
 def format_form(form: ast.Form, indent: str = "") -> str:
     """Canonical text of one top-level or `for`-body form, starting at `indent`."""
     if isinstance(form, ast.Ruleset):
-        return f"{indent}(ruleset {form.name})"
+        needs = f" :opset {form.opset}" if form.opset is not None else ""
+        needs += "".join(f" :domain {d}" for d in form.domains)
+        return f"{indent}(ruleset {form.name}{needs})"
     inner = indent + _STEP
     if isinstance(form, ast.For):
         body = "\n".join(format_form(f, inner) for f in form.body)

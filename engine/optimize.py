@@ -102,14 +102,29 @@ class Report:
 
 
 def select(
-    rules: RuleSet, opset: int, fp: tuple[str, ...] = ("exact",)
+    rules: RuleSet,
+    opset: int,
+    fp: tuple[str, ...] = ("exact",),
+    domains: frozenset[str] = frozenset(),
 ) -> tuple[list[Rule], dict[str, str]]:
     """Rules usable on a graph of `opset` under the allowed numeric classes, and the skipped
-    ones with a reason."""
+    ones with a reason. domains: the domains beyond the default one that the model imports or
+    its target runs (`vocab.ops.TARGETS`); a rule whose ruleset declares another (`Rule.domains`)
+    or a higher opset than `opset` (`Rule.opset`) is skipped."""
     keep, skipped = [], {}
     for r in rules.rules:
         if r.fp not in fp:
             skipped[r.name] = f"numeric class {r.fp} not allowed"
+            continue
+        lacking = sorted(set(r.domains) - set(domains))
+        if lacking:
+            skipped[r.name] = (
+                f"ruleset {r.ruleset} writes {', '.join(lacking)} ops, which neither the model"
+                " nor the target has (--target onnxruntime has com.microsoft)"
+            )
+            continue
+        if r.opset > opset:
+            skipped[r.name] = f"ruleset {r.ruleset} needs opset {r.opset}, the model has {opset}"
             continue
         missing = sorted(op for op in r.lhs_ops | r.rhs_ops if OPS.get(op, opset) is None)
         if missing:
@@ -179,8 +194,12 @@ def optimize(
     provenance: bool = True,
     skip: tuple[str, ...] = (),
     only: tuple[str, ...] = (),
+    domains: frozenset[str] = frozenset(),
 ) -> tuple[TermGraph, Report]:
     """Rewrite `graph` with `rules` by equality saturation and cost-based extraction.
+
+    domains: the domains beyond the default one that the model imports and its target runs;
+    rules whose ruleset writes ops of others are skipped (`select`).
 
     shapes: run the symbolic shape folding (`engine.shapes`) first; the rule verifier turns
     it off to see what a rule alone does.
@@ -215,7 +234,7 @@ def optimize(
     stage("shapes")
     if time.perf_counter() > deadline:  # out of time before the e-graph is built
         return original, as_given(original, "time-limit", "shapes", seconds, cost)
-    chosen, skipped = select(rules, graph.opset, fp)
+    chosen, skipped = select(rules, graph.opset, fp, domains)
     skipped = {**excluded, **skipped}
     ops = {n.op for n in graph.nodes if not n.opaque}
     chosen = reachable(chosen, ops)

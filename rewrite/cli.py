@@ -30,6 +30,7 @@ import rewrite
 from verify.cli import add_parser as add_verify
 from verify.cli_common import load_rules
 from verify.lint_cli import add_parser as add_lint
+from vocab.ops import TARGETS
 
 # Each command imports the project's modules it needs inside its function, so that `rewrite
 # --help` and `rewrite check` do not load the engine, egglog and onnxruntime (0.3 s instead of
@@ -156,6 +157,13 @@ def _optimize_parser(sub) -> None:
     o.add_argument("input", metavar="IN.onnx", help="the model to optimize")
     o.add_argument("output", metavar="OUT.onnx", help="where to write it (may be IN.onnx)")
     _add_rule_options(o)
+    o.add_argument(
+        "--target",
+        choices=sorted(TARGETS),
+        default="onnx",
+        help="the runtime the output is for: onnx (standard ops only, the default) or "
+        "onnxruntime (its contrib ops too: rulesets declaring :domain com.microsoft run)",
+    )
     o.add_argument(
         "--opset",
         type=int,
@@ -539,6 +547,7 @@ def cmd_optimize(args) -> int:
             rtol=args.rtol,
             provenance=not args.no_provenance,
             opset=args.opset,
+            target=args.target,
         )
     except OptionError as e:
         return _fail(str(e))

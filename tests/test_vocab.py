@@ -12,6 +12,7 @@ import onnx.defs
 import pytest
 from onnx import TensorProto, helper
 
+import dsl
 from dsl import check, parse
 from dsl.errors import ForError
 from dsl.ir import RuleSet
@@ -174,21 +175,56 @@ def _info(name, shape, dtype=TensorProto.FLOAT):
 
 def test_a_rule_can_write_an_op_of_another_domain():
     """A rule whose result is `com.microsoft.Gelu` (onnxruntime's kernel) writes that node
-    with its domain, adds the domain's opset import, and onnxruntime runs the result."""
-    rules = check(parse("(simplify to-ms-gelu (Gelu @x) (com.microsoft.Gelu @x))", "f.rules"))
+    with its domain, adds the domain's opset import, and onnxruntime runs the result; it runs
+    only for a target that has the domain (or a model that imports it)."""
+    text = (
+        "(ruleset ms :domain com.microsoft)(simplify to-ms-gelu (Gelu @x) (com.microsoft.Gelu @x))"
+    )
+    rules = RuleSet(tuple(check(parse(text, "f.rules"))), ("f.rules",))
     model = _model(
         [helper.make_node("Gelu", ["x"], ["y"])],
         [_info("x", [2, 8])],
         [_info("y", [2, 8])],
         opsets=[("", 20)],
     )
-    out, report = optimize_model(model, RuleSet(tuple(rules), ("f.rules",)))
+    same, report = optimize_model(model, rules)  # standard ONNX: the ruleset is skipped
+    assert same is model and "com.microsoft" in report.skipped["to-ms-gelu"]
+    out, report = optimize_model(model, rules, target="onnxruntime")
     assert report.changed and [(n.domain, n.op_type) for n in out.graph.node] == [
         ("com.microsoft", "Gelu")
     ]
     assert {i.domain: i.version for i in out.opset_import}["com.microsoft"] == 1
     x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
     np.testing.assert_allclose(run(out, {"x": x})[0], run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("(simplify a (Gelu @x) (com.microsoft.Gelu @x))", "does not declare the domain"),
+        ("(ruleset r :domain com.nowhere) (simplify a (Relu @x) @x)", "unknown domain"),
+        ("(ruleset r :opset 13) (simplify a (Relu @x) (Gelu @x))", "opset 13 does not have"),
+        ("(ruleset r :opset 99) (simplify a (Relu @x) @x)", "outside the op table's opsets"),
+        ("(ruleset r :size 3) (simplify a (Relu @x) @x)", "takes :opset N and :domain NAME"),
+    ],
+)
+def test_ruleset_needs_are_checked(text, message):
+    with pytest.raises(dsl.RulesError) as info:
+        check(parse(text, "f.rules"))
+    assert message in str(info.value) and str(info.value).startswith("f.rules:1:")
+
+
+def test_a_ruleset_that_needs_a_newer_opset_is_skipped_on_an_older_model():
+    text = "(ruleset new :opset 20) (simplify relu-of-relu (Relu (Relu @x)) (Relu @x))"
+    rules = RuleSet(tuple(check(parse(text, "f.rules"))), ("f.rules",))
+    assert rules.rules[0].opset == 20
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    model = _model(nodes, [_info("x", [2])], [_info("y", [2])], opsets=[("", 18)])
+    same, report = optimize_model(model, rules)
+    assert same is model and "needs opset 20" in report.skipped["relu-of-relu"]
+    model = _model(nodes, [_info("x", [2])], [_info("y", [2])], opsets=[("", 20)])
+    out, report = optimize_model(model, rules)
+    assert [n.op_type for n in out.graph.node] == ["Relu"]
 
 
 def test_variadic_ops_are_matchable_up_to_their_slots():

@@ -66,6 +66,10 @@ VARIADIC_SLOTS = 8  # input slots of a variadic op; a node with more inputs stay
 TENSOR_ATTR_MAX = 64  # elements of a tensor attribute the e-graph holds as a literal
 DEFAULT_DOMAIN = ""
 ORT_DOMAINS = ("com.microsoft",)  # onnxruntime's contrib domains in the vocabulary
+# the domains beyond the default one that a runtime runs: a ruleset that writes ops of
+# another domain (`(ruleset NAME :domain D)`) is enabled where the model imports D or the
+# chosen target has it
+TARGETS = {"onnx": frozenset(), "onnxruntime": frozenset(("ai.onnx.ml", *ORT_DOMAINS))}
 
 _KINDS = {
     onnx.AttributeProto.INT: "int",

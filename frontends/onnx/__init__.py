@@ -30,6 +30,7 @@ from frontends.onnx.importer import (
     skeleton,
 )
 from frontends.onnx.opset import OpsetError, auto_target, convert_opset
+from vocab.ops import TARGETS
 
 __all__ = [
     "ModelError",
@@ -155,6 +156,9 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
     `rewrite.optimize_model` (`frontends.onnx.api`, which takes a path, the CLI's option names
     and runs the output check). Other keyword arguments go to `engine.optimize`.
 
+    target: the runtime the result is for, a key of `vocab.ops.TARGETS` (`onnx`: standard
+    ONNX; `onnxruntime`: also its contrib domains): rules whose ruleset writes ops of a domain
+    that neither the model imports nor the target runs are skipped.
     opset: convert the model to this default-domain opset first (`frontends.onnx.opset`,
     `onnx.version_converter`), then optimize it with the rules whose ops exist at that opset;
     the result is at `opset` even when no rule made it cheaper. Raises OpsetError when it
@@ -278,6 +282,10 @@ def _optimize_model(model: onnx.ModelProto, rules, **kw):
         limits, deadline=limits.deadline if limits.deadline is not None else clock + limits.timeout
     )
     graph = kw.pop("graph", None)
+    target = kw.pop("target", "onnx")
+    kw["domains"] = TARGETS[target] | {
+        i.domain for i in model.opset_import if i.domain not in ("", "ai.onnx")
+    }
     if clock > limits.deadline and graph is None:
         return model, _onnx_counts(as_given(None, "time-limit", "load", {}), model, model)
     if graph is None:

@@ -32,6 +32,7 @@ from frontends.onnx import optimize_model as optimize_engine
 from frontends.onnx.check import CheckError, compare
 from frontends.onnx.importer import default_opset
 from frontends.onnx.opset import auto_target
+from vocab.ops import TARGETS
 
 NUMERIC_CLASSES = ("reassoc", "approx")  # beyond `exact`, which always runs
 
@@ -69,6 +70,8 @@ class Options:
         None keeps the default of the numeric class that fired (`engine.optimize.TOLERANCES`).
     max_iterations, max_nodes: saturation limits. timeout: seconds for the whole call.
     provenance: record on each rewritten node the rules that produced it (`rewrite explain`).
+    target: the runtime the result is for (`vocab.ops.TARGETS`): `onnx` (standard ONNX) or
+        `onnxruntime` (its contrib ops too: rulesets that write `com.microsoft` ops run).
     opset: convert the model to this default-domain opset first (`onnx.version_converter`) and
         optimize it with the rules whose ops exist there; None converts only a model older
         than the op table's forms (see `frontends.onnx.optimize_model`).
@@ -87,6 +90,7 @@ class Options:
     timeout: float = 120.0
     provenance: bool = True
     opset: int | None = None
+    target: str = "onnx"
 
     @classmethod
     def from_keywords(cls, keywords: dict) -> Options:
@@ -124,6 +128,10 @@ class Options:
         for name in ("max_iterations", "max_nodes", "timeout"):
             if getattr(self, name) <= 0:
                 raise OptionError(f"{name.replace('_', '-')} must be positive")
+        if self.target not in TARGETS:
+            raise OptionError(
+                f"target: unknown target {self.target!r} (choose from {', '.join(TARGETS)})"
+            )
         if self.opset is not None and not (isinstance(self.opset, int) and self.opset > 0):
             raise OptionError(f"opset must be a positive integer, not {self.opset!r}")
         for name in ("atol", "rtol"):
@@ -356,6 +364,7 @@ def run(
             folder=folder,
             provenance=options.provenance,
             opset=options.opset,
+            target=options.target,
             **kw,
         )
         kw.clear()  # the imported graph's arrays: the result holds the weights now
