@@ -7,9 +7,10 @@ import onnx.parser
 import pytest
 import sympy
 
-from engine.shapes import analyze, broadcast, fold_shapes, symbol
+from engine.shapes import analyze, fold_shapes
 from frontends.onnx import export_model, import_model
 from frontends.onnx.check import run
+from vocab.symbolic import broadcast, symbol
 
 
 def _model(text: str) -> onnx.ModelProto:
@@ -189,3 +190,4 @@ g (float[3] x) => (int32[1] y) {
     assert y not in a.values  # 3 + 2^31-1 wraps in int32: not a value the analysis may claim
     folded, _ = _fold(m)
     _same_at(m, folded, [{"x": (3,)}])
+
