@@ -1,9 +1,11 @@
-"""Output type (dtype and shape) of one op application: the op table's shape rule.
+"""Output type (dtype and shape) of one op application, from the op's shape rules.
 
-Elementwise, broadcasting and identity-shaped ops are computed here directly; every other op
-goes to ONNX shape inference (`onnx.shape_inference`, with data propagation) on a one-node
-model, cached by op, attributes, input types and small constant inputs. An unknown result is
-`TensorType()`: guards that need it fail, which is sound.
+An op with a type rule (`vocab.shape_rules`: elementwise, broadcasting, Cast) gets its type
+from the input types directly; every other op goes to ONNX shape inference
+(`onnx.shape_inference`, with data propagation) on a one-node model, cached by op, attributes,
+input types and small constant inputs, and an op with a symbolic shape rule then has the
+dimensions ONNX leaves unknown named by the symbolic analysis (`engine.shapes`). An unknown
+result is `TensorType()`: guards that need it fail, which is sound.
 """
 
 from __future__ import annotations
@@ -14,26 +16,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.shapes import SYMBOLIC_OPS, analyze, to_dim
+from engine.shapes import analyze
 from vocab.graph import ABSENT, Node, TermGraph, Value
 from vocab.onnx_nodes import onnx_node
-from vocab.ops import FAMILIES, OPS
+from vocab.ops import OPS
+from vocab.shape_rules import rule_of
+from vocab.symbolic import to_dim
 from vocab.types import UNKNOWN, TensorType, tensor_type
 
-_SAME = set(FAMILIES["SAME_TYPE"])
-_BROADCAST = set(FAMILIES["BINARY_ARITHMETIC"] + FAMILIES["VARIADIC_ELEMENTWISE"])
-_COMPARE = set(FAMILIES["COMPARISON"] + FAMILIES["LOGICAL"])
 _CONST_MAX = 64  # constant inputs up to this many elements take part in inference
-
-
-def shape_rule(op: str) -> str:
-    """How the engine gets `op`'s output type: `direct` (computed here: same type as the
-    input, broadcasting, comparison, Cast), `symbolic` (the symbolic analysis of
-    `engine.shapes`, which also folds shape computations), or `onnx` (ONNX shape inference on
-    the one node)."""
-    if op in _SAME or op in _BROADCAST or op in _COMPARE or op in ("Where", "Cast", "CastLike"):
-        return "direct"
-    return "symbolic" if op in SYMBOLIC_OPS else "onnx"
 
 
 def infer_type(op: str, attrs, inputs: tuple[TensorType | None, ...], values: tuple) -> TensorType:
@@ -45,27 +36,16 @@ def infer_type(op: str, attrs, inputs: tuple[TensorType | None, ...], values: tu
     """
     if any(t is not None and t.shape is None and t.dtype == 0 for t in inputs):
         return UNKNOWN
-    if op in _SAME:
-        return inputs[0]
-    if op in _BROADCAST or op in _COMPARE or op == "Where":
-        ins = [t for t in inputs if t is not None]
-        dtype = (
-            TensorProto.BOOL if op in _COMPARE else ins[-1].dtype if op == "Where" else ins[0].dtype
-        )
-        if any(t.shape is None for t in ins):
-            return TensorType(dtype, None)
-        try:
-            return TensorType(dtype, _broadcast([t.shape for t in ins]))
-        except ValueError:
-            return UNKNOWN
-    if op == "Cast":
-        return TensorType(dict(attrs)["to"], inputs[0].shape)
-    if op == "CastLike":
-        return TensorType(inputs[1].dtype, inputs[0].shape)
+    rule = rule_of(op)
+    if rule is not None and rule.type is not None:
+        return rule.type(dict(attrs), inputs)
     key = (op, attrs, inputs, tuple(_freeze(v) for v in values))
     try:
         t = _onnx_infer(key)
-        if any(isinstance(d, str) for i in inputs if i is not None and i.shape for d in i.shape):
+        symbolic = any(
+            isinstance(d, str) for i in inputs if i is not None and i.shape for d in i.shape
+        )
+        if symbolic and rule is not None and rule.shape is not None:
             t = _with_symbolic(t, _symbolic_shape(key))
         return t
     except TypeError:  # unhashable attribute (should not happen with canonical attrs)
@@ -116,23 +96,6 @@ def _symbolic_shape(key) -> tuple | None:
     return tuple(
         None if any(str(s).startswith("_u") for s in d.free_symbols) else to_dim(d) for d in shape
     )
-
-
-def _broadcast(shapes) -> tuple:
-    rank = max(len(s) for s in shapes)
-    out = []
-    for i in range(rank):
-        dims = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0}
-        known = {d for d in dims if d != 1}
-        if not known:
-            out.append(1)
-        elif len(known) == 1:
-            out.append(known.pop())
-        elif all(isinstance(d, int) for d in known):
-            raise ValueError(f"shapes do not broadcast: {shapes}")
-        else:
-            out.append(None)
-    return tuple(out)
 
 
 def _freeze(v):

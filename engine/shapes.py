@@ -1,18 +1,13 @@
 """Symbolic shape analysis and shape folding over a TermGraph.
 
-Every dimension is a sympy integer expression: a number, or a symbol (an input's `dim_param`,
-or a fresh symbol `_uN` per dimension nothing knows), or an expression over symbols
-(`2*seq`, `floor(seq/2)`). Symbols are positive integers, so `seq - seq` is 0 and
-`Equal(seq, -1)` is false. Two dimensions are the same exactly when their expressions are,
-which is what lets a rule see that a reshape target copies its input's own dimensions.
-
-Besides shapes, the analysis propagates the *values* of small integer tensors (at most
-`MAX_VALUE_ELEMENTS` elements) through the ops that compute on shapes: Shape, Size, Gather,
-Slice, Concat, Unsqueeze, Squeeze, Reshape, Flatten, Transpose, Cast, Identity, Add, Sub, Mul,
-Div, Mod, Max, Min, Neg, Abs, Equal, Less, Greater, Not, And, Or, Where, Range, Expand,
-ConstantOfShape, ReduceProd, ReduceSum, ReduceMax, ReduceMin. The semantics are the ONNX
-operator specification's (integer Div truncates, Mod with fmod=0 takes the divisor's sign, Slice
-and Shape clamp like Python slices).
+`analyze` gives every value a symbolic shape, each dimension a sympy integer expression
+(`vocab.symbolic`: a number, a symbol such as an input's `dim_param`, or an expression such as
+`2*seq`), and follows the *values* of small integer tensors (at most `MAX_VALUE_ELEMENTS`
+elements) through the ops that compute on shapes. Each node's outputs come from its op's rules
+in `vocab.shape_rules` (the shape rule, then the value rule); an op without a rule keeps the type
+already in the graph (ONNX shape inference at import), a fresh symbol for each unknown
+dimension. Two dimensions are the same exactly when their expressions are, which is what lets a
+rule see that a reshape target copies its input's own dimensions.
 
 `fold_shapes` then rewrites the graph where the analysis knows enough:
 
@@ -31,44 +26,31 @@ as `broadcasts-into` compare those strings).
 
 from __future__ import annotations
 
-import functools
 import itertools
-import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
 import sympy
 from onnx import helper, numpy_helper
-from sympy.parsing.sympy_parser import parse_expr
 
 from vocab.graph import ABSENT, Node, TermGraph, Value, prune
+from vocab.movement_rules import split_count
 from vocab.ops import OPS, TensorValue
+from vocab.shape_registry import Call, present_inputs
+from vocab.shape_rules import old_form, rule_of
+from vocab.symbolic import (
+    MAX_VALUE_ELEMENTS,
+    Expr,
+    Shape,
+    SymValue,
+    obj_array,
+    parse_dim,
+    symbol,
+    to_dim,
+    value_of_array,
+)
 from vocab.types import TensorType, np_dtype
-
-MAX_VALUE_ELEMENTS = 64  # integer tensors up to this size have their values tracked
-_BIG = 2**31  # a Slice end at or past this is "to the end"
-
-Expr = sympy.Expr
-Shape = tuple  # tuple[Expr, ...]
-
-
-@dataclass(frozen=True)
-class SymValue:
-    """The value of a small tensor (at most MAX_VALUE_ELEMENTS elements): its shape and its
-    elements in row-major order, each a sympy expression or None when unknown."""
-
-    shape: tuple[int, ...]
-    elems: tuple
-
-    def array(self) -> np.ndarray:
-        """The value as a numpy object array of its elements."""
-        return _obj(list(self.elems)).reshape(self.shape)
-
-    @property
-    def known(self) -> bool:
-        """True when every element is a number (the value can become a constant)."""
-        return all(e is not None and e.is_number for e in self.elems)
 
 
 @dataclass
@@ -97,20 +79,6 @@ class FoldStats:
     nodes_after: int = 0
 
 
-def symbol(name: str) -> sympy.Symbol:
-    """The positive-integer symbol of a dimension name."""
-    return sympy.Symbol(name, integer=True, positive=True)
-
-
-def to_dim(e: Expr):
-    """A dimension as TensorType stores it: an int, or the expression's text."""
-    if e is None:
-        return None
-    if e.is_Integer:
-        return int(e)
-    return str(e)
-
-
 class _Fresh:
     def __init__(self):
         self.n = itertools.count()
@@ -125,32 +93,6 @@ def _from_dim(d, fresh) -> Expr:
     if isinstance(d, str) and d:
         return parse_dim(d)
     return fresh()
-
-
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
-_EXPR_TEXT = re.compile(r"[A-Za-z_0-9*+\-/() ]+")
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_dim(text: str) -> Expr:
-    """The expression a dimension string stands for: `to_dim`'s text read back.
-
-    "batch" is the symbol `batch`; "batch*seq" (how the analysis writes a product) is the
-    product of the symbols `batch` and `seq`, so a dimension written by one analysis run
-    means the same in the next. A string that is not such an expression (a `dim_param` may
-    be any text) is one symbol of that name."""
-    if _IDENT.fullmatch(text) or not _EXPR_TEXT.fullmatch(text):
-        return symbol(text)
-    names = {n: symbol(n) for n in _IDENT.findall(text) if n != "floor"}
-    try:
-        e = parse_expr(
-            text,
-            local_dict=names,
-            global_dict={"Integer": sympy.Integer, "floor": sympy.floor, "Symbol": sympy.Symbol},
-        )
-    except (SyntaxError, TypeError, ValueError, AttributeError, sympy.SympifyError):
-        return symbol(text)
-    return e if isinstance(e, sympy.Expr) and str(e) == text else symbol(text)
 
 
 def analyze(g: TermGraph) -> ShapeAnalysis:
@@ -172,7 +114,7 @@ def analyze(g: TermGraph) -> ShapeAnalysis:
         a.shapes[vid] = from_type(vid)
     for vid, arr in g.constants.items():
         a.shapes[vid] = tuple(sympy.Integer(int(d)) for d in np.shape(arr))
-        v = _value_of_array(arr)
+        v = value_of_array(arr)
         if v is not None:
             a.values[vid] = v
     for n in g.nodes:
@@ -185,27 +127,6 @@ def analyze(g: TermGraph) -> ShapeAnalysis:
             if o not in a.shapes:
                 a.shapes[o] = from_type(o)
     return a
-
-
-# The first opset of the form (inputs and attributes) this module's rules are written for, for
-# the ops whose older forms differ: Reshape-1 had a `shape` attribute, Slice-1 `starts`/`ends`
-# attributes, Pad-2 a `pads` attribute, Split-1 an optional `split` input besides the
-# attribute, Concat-1 an optional axis. A node of an older form is unknown to the analysis
-# (its output keeps the type ONNX shape inference gave it) and is never folded or dropped here.
-_FORM_SINCE = {"Reshape": 5, "Slice": 10, "Pad": 11, "Split": 2, "Concat": 4}
-
-
-def old_form(n: Node, opset: int) -> bool:
-    """True if default-domain node `n` at `opset` is in an older form than the one the shape
-    rules read (see `_FORM_SINCE`)."""
-    return n.domain in ("", "ai.onnx") and opset < _FORM_SINCE.get(n.op, 0)
-
-
-def _value_of_array(arr) -> SymValue | None:
-    arr = np.asarray(arr)
-    if arr.size > MAX_VALUE_ELEMENTS or arr.dtype.kind not in "iub":
-        return None
-    return SymValue(arr.shape, tuple(sympy.Integer(int(x)) for x in arr.reshape(-1)))
 
 
 def _attrs(n: Node) -> dict:
@@ -221,439 +142,39 @@ def _attrs(n: Node) -> dict:
     return {}
 
 
-def _ints(a: ShapeAnalysis, vid: int) -> list[int] | None:
-    v = a.values.get(vid)
-    if v is None or not v.known:
-        return None
-    return [int(e) for e in v.elems]
-
-
-def _is_int_dtype(g: TermGraph, vid: int) -> bool:
-    dt = g.values[vid].type.dtype
-    return dt in (
-        onnx.TensorProto.INT64,
-        onnx.TensorProto.INT32,
-        onnx.TensorProto.INT16,
-        onnx.TensorProto.INT8,
-        onnx.TensorProto.UINT8,
-        onnx.TensorProto.BOOL,
-    )
-
-
-_SAME = set(
-    "Relu Neg Sqrt Erf Tanh Sigmoid Exp Log Abs Reciprocal Floor Ceil Sin Cos Sign Identity "
-    "Dropout LeakyRelu HardSigmoid Gelu Softmax LogSoftmax Not Cast CastLike Clip Elu Selu "
-    "Softplus Softsign HardSwish Mish Round IsNaN IsInf LayerNormalization "
-    "BatchNormalization InstanceNormalization RMSNormalization SimplifiedLayerNormalization "
-    "LpNormalization".split()
-)
-_BROADCAST = set(
-    "Add Sub Mul Div Pow Mod Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Where "
-    "Max Min PRelu BitShift Sum Mean".split()
-)
-_ARITH = {"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Sum"}
-_COMPARE = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or"}
-
-
-def broadcast(shapes: list[Shape]) -> Shape | None:
-    """Multidirectional (numpy) broadcasting of symbolic shapes (ONNX docs/Broadcasting.md).
-
-    A dimension of 1 takes the other; equal expressions stay; a symbol against a number > 1 is
-    that number (the model is valid, so the symbol must be 1 or equal). Two different symbols
-    give None for that dimension (either may be 1). Returns None if a rank is unknown."""
-    if any(s is None for s in shapes):
-        return None
-    rank = max((len(s) for s in shapes), default=0)
-    out = []
-    for i in range(rank):
-        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
-        rest = []
-        for d in dims:
-            if d == 1 or any(d == r for r in rest):
-                continue
-            rest.append(d)
-        if not rest:
-            out.append(sympy.Integer(1))
-        elif len(rest) == 1:
-            out.append(rest[0])
-        else:
-            nums = [d for d in rest if d.is_number]
-            out.append(nums[0] if nums else None)
-    return tuple(out)
-
-
-# the ops whose shapes (and small integer values) the analysis computes itself: the list in
-# the module docstring; `rewrite ops` shows it per op
-SYMBOLIC_OPS = frozenset(
-    "Shape Size Gather Slice Concat Unsqueeze Squeeze Reshape Flatten Transpose Cast Identity "
-    "Add Sub Mul Div Mod Max Min Neg Abs Equal Less Greater LessOrEqual Not And Or Where Range "
-    "Expand ConstantOfShape ReduceProd ReduceSum ReduceMax ReduceMin MatMul Gemm Pad Split "
-    "Sum".split()
-)
-
-
-def present_inputs(n: Node) -> tuple[int, ...]:
-    """`n`'s inputs without the trailing absent slots (a matchable node has one slot per
-    op-table input, a variadic op `VARIADIC_SLOTS` of them; an opaque node has its own)."""
-    ins = n.inputs
-    end = len(ins)
-    while end and ins[end - 1] == ABSENT:
-        end -= 1
-    return ins[:end]
+def _call(n: Node, g: TermGraph, a: ShapeAnalysis) -> Call:
+    """Node `n` of `g` as its shape rules see it, with what `a` knows so far."""
+    ins = present_inputs(n)
+    dtypes = tuple(g.values[i].type.dtype if i != ABSENT else 0 for i in ins)
+    return Call(n, ins, _attrs(n), dtypes, a.shapes, a.values)
 
 
 def _visit(n: Node, g: TermGraph, a: ShapeAnalysis) -> None:
-    op = n.op if n.domain in ("", "ai.onnx") else None
-    if op is None or not n.outputs:
+    """The shapes of `n`'s outputs and the value of its first output, by its op's rules."""
+    rule = rule_of(n.op) if n.domain in ("", "ai.onnx") and n.outputs else None
+    if rule is None:
         return
-    ins = list(present_inputs(n))
-    s_in = [a.shapes.get(i) if i != ABSENT else None for i in ins]
-    out = n.outputs[0]
-    at = _attrs(n)
-    shp = None
-    if op in _SAME:
-        shp = s_in[0]
-    elif op in _BROADCAST:
-        shp = broadcast([s for i, s in zip(ins, s_in) if i != ABSENT])
-        if shp is not None and None in shp:
-            shp = None
-    elif op == "MatMul":
-        shp = _matmul(s_in[0], s_in[1])
-    elif op == "Gemm":
-        x, w = s_in[0], s_in[1]
-        if x is not None and w is not None:
-            m = x[1] if at.get("transA") else x[0]
-            k = w[0] if at.get("transB") else w[1]
-            shp = (m, k)
-    elif op == "Transpose":
-        x = s_in[0]
-        if x is not None:
-            perm = at.get("perm") or tuple(range(len(x) - 1, -1, -1))
-            shp = tuple(x[p] for p in perm)
-    elif op == "Reshape":
-        shp = _reshape(s_in[0], a.values.get(ins[1]), at.get("allowzero", 0))
-    elif op in ("Unsqueeze", "Squeeze"):
-        axes = _ints(a, ins[1]) if len(ins) > 1 and ins[1] != ABSENT else at.get("axes")
-        shp = _unsqueeze(s_in[0], axes) if op == "Unsqueeze" else _squeeze(s_in[0], axes)
-    elif op == "Flatten" and s_in[0] is not None:
-        x, ax = s_in[0], at.get("axis", 1)
-        ax = ax + len(x) if ax < 0 else ax
-        shp = (sympy.Mul(*x[:ax]), sympy.Mul(*x[ax:]))
-    elif op == "Concat" and all(s is not None for s in s_in):
-        axis = at["axis"]
-        rank = len(s_in[0])
-        axis = axis + rank if axis < 0 else axis
-        shp = tuple(
-            sympy.Add(*[s[axis] for s in s_in]) if k == axis else s_in[0][k] for k in range(rank)
-        )
-    elif op == "Gather" and s_in[0] is not None and s_in[1] is not None:
-        axis = at.get("axis", 0)
-        axis = axis + len(s_in[0]) if axis < 0 else axis
-        shp = s_in[0][:axis] + s_in[1] + s_in[0][axis + 1 :]
-    elif op == "Shape" and s_in[0] is not None:
-        shp = (sympy.Integer(len(range(len(s_in[0]))[slice(at.get("start", 0), at.get("end"))])),)
-    elif op == "Size":
-        shp = ()
-    elif op == "Expand":
-        t = a.values.get(ins[1])
-        if t is not None and s_in[0] is not None and None not in t.elems:
-            shp = broadcast([s_in[0], t.elems])
-            shp = None if shp is None or None in shp else shp
-    elif op == "ConstantOfShape":
-        t = a.values.get(ins[0])
-        if t is not None and None not in t.elems:
-            shp = tuple(t.elems)
-    elif op == "Slice":
-        shp = _slice_shape(
-            s_in[0],
-            [a.values.get(i) if i != ABSENT else None for i in ins[1:]] + [None] * (5 - len(ins)),
-        )
-    elif op.startswith("Reduce") and s_in[0] is not None:
-        axes = _ints(a, ins[1]) if len(ins) > 1 and ins[1] != ABSENT else at.get("axes")
-        shp = _reduce(s_in[0], axes, at.get("keepdims", 1), at.get("noop_with_empty_axes", 0))
-    elif op == "Range":
-        vals = [a.values.get(i) for i in ins]
-        if all(v is not None and v.known for v in vals):
-            start, limit, delta = (float(v.elems[0]) for v in vals)
-            shp = (sympy.Integer(max(int(np.ceil((limit - start) / delta)), 0)),)
-        elif all(v is not None and v.elems[0] is not None for v in vals) and vals[2].elems[0] == 1:
-            shp = (sympy.Max(vals[1].elems[0] - vals[0].elems[0], 0),)
-    elif op == "Pad" and s_in[0] is not None:
-        pads = a.values.get(ins[1])
-        axes = _ints(a, ins[3]) if len(ins) > 3 and ins[3] != ABSENT else list(range(len(s_in[0])))
-        if (
-            pads is not None
-            and None not in pads.elems
-            and axes is not None
-            and len(pads.elems) == 2 * len(axes)
-        ):
-            x, k = list(s_in[0]), len(axes)
-            for j, ax in enumerate(axes):
-                x[ax] = x[ax] + pads.elems[j] + pads.elems[j + k]
-            shp = tuple(x)
-    elif op.partition("#")[0] == "Split" and s_in[0] is not None:
-        _split(n, g, a, s_in[0], at)
-    if shp is not None:
-        a.shapes[out] = tuple(sympy.Integer(d) if isinstance(d, int) else d for d in shp)
-    _value(n, op, ins, at, g, a)
+    c = _call(n, g, a)
+    if rule.shape is not None:
+        shapes = rule.shape(c)
+        for o, s in zip(n.outputs, shapes if isinstance(shapes, list) else [shapes]):
+            if s is not None:
+                a.shapes[o] = tuple(sympy.Integer(d) if isinstance(d, int) else d for d in s)
+    if rule.value is not None:
+        out = n.outputs[0]
+        _store_value(a, out, rule.value(c, a.shapes.get(out)), g.values[out].type.dtype)
 
 
-def _matmul(x: Shape | None, w: Shape | None) -> Shape | None:
-    if x is None or w is None or not x or not w:
-        return None
-    x2 = x if len(x) > 1 else (sympy.Integer(1),) + x
-    w2 = w if len(w) > 1 else w + (sympy.Integer(1),)
-    batch = broadcast([x2[:-2], w2[:-2]])
-    if batch is None or None in batch:
-        return None
-    out = batch + (x2[-2], w2[-1])
-    if len(x) == 1:
-        out = out[:-2] + out[-1:]
-    if len(w) == 1:
-        out = out[:-1]
-    return out
-
-
-def _reshape(x: Shape | None, target: SymValue | None, allowzero: int) -> Shape | None:
-    if target is None or None in target.elems:
-        return None
-    out, infer = [], None
-    for i, e in enumerate(target.elems):
-        if e == 0 and not allowzero:
-            if x is None or i >= len(x):
-                return None
-            out.append(x[i])
-        elif e == -1:
-            infer = i
-            out.append(None)
-        else:
-            out.append(e)
-    if infer is not None:
-        if x is None:
-            return None
-        rest = sympy.Mul(*[d for d in out if d is not None])
-        out[infer] = _simplify(sympy.Mul(*x) / rest)
-        if not out[infer].is_integer:
-            return None
-    return tuple(out)
-
-
-def _unsqueeze(x: Shape | None, axes) -> Shape | None:
-    if x is None or axes is None:
-        return None
-    rank = len(x) + len(axes)
-    axes = sorted(a + rank if a < 0 else a for a in axes)
-    out, it = [], iter(x)
-    for k in range(rank):
-        out.append(sympy.Integer(1) if k in axes else next(it))
-    return tuple(out)
-
-
-def _squeeze(x: Shape | None, axes) -> Shape | None:
-    if x is None:
-        return None
-    if axes is None:
-        if not all(d.is_number for d in x):
-            return None
-        return tuple(d for d in x if d != 1)
-    axes = {a + len(x) if a < 0 else a for a in axes}
-    return tuple(d for k, d in enumerate(x) if k not in axes)
-
-
-def _reduce(x: Shape, axes, keepdims: int, noop: int) -> Shape | None:
-    if axes is None or len(axes) == 0:
-        if noop:
-            return x
-        axes = range(len(x))
-    axes = {a + len(x) if a < 0 else a for a in axes}
-    if keepdims:
-        return tuple(sympy.Integer(1) if k in axes else d for k, d in enumerate(x))
-    return tuple(d for k, d in enumerate(x) if k not in axes)
-
-
-def _slice_shape(x: Shape | None, parts) -> Shape | None:
-    starts, ends, axes, steps = parts[:4]
-    if x is None or starts is None or ends is None:
-        return None
-    if None in starts.elems or None in ends.elems:
-        return None
-    n = len(starts.elems)
-    ax = (
-        [int(e) for e in axes.elems]
-        if axes is not None and axes.known
-        else (None if axes else list(range(n)))
-    )
-    st = (
-        [int(e) for e in steps.elems]
-        if steps is not None and steps.known
-        else (None if steps else [1] * n)
-    )
-    if ax is None or st is None:
-        return None
-    out = list(x)
-    for s, e, k, step in zip(starts.elems, ends.elems, ax, st):
-        k = k + len(x) if k < 0 else k
-        out[k] = _slice_len(x[k], s, e, step)
-        if out[k] is None:
-            return None
-    return tuple(out)
-
-
-def _slice_len(dim: Expr, s: Expr, e: Expr, step: int) -> Expr | None:
-    if dim.is_number and s.is_number and e.is_number:
-        return sympy.Integer(len(range(int(dim))[slice(int(s), int(e), step)]))
-    if step != 1:
-        return None
-
-    def clamp(v):
-        if v.is_number:
-            v = int(v)
-            if v >= _BIG:
-                return dim
-            if v < 0:
-                return sympy.Max(dim + v, 0)
-            return sympy.Min(v, dim)
-        return sympy.Min(v, dim) if v.is_nonnegative else None
-
-    s2, e2 = clamp(s), clamp(e)
-    if s2 is None or e2 is None:
-        return None
-    return sympy.Max(e2 - s2, 0)
-
-
-def _split_sizes(n: Node, a: ShapeAnalysis, at: dict) -> list[int] | None:
-    """The sizes a Split node's `split` input (or Split-11's attribute) gives, if known."""
-    if len(n.inputs) > 1 and n.inputs[1] != ABSENT:
-        return _ints(a, n.inputs[1])
-    return at.get("split")
-
-
-def _split_count(n: Node, a: ShapeAnalysis, at: dict) -> int | None:
-    """How many outputs a Split node has: its split sizes, its `num_outputs`, or (an imported
-    node) its ONNX proto's outputs; a matchable Split term is one of them, so `n.outputs`
-    does not say."""
-    sizes = _split_sizes(n, a, at)
-    if sizes is not None:
-        return len(sizes)
-    if at.get("num_outputs"):
-        return at["num_outputs"]
-    return len(n.payload.output) if isinstance(n.payload, onnx.NodeProto) else None
-
-
-def _split(n: Node, g: TermGraph, a: ShapeAnalysis, x: Shape, at: dict) -> None:
-    axis = at.get("axis", 0)
-    axis = axis + len(x) if axis < 0 else axis
-    sizes = _split_sizes(n, a, at)
-    if not n.opaque:  # a term of one output: Split (output 0) or its projection Split#K
-        k = int(n.op.partition("#")[2] or 0)
-        count = at.get("num_outputs")
-        if sizes is None and count and x[axis].is_number:  # equal chunks, the last smaller
-            d = int(x[axis])
-            chunk = -(-d // count)
-            sizes = [min(chunk, max(d - i * chunk, 0)) for i in range(count)]
-        if sizes is None or k >= len(sizes):
-            return
-        a.shapes[n.outputs[0]] = x[:axis] + (sympy.Integer(sizes[k]),) + x[axis + 1 :]
+def _store_value(a: ShapeAnalysis, out: int, arr, dtype: int) -> None:
+    """Record value `arr` (an object array, or one element) of `out`, of ONNX type `dtype`,
+    when it is small and the op computes it without wrapping around."""
+    if arr is None:
         return
-    if sizes is None or len(sizes) != len(n.outputs):
-        return
-    for o, size in zip(n.outputs, sizes):
-        a.shapes[o] = x[:axis] + (sympy.Integer(size),) + x[axis + 1 :]
-
-
-# ---- values of small integer tensors --------------------------------------------------------
-
-
-def _value(n: Node, op: str, ins: list[int], at: dict, g: TermGraph, a: ShapeAnalysis) -> None:
-    """Propagate the value of a small tensor through `n` (numpy object arrays of sympy
-    expressions, None for an unknown element)."""
-    out = n.outputs[0]
-    arr = None
-
-    def val(i):
-        v = a.values.get(i) if i != ABSENT else None
-        return None if v is None else v.array()
-
-    def ints(i):
-        return _ints(a, i) if i != ABSENT else None
-
-    x = val(ins[0]) if ins else None
-    if op == "Shape":
-        s = a.shapes.get(ins[0])
-        if s is not None:
-            arr = _obj(list(s[slice(at.get("start", 0), at.get("end"))]))
-    elif op == "Size":
-        s = a.shapes.get(ins[0])
-        if s is not None:
-            arr = _obj(sympy.Mul(*s))
-    elif op in ("Identity", "Cast") and x is not None:
-        arr = x if op == "Identity" or _cast_keeps(x, at.get("to")) else None
-    elif op == "Gather" and x is not None and ints(ins[1]) is not None:
-        idx = np.array(ints(ins[1]), dtype=np.int64).reshape(a.values[ins[1]].shape)
-        arr = np.take(x, idx, axis=at.get("axis", 0))
-    elif op == "Concat" and all(val(i) is not None for i in ins):
-        arr = np.concatenate([val(i) for i in ins], axis=at["axis"])
-    elif op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten") and x is not None:
-        s = a.shapes.get(out)
-        if s is not None and all(d.is_number for d in s):
-            arr = x.reshape(tuple(int(d) for d in s))
-    elif op == "Transpose" and x is not None:
-        arr = x.transpose(at.get("perm") or None)
-    elif op == "Slice" and x is not None:
-        starts, ends = ints(ins[1]), ints(ins[2])
-        axes = ints(ins[3]) if len(ins) > 3 and ins[3] != ABSENT else list(range(len(starts or ())))
-        steps = ints(ins[4]) if len(ins) > 4 and ins[4] != ABSENT else [1] * len(starts or ())
-        if None not in (starts, ends, axes, steps):
-            sl = [slice(None)] * x.ndim
-            for st, en, ax, sp in zip(starts, ends, axes, steps):
-                sl[ax] = slice(st, en, sp)
-            arr = x[tuple(sl)]
-    elif op in _ARITH or op in _COMPARE or op == "Where":
-        vs = [val(i) for i in ins]
-        if all(v is not None for v in vs):
-            arr = _elementwise(op, vs, at, _is_int_dtype(g, ins[-1]))
-    elif op in ("Neg", "Abs", "Not") and x is not None:
-        f = {
-            "Neg": lambda e: -e,
-            "Abs": sympy.Abs,
-            "Not": lambda e: sympy.Integer(1 - int(e)) if e.is_number else None,
-        }[op]
-        arr = _map(lambda e: None if e is None else f(e), x)
-    elif op == "Range":
-        r = [ints(i) for i in ins]
-        if all(v is not None for v in r) and _is_int_dtype(g, ins[0]):
-            rng = range(r[0][0], r[1][0], r[2][0])
-            if len(rng) <= MAX_VALUE_ELEMENTS:
-                arr = _obj([sympy.Integer(v) for v in rng])
-    elif op in ("ConstantOfShape", "Expand"):
-        s = a.shapes.get(out)
-        fill = None
-        if op == "ConstantOfShape":
-            t = at.get("value")
-            t = np.zeros(1, np.float32) if t is None else np.asarray(t)
-            if t.dtype.kind in "iub":
-                fill = _obj(sympy.Integer(int(t.reshape(-1)[0])))
-        else:
-            fill = x
-        if fill is not None and s is not None and all(d.is_number for d in s):
-            shape = tuple(int(d) for d in s)
-            if int(np.prod(shape)) <= MAX_VALUE_ELEMENTS:
-                arr = np.broadcast_to(fill, shape).copy()
-    elif op in ("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin") and x is not None:
-        s = a.shapes.get(out)
-        if x.ndim == 1 and x.size and None not in x.tolist() and s is not None and len(s) <= 1:
-            f = {
-                "ReduceProd": sympy.Mul,
-                "ReduceSum": sympy.Add,
-                "ReduceMax": sympy.Max,
-                "ReduceMin": sympy.Min,
-            }[op]
-            arr = _obj(f(*x.tolist())).reshape(tuple(int(d) for d in s))
-    if arr is not None and not isinstance(arr, np.ndarray):
-        arr = _obj(arr)  # numpy gives an element, not a 0-d array, for a scalar index
-    if arr is not None and not _fits(arr, g.values[out].type.dtype):
-        arr = None  # the ONNX op would wrap around: the mathematical value is not its value
-    if arr is not None and arr.size <= MAX_VALUE_ELEMENTS:
+    if not isinstance(arr, np.ndarray):
+        arr = obj_array(arr)  # numpy gives an element, not a 0-d array, for a scalar index
+    if not _fits(arr, dtype):
+        return  # the ONNX op would wrap around: the mathematical value is not its value
+    if arr.size <= MAX_VALUE_ELEMENTS:
         a.values[out] = SymValue(arr.shape, tuple(arr.reshape(-1).tolist()))
         if a.shapes.get(out) is None:
             a.shapes[out] = tuple(sympy.Integer(d) for d in arr.shape)
@@ -670,121 +191,6 @@ def _fits(arr: np.ndarray, dtype: int) -> bool:
         e is None or not e.is_number or info.min <= int(e) <= info.max
         for e in arr.reshape(-1).tolist()
     )
-
-
-def _obj(x) -> np.ndarray:
-    """A numpy object array holding sympy expressions (a list gives a 1-D array)."""
-    if isinstance(x, list):
-        out = np.empty(len(x), dtype=object)
-        out[:] = x
-        return out
-    out = np.empty((), dtype=object)
-    out[()] = x
-    return out
-
-
-def _map(f, arr: np.ndarray) -> np.ndarray:
-    flat = [f(e) for e in arr.reshape(-1).tolist()]
-    return _obj(flat).reshape(arr.shape)
-
-
-def _cast_keeps(v: np.ndarray, to) -> bool:
-    """True if casting integer elements to `to` keeps them as they are (an integer type wide
-    enough for the known numbers, or any type for symbolic dims, which fit in int32)."""
-    if to not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
-        return False
-    return all(e is None or not e.is_number or abs(int(e)) < 2**31 for e in v.reshape(-1).tolist())
-
-
-def _elementwise(op: str, vs: list[np.ndarray], at: dict, integer: bool) -> np.ndarray | None:
-    try:
-        cols = np.broadcast_arrays(*vs)
-    except ValueError:
-        return None
-    flat = [c.reshape(-1).tolist() for c in cols]
-    out = [None if None in args else _apply(op, args, at, integer) for args in zip(*flat)]
-    return _obj(out).reshape(cols[0].shape)
-
-
-def _apply(op: str, args, at: dict, integer: bool) -> Expr | None:
-    if op == "Where":
-        c, x, y = args
-        return (x if int(c) else y) if c.is_number else None
-    x, y = args
-    if op == "Add" or op == "Sum":
-        return x + y
-    if op == "Sub":
-        return x - y
-    if op == "Mul":
-        return x * y
-    if op == "Max":
-        return sympy.Max(x, y)
-    if op == "Min":
-        return sympy.Min(x, y)
-    if op == "Div":
-        if not integer:
-            return None
-        if x.is_number and y.is_number:
-            return sympy.Integer(
-                int(x) // int(y) if (int(x) >= 0) == (int(y) > 0) else -(abs(int(x)) // abs(int(y)))
-            )
-        if x.is_nonnegative and y.is_positive:
-            return sympy.floor(x / y)
-        return None
-    if op == "Mod":
-        if not integer or at.get("fmod"):
-            return None
-        if x.is_number and y.is_number:
-            return sympy.Integer(int(x) % int(y))
-        if x.is_nonnegative and y.is_positive:
-            return sympy.Mod(x, y)
-        return None
-    truth = _compare(op, x, y)
-    return None if truth is None else sympy.Integer(int(truth))
-
-
-def _simplify(e: Expr) -> Expr:
-    """`sympy.simplify(e)`, skipped when `e` is already simplest: an atom (a number or a
-    symbol), a monomial (`197*batch`, `batch*sequence**2`) or a monomial plus an integer
-    (`batch + 1`), which `simplify` returns as they are. Most shape arithmetic is of these
-    forms, and the first `simplify` call of a process imports `sympy.physics.units` (2-3 s)."""
-    return (
-        e
-        if _monomial(e)
-        or (
-            e.is_Add
-            and len(e.args) == 2
-            and any(a.is_Integer for a in e.args)
-            and all(_monomial(a) for a in e.args)
-        )
-        else sympy.simplify(e)
-    )
-
-
-def _monomial(e: Expr) -> bool:
-    """An atom, a positive integer power of a symbol, or a product of those."""
-    if e.is_Atom:
-        return True
-    if e.is_Pow:
-        return bool(e.base.is_Symbol and e.exp.is_Integer and e.exp > 0)
-    return bool(e.is_Mul) and all(a.is_Atom or (a.is_Pow and _monomial(a)) for a in e.args)
-
-
-def _compare(op: str, x: Expr, y: Expr) -> bool | None:
-    if op in ("And", "Or"):
-        if not (x.is_number and y.is_number):
-            return None
-        return bool(int(x)) and bool(int(y)) if op == "And" else bool(int(x)) or bool(int(y))
-    d = _simplify(x - y)
-    if op == "Equal":
-        return d.is_zero
-    if op == "Less":
-        return d.is_negative
-    if op == "Greater":
-        return d.is_positive
-    if op == "LessOrEqual":
-        return d.is_nonpositive
-    return d.is_nonnegative
 
 
 # ---- rewriting the graph ----------------------------------------------------------------------
@@ -843,7 +249,7 @@ def fold_shapes(
             n_const += 1
             continue
         if n.domain in ("", "ai.onnx") and len(n.outputs) == 1 and not old_form(n, g.opset):
-            same = _noop_input(n, a, consts)
+            same = _noop_input(n, g, a, consts)
             if same is not None and g.values[same].type.dtype == g.values[n.outputs[0]].type.dtype:
                 alias[n.outputs[0]] = same
                 n_noop += 1
@@ -986,7 +392,7 @@ def _array(v: SymValue, t: TensorType) -> np.ndarray:
     return np.array([int(e) for e in v.elems], dtype=np_dtype(t.dtype)).reshape(v.shape)
 
 
-def _noop_input(n: Node, a: ShapeAnalysis, consts: dict) -> int | None:
+def _noop_input(n: Node, g: TermGraph, a: ShapeAnalysis, consts: dict) -> int | None:
     """The input of an Expand, Reshape or Slice whose output has exactly the input's shape, of
     a Pad by all zeros, or of a Concat of one input or a Split into one output (both copy
     their input: ONNX operator spec, Concat and Split)."""
@@ -994,7 +400,7 @@ def _noop_input(n: Node, a: ShapeAnalysis, consts: dict) -> int | None:
         return n.inputs[0] if len(present_inputs(n)) == 1 else None
     if n.op == "Split":  # into one output: the node has one (the caller's condition) and
         # `num_outputs` or the `split` input says one (a matchable Split is its first output)
-        return n.inputs[0] if _split_count(n, a, _attrs(n)) == 1 else None
+        return n.inputs[0] if split_count(_call(n, g, a)) == 1 else None
     if n.op == "Pad":
         pads, x = a.values.get(n.inputs[1]), a.shapes.get(n.inputs[0])
         if x is not None and all(d.is_number for d in x) and n.inputs[1] in consts:

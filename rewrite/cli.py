@@ -359,7 +359,8 @@ def _ops_parser(sub) -> None:
         description="List the operators rules can name: every op of the ONNX registry "
         "(onnx.defs) and of onnxruntime's contrib domains, with its since-version, inputs "
         "(`?` optional, `...` variadic), outputs, attributes with defaults, families, how its "
-        "output type is computed (direct, symbolic or onnx shape inference) and whether the "
+        "output type is computed (its own shape rule, `direct` from the input types or "
+        "`symbolic`, or `onnx` shape inference on the node) and whether the "
         "engine can match it (and why not). The reference for rule authors; see docs/dsl.md.",
     )
     o.add_argument(
@@ -386,8 +387,8 @@ def _ops_parser(sub) -> None:
 
 def cmd_ops(args) -> int:
     """`rewrite ops`: the vocabulary as a table or JSON (`vocab.ops.vocabulary`)."""
-    from engine.infer import shape_rule
     from vocab.ops import FAMILIES, MIN_OPSET, OPS, REQUIRED, VARIADIC_SLOTS, vocabulary
+    from vocab.shape_rules import rule_kind
 
     domains = None
     if args.domain:
@@ -436,7 +437,7 @@ def cmd_ops(args) -> int:
                 "outputs": list(spec.outputs),
                 "attributes": {k: _jsonable(v) for k, v in attrs.items()},
                 "families": list(spec.families),
-                "shape_rule": shape_rule(spec.qualname) if not reason else None,
+                "shape_rule": rule_kind(spec.qualname) if not reason else None,
                 "matchable": not reason,
                 "reason": reason or None,
             }

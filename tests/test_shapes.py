@@ -7,9 +7,13 @@ import onnx.parser
 import pytest
 import sympy
 
-from engine.shapes import analyze, broadcast, fold_shapes, symbol
+from engine.shapes import analyze, fold_shapes
 from frontends.onnx import export_model, import_model
 from frontends.onnx.check import run
+from vocab.ops import FAMILIES, OPS
+from vocab.shape_registry import shape_rule
+from vocab.shape_rules import RULES, rule_kind, rule_of
+from vocab.symbolic import broadcast, symbol
 
 
 def _model(text: str) -> onnx.ModelProto:
@@ -189,3 +193,34 @@ g (float[3] x) => (int32[1] y) {
     assert y not in a.values  # 3 + 2^31-1 wraps in int32: not a value the analysis may claim
     folded, _ = _fold(m)
     _same_at(m, folded, [{"x": (3,)}])
+
+
+# ---- the registry of shape rules (vocab.shape_rules) -----------------------------------------
+
+
+def test_shape_rules_are_registered_by_family_and_name():
+    # every rule names an op of the table (onnxruntime's default-domain fused op excepted)
+    assert set(RULES) - set(OPS.names()) == {"SimplifiedLayerNormalization"}
+    for family in ("SAME_SHAPE", "BROADCASTING", "REDUCTION"):
+        assert all(rule_of(op).shape is not None for op in FAMILIES[family]), family
+    assert all(rule_of(op).type is not None for op in FAMILIES["SAME_TYPE"])
+    shape_ops = "Shape Size Gather Slice Concat Unsqueeze Squeeze Reshape Flatten Transpose Range"
+    assert all(rule_of(op).value is not None for op in shape_ops.split())
+    assert rule_of("Split#1") is rule_of("Split") and rule_of("LayerNormalization#1") is None
+
+
+def test_rule_kind_says_whether_an_op_has_its_own_shape_rule():
+    assert [rule_kind(op) for op in ("Add", "Cast", "Reshape", "PRelu", "Split#1", "Conv")] == [
+        "direct",
+        "direct",
+        "symbolic",
+        "symbolic",
+        "symbolic",
+        "onnx",
+    ]
+    assert rule_kind("com.microsoft.Gelu") == "onnx"  # rules are the default domain's
+
+
+def test_an_op_has_one_shape_rule():
+    with pytest.raises(ValueError, match="two shape rules for Reshape"):
+        shape_rule("Reshape")(lambda c: None)

@@ -264,6 +264,8 @@ FAMILIES["SAME_TYPE"] = (
     + ("BatchNormalization", "InstanceNormalization", "GroupNormalization")
     + ("LayerNormalization", "RMSNormalization")
 )
+# output shape = first input's shape (the dtype may differ: Cast, IsNaN)
+FAMILIES["SAME_SHAPE"] = FAMILIES["SAME_TYPE"] + ("Cast", "CastLike", "IsInf", "IsNaN")
 FAMILIES["COMMUTATIVE"] = (
     "Add",
     "And",
