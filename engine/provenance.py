@@ -37,7 +37,7 @@ import heapq
 import json
 from dataclasses import dataclass, replace
 
-from dsl.ir import Absent, Capture, Literal, OpNode, Rule, Term, Wildcard
+from dsl.ir import Absent, Capture, ListCapture, Literal, OpNode, Rule, Term, Wildcard
 from engine.egraph import ENode, Snapshot
 from engine.emit import captures, prov_relation
 from vocab.graph import ABSENT, Node, TermGraph
@@ -454,6 +454,8 @@ def pattern_text(lhs: Term, rhs: Term) -> str:
     leaves free are not shown)."""
 
     def text(t) -> str:
+        if isinstance(t, ListCapture):
+            return f"@{t.name}..."
         if isinstance(t, Capture):
             return f"@{t.name}"
         if isinstance(t, Wildcard):

@@ -143,7 +143,9 @@ def test_attribute_literals_round_trip(kind, value):
 def test_families_name_registry_ops():
     names = set(_registry_newest())
     for family, ops in FAMILIES.items():
-        assert ops and set(ops) <= names, (family, set(ops) - names)
+        # qualified names are onnxruntime's contrib ops, which the op table has
+        mine = {op for op in ops if "." not in op or OPS.get(op) is None}
+        assert ops and mine <= names, (family, mine - names)
     assert "Relu" in FAMILIES["UNARY_ELEMENTWISE"] and "Add" in FAMILIES["COMMUTATIVE"]
     assert OPS.get("Mul").commutative and not OPS.get("Sub").commutative
     assert OPS.get("ReduceSum").cost == "reduce" and OPS.get("MatMul").cost == "matmul"

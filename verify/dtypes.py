@@ -22,7 +22,7 @@ import onnx.defs
 from onnx import TensorProto as TP
 
 from dsl.ir import Capture, Literal, OpNode, Term
-from vocab.ops import OPS
+from vocab.ops import OPS, type_signature
 
 # The dtypes examples are drawn from, in shrinking order: float32 first.
 CANDIDATES = (TP.FLOAT, TP.FLOAT16, TP.INT64, TP.BOOL, TP.DOUBLE, TP.INT32, TP.INT8, TP.UINT8)
@@ -57,24 +57,24 @@ def dtype_name(elem_type: int) -> str:
 @cache
 def slot_types(op: str, opset: int) -> tuple[tuple, tuple]:
     """((param or None, allowed frozenset) per input slot, same for output 0) of `op`'s
-    schema in force at `opset`. `param` names the schema's type parameter (`T`), so slots with
-    the same param share a dtype. Raises onnx.defs.SchemaError for an unknown op."""
+    schema in force at `opset` (`vocab.ops.type_signature`: onnxruntime's for its contrib ops).
+    `param` names the schema's type parameter (`T`), so slots with the same param share a
+    dtype. Raises onnx.defs.SchemaError for an unknown op."""
     spec = OPS.get(op)
-    name, domain, k = (spec.name, spec.domain, spec.output) if spec else (op, "", 0)
-    schema = onnx.defs.get_schema(name, opset, domain)
-    params = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
+    k = spec.output if spec else 0
+    formal, outputs, params = type_signature(op, opset)
 
     def one(type_str: str):
         allowed = params.get(type_str, [type_str])
         codes = frozenset(_BY_TYPE_STR[s] for s in allowed if s in _BY_TYPE_STR)
         return (type_str if type_str in params else None, codes)
 
-    formal = [i.type_str for i in schema.inputs]
+    formal = list(formal)
     if spec is not None and spec.variadic:  # the variadic input's slots share its type
         formal += [formal[-1]] * (spec.arity - len(formal))
     ins = tuple(one(t) for t in formal)
     # a projection Op#K has output K's type (a variadic output: its one formal parameter)
-    return ins, one(schema.outputs[min(k, len(schema.outputs) - 1)].type_str)
+    return ins, one(outputs[min(k, len(outputs) - 1)])
 
 
 @dataclass

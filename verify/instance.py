@@ -158,7 +158,12 @@ def make_model(ex: Example, nodes, outputs) -> onnx.ModelProto:
     ]
     inits = [numpy_helper.from_array(np.asarray(x.value), x.name) for x in leaves if x.const]
     graph = helper.make_graph(nodes, "rule", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ex.opset)])
+    # a rule may write ops of another domain (onnxruntime's contrib ops): import each at the
+    # op table's version of it
+    domains = {n.domain: OPS.get(f"{n.domain}.{n.op_type}") for n in nodes if n.domain}
+    imports = [helper.make_opsetid("", ex.opset)]
+    imports += [helper.make_opsetid(d, spec.version) for d, spec in sorted(domains.items()) if spec]
+    model = helper.make_model(graph, opset_imports=imports)
     model.ir_version = IR_VERSION
     return model
 

@@ -51,7 +51,9 @@ def _attr_strategy(ctx, name: str, rank: int):
     return table[(ctx.op, name)]
 
 
-@sampler(*_UNARY)
+# onnxruntime's contrib elementwise ops of one input are drawn like the standard ones, and
+# run on onnxruntime, their only executor
+@sampler(*_UNARY, *FAMILIES["CONTRIB_UNARY_ELEMENTWISE"])
 def _unary(ctx) -> None:
     x = ctx.put(0, ctx.gen.sub_shape())
     for a in ctx.spec.attrs:

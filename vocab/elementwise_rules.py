@@ -21,7 +21,7 @@ from vocab.types import UNKNOWN, TensorType
 # ---- types straight from the input types (engine.infer) -------------------------------------
 
 
-@type_rule(*FAMILIES["SAME_TYPE"])
+@type_rule(*FAMILIES["SAME_TYPE"], *FAMILIES["CONTRIB_UNARY_ELEMENTWISE"])
 def same_type(attrs: dict, inputs: tuple) -> TensorType:
     """The first input's type: elementwise ops, activations, normalizations (ONNX operator
     spec of each: Y has X's shape and element type)."""
@@ -93,7 +93,9 @@ def _broadcast_dims(shapes) -> tuple:
 # ---- symbolic shapes and values ---------------------------------------------------------------
 
 
-@shape_rule(*FAMILIES["SAME_SHAPE"], "SimplifiedLayerNormalization")
+@shape_rule(
+    *FAMILIES["SAME_SHAPE"], *FAMILIES["CONTRIB_UNARY_ELEMENTWISE"], "SimplifiedLayerNormalization"
+)
 def same_shape(c: Call) -> Shape | None:
     """The first input's shape (ONNX operator spec of each; SimplifiedLayerNormalization is
     onnxruntime's, registered in the default domain but in no registry the op table reads)."""

@@ -264,6 +264,9 @@ FAMILIES["SAME_TYPE"] = (
     + ("BatchNormalization", "InstanceNormalization", "GroupNormalization")
     + ("LayerNormalization", "RMSNormalization")
 )
+# onnxruntime's contrib elementwise ops of one input: output type = the input's (their
+# schemas, onnxruntime/core/graph/contrib_ops); qualified names, so naming them loads nothing
+FAMILIES["CONTRIB_UNARY_ELEMENTWISE"] = ("com.microsoft.Gelu", "com.microsoft.QuickGelu")
 # output shape = first input's shape (the dtype may differ: Cast, IsNaN)
 FAMILIES["SAME_SHAPE"] = FAMILIES["SAME_TYPE"] + ("Cast", "CastLike", "IsInf", "IsNaN")
 FAMILIES["COMMUTATIVE"] = (
@@ -460,6 +463,37 @@ def _ort_schemas() -> tuple[_Schema, ...]:
         return ()
     mine = [s for s in ort_state.get_all_operator_schema() if s.domain in ORT_DOMAINS]
     return tuple(_read(s, _ort_default) for s in _in_force(mine, 1, 10_000))
+
+
+@cache
+def _ort_raw(domain: str, name: str):
+    """onnxruntime's newest schema of contrib op `domain.name` (None if there is none)."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+    except ImportError:
+        return None
+    found = [s for s in ort_state.get_all_operator_schema() if (s.domain, s.name) == (domain, name)]
+    return max(found, key=lambda s: s.since_version, default=None)
+
+
+def type_signature(op: str, opset: int):
+    """The type signature of `op` (a table name, `Op#K` included) in force at default-domain
+    `opset`: (input type strings, output type strings, type parameter -> allowed type strings)
+    from its schema: `onnx.defs` for the ONNX domains, onnxruntime's registry for its contrib
+    domains (their newest version; `opset` does not apply to them). Raises
+    onnx.defs.SchemaError for an op neither registry has."""
+    spec = OPS.get(op)
+    name, domain = (spec.name, spec.domain) if spec else (op, "")
+    schema = _ort_raw(domain, name) if domain in ORT_DOMAINS else None
+    if schema is None:
+        schema = onnx.defs.get_schema(name, opset, domain)
+        ins = [i.type_str for i in schema.inputs]
+        outs = [o.type_str for o in schema.outputs]
+    else:
+        ins = [i.typeStr for i in schema.inputs]
+        outs = [o.typeStr for o in schema.outputs]
+    params = {c.type_param_str: tuple(c.allowed_type_strs) for c in schema.type_constraints}
+    return ins, outs, params
 
 
 def _reason(s: _Schema) -> str:
