@@ -160,8 +160,20 @@ class Ruleset:
 
 
 @dataclass(frozen=True)
+class Binding:
+    """`(@name VALUE)` in `(with ...)`: a local name for a result term (an operator
+    application over captures) or for a builder call's value (an application whose head is a
+    builder), usable in guards (builder values) and in the result."""
+
+    name: str
+    value: Term
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
 class Simplify:
-    """`(simplify NAME [:fp CLASS] MATCH [(if GUARD...)] RESULT)`; `fp` is None if not written."""
+    """`(simplify NAME [:fp CLASS] MATCH [(with BINDING...)] [(if GUARD...)] RESULT)`; `fp` is
+    None if not written."""
 
     name: str
     lhs: Term | Roots
@@ -169,6 +181,7 @@ class Simplify:
     guards: tuple[GuardCall, ...] = ()
     fp: str | None = None
     span: Span = _span()
+    bindings: tuple[Binding, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dsl.errors import (
     RulesetNeedsError,
 )
 from dsl.expand import FlatRule, flatten
-from dsl.host import Scope, lower_guard
+from dsl.host import Scope, lower_bindings, lower_guard
 from dsl.lower import Lowering, lower_left, lower_right
 from vocab.ops import MAX_OPSET, MIN_OPSET, OPS, ORT_DOMAINS, OpTable
 from vocab.registry import BUILDERS, GUARDS
@@ -97,6 +97,7 @@ def check_rule(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
         raise PlacementError(form.lhs.span, "a rule's left side must be an operator application")
     scope = Scope()
     lhss = lower_left(form.lhs, scope, lw)
+    _bindings(form, scope, lw)
     gs = tuple(lower_guard(g, scope, guards) for g in form.guards)
     rhs = lower_right(form.rhs, scope, lw)
     names = [form.name] + [f"{form.name}-c{i}" for i in range(1, len(lhss))]
@@ -126,6 +127,7 @@ def _check_roots(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
         if k and t.bind is None:
             t = dataclasses.replace(t, bind=f"_root{k}")
         variants.append(lower_left(t, scope, lw))
+    _bindings(form, scope, lw)
     gs = tuple(lower_guard(g, scope, guards) for g in form.guards)
     results = tuple(lower_right(t, scope, lw) for t in rhs.terms)
     combos = list(product(*variants))
@@ -138,6 +140,10 @@ def _check_roots(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
         )
         for name, c in zip(names, combos)
     ]
+
+
+def _bindings(form: ast.Simplify, scope: Scope, lw: Lowering) -> None:
+    lower_bindings(form.bindings, scope, lambda t: lower_right(t, scope, lw), lw.ops, lw.builders)
 
 
 def _check_equal(fr: FlatRule, lw: Lowering) -> ir.Rule:

@@ -158,9 +158,13 @@ def _operators(form: ast.For) -> list[str]:
 
 def _substitute_rule(form: ast.Simplify | ast.Equal, env: dict[str, str]):
     name = _PLACEHOLDER.sub(lambda m: kebab(env[m[1]]) if m[1] in env else m[0], form.name)
-    return dataclasses.replace(
+    out = dataclasses.replace(
         form, name=name, lhs=_substitute(form.lhs, env), rhs=_substitute(form.rhs, env)
     )
+    if isinstance(form, ast.Simplify) and form.bindings:
+        bindings = tuple(dataclasses.replace(b, value=_substitute(b.value, env)) for b in form.bindings)
+        out = dataclasses.replace(out, bindings=bindings)
+    return out
 
 
 def _substitute(t: ast.Term, env: dict[str, str]) -> ast.Term:

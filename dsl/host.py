@@ -16,6 +16,7 @@ from dsl.errors import (
     ArgumentError,
     AttributeTypeError,
     CaptureKindError,
+    PlacementError,
     UnboundCaptureError,
     UnknownBuilderError,
     UnknownGuardError,
@@ -46,6 +47,8 @@ class Scope:
 
     def __init__(self) -> None:
         self.bound: dict[str, Binding] = {}
+        # `(with (@name VALUE))` bindings: name -> the IR result term or builder `Call`
+        self.lets: dict[str, ir.Term | ir.Call] = {}
 
     def bind(self, name: str, role: str, span: Span, kind: str | None = None) -> None:
         """Bind `name` (again: a repeated capture means equal values). Raises CaptureKindError
@@ -94,6 +97,27 @@ def lower_guard(g: ast.GuardCall, scope: Scope, guards: dict) -> ir.Guard:
     return ir.Guard(g.fn, args, g.negate)
 
 
+def lower_bindings(bindings, scope: Scope, lower_term, ops, builders: dict) -> None:
+    """Lower `(with (@name VALUE)...)` into `scope.lets`, in order (a binding may use the
+    ones before it): an application whose head is a builder (and no op) is a builder call,
+    anything else a result term (`lower_term`). Raises PlacementError for a name already
+    bound, and what lowering the value raises."""
+    for b in bindings:
+        if scope.has(b.name) or b.name in scope.lets:
+            msg = f"@{b.name} is already bound; a with binding needs a name of its own"
+            raise PlacementError(b.span, msg)
+        v = b.value
+        if isinstance(v, ast.App) and ops.get(v.head) is None and v.head in builders:
+            scope.lets[b.name] = lower_call(_as_call(v), scope, builders)
+        else:
+            scope.lets[b.name] = lower_term(v)
+
+
+def _as_call(t: ast.App) -> ast.BuilderCall:
+    args = tuple(_as_call(a) if isinstance(a, ast.App) else a for a in t.args)
+    return ast.BuilderCall(t.head, args, span=t.span)
+
+
 def lower_call(c: ast.BuilderCall, scope: Scope, builders: dict) -> ir.Call:
     """The IR of a builder call in a result. Raises UnknownBuilderError, ArgumentError,
     UnboundCaptureError."""
@@ -122,6 +146,15 @@ _ROLE = {TERM: "term", LIST: "list"}
 def _host_arg(name, what, i, param, a, scope, builders) -> ir.AttrExpr:
     want = _WANT.get(param, "an attribute capture or a literal")
     where = f"argument {i + 1} of {what} '{name}'"
+    if isinstance(a, ast.CaptureRef) and a.name in scope.lets:
+        value = scope.lets[a.name]
+        if param in (TERM, LIST) or not isinstance(value, ir.Call):
+            what = "a builder's value" if isinstance(value, ir.Call) else "a result term"
+            msg = f"{where} must be {want}; @{a.name} is a with binding of {what}"
+            if not isinstance(value, ir.Call):
+                msg += " (not built before the result)"
+            raise ArgumentError(a.span, msg)
+        return value
     if isinstance(a, ast.CaptureRef):
         b = scope.bound.get(a.name)
         shown = f"@{a.name}" + ("..." if a.many else "")

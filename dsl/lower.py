@@ -187,6 +187,12 @@ def lower_right(t: ast.Term, scope: Scope, lw: Lowering) -> ir.Term:
     if isinstance(t, ast.CaptureRef):
         if t.many:
             raise _list_outside(t)
+        if t.name in scope.lets:  # a `with` binding: its term, written in place
+            value = scope.lets[t.name]
+            if isinstance(value, ir.Call):
+                msg = f"@{t.name} is a with binding of a builder's value; it cannot be a term"
+                raise PlacementError(t.span, msg)
+            return value
         scope.use(t.name, "term", t.span)
         return ir.Capture(t.name)
     if isinstance(t, ast.AbsentTerm):
@@ -235,6 +241,12 @@ def _right_attrs(t: ast.App, spec: OpSpec, scope: Scope, lw: Lowering):
 
 def _right_value(t: ast.App, at: ast.Attr, kind: str, scope: Scope, lw: Lowering):
     v = at.value
+    if isinstance(v, ast.CaptureRef) and v.name in scope.lets:
+        value = scope.lets[v.name]
+        if not isinstance(value, ir.Call):
+            msg = f"@{v.name} is a with binding of a result term; it cannot be an attribute"
+            raise PlacementError(v.span, msg)
+        return value
     if isinstance(v, ast.CaptureRef):
         got = scope.use(v.name, "attr", v.span)
         if got.kind != kind:

@@ -169,11 +169,21 @@ class _ToAst(Transformer):
         return c[0], c[1]
 
     def simplify(self, meta, c):
-        name, fp, rest = str(c[0]), None, c[1:]
+        name, fp, rest = str(c[0]), None, list(c[1:])
         if isinstance(rest[0], str):
             fp, rest = rest[0], rest[1:]
+        bindings = next((x[1] for x in rest if isinstance(x, tuple) and x[:1] == ("with",)), ())
+        rest = [x for x in rest if not (isinstance(x, tuple) and x[:1] == ("with",))]
         guards = rest[1] if len(rest) == 3 else ()
-        return ast.Simplify(name, rest[0], rest[-1], guards, fp, span=self._at(meta))
+        return ast.Simplify(
+            name, rest[0], rest[-1], guards, fp, span=self._at(meta), bindings=bindings
+        )
+
+    def with_(self, meta, c):
+        return ("with", tuple(c))
+
+    def binding(self, meta, c):
+        return ast.Binding(c[0].name, c[1], span=c[0].span)
 
     def equal(self, meta, c):
         fp = c[1] if len(c) == 4 else None

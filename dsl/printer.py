@@ -33,6 +33,9 @@ def format_form(form: ast.Form, indent: str = "") -> str:
     kind = "simplify" if isinstance(form, ast.Simplify) else "equal"
     fp = f" :fp {form.fp}" if form.fp else ""
     lines = [f"{indent}({kind} {form.name}{fp}", format_term(form.lhs, inner)]
+    if isinstance(form, ast.Simplify) and form.bindings:
+        pairs = [f"(@{b.name} {term_text(b.value)})" for b in form.bindings]
+        lines.append(f"{inner}(with {' '.join(pairs)})")
     if isinstance(form, ast.Simplify) and form.guards:
         lines.append(_format_guards(form.guards, inner))
     lines.append(format_term(form.rhs, inner) + ")")

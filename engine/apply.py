@@ -231,7 +231,10 @@ class _Match:
     def failing_guard(self):
         """The first guard that does not hold, or None when all hold."""
         for g in self.rule.guards:
-            ok = bool(registry.GUARDS[g.fn].fn(*(self.value(x) for x in g.args)))
+            try:
+                ok = bool(registry.GUARDS[g.fn].fn(*(self.value(x) for x in g.args)))
+            except _Skip:  # a builder argument (a `with` binding) could not build: undecided
+                ok = False
             if ok == g.negate:
                 return g
         return None
