@@ -162,7 +162,9 @@ def _substitute_rule(form: ast.Simplify | ast.Equal, env: dict[str, str]):
         form, name=name, lhs=_substitute(form.lhs, env), rhs=_substitute(form.rhs, env)
     )
     if isinstance(form, ast.Simplify) and form.bindings:
-        bindings = tuple(dataclasses.replace(b, value=_substitute(b.value, env)) for b in form.bindings)
+        bindings = tuple(
+            dataclasses.replace(b, value=_substitute(b.value, env)) for b in form.bindings
+        )
         out = dataclasses.replace(out, bindings=bindings)
     return out
 
