@@ -435,6 +435,12 @@ def slice_(b):
     return y
 
 
+def concat(b):
+    """Concat: torch.cat of the inputs present (a variadic input's slots), along `axis`."""
+    xs = [b.x(i) for i in range(len(b.node.inputs)) if not b.absent(i)]
+    return b.call(torch.cat, aten.cat.default, xs, b.attr("axis"))
+
+
 def gather(b):
     """Gather: torch.select for a 0-d constant index, else advanced indexing on `axis`."""
     rank, axis = _static_rank(b), b.attr("axis")
@@ -500,6 +506,7 @@ RAISE = {
     "Expand": expand,
     "Tile": tile,
     "Slice": slice_,
+    "Concat": concat,
     "Gather": gather,
     "Pad": pad,
     "Constant": constant,

@@ -20,6 +20,7 @@ from torch import fx
 from frontends.fx.lower import Attr, Lowering, Unmapped, elem
 from frontends.fx.tensors import FLOATS, to_numpy
 from vocab.graph import ABSENT
+from vocab.ops import OPS
 
 INT64_MAX = 2**63 - 1
 
@@ -569,6 +570,21 @@ def split_item(lo: Lowering, a: dict) -> None:
     if not (isinstance(start, int) and isinstance(end, int) and isinstance(dim, int)):
         raise Unmapped("symbolic split")
     _slice(lo, lo.tensor(x), [(dim % lo.rank(x), slice(start, end))])
+
+
+def concat(lo: Lowering, a: dict) -> None:
+    """cat(tensors, dim): Concat(axis=dim, non-negative) of at most the op table's slots for
+    Concat's variadic input (8); the tensors and the result of one dtype and one rank (torch
+    also skips 1-D empty tensors, which ONNX does not)."""
+    xs = a["tensors"]
+    if not isinstance(xs, (list, tuple)) or not 1 <= len(xs) <= OPS.get("Concat").arity:
+        raise Unmapped("number of tensors")
+    if not all(isinstance(x, fx.Node) for x in xs) or _same_dtype(lo, *xs) != lo.out_dtype:
+        raise Unmapped("dtype")
+    rank = lo.rank(xs[0])
+    if rank == 0 or any(lo.rank(x) != rank for x in xs) or not isinstance(a["dim"], int):
+        raise Unmapped("ranks differ")
+    lo.emit("Concat", [lo.tensor(x) for x in xs], {"axis": a["dim"] % rank})
 
 
 def contiguous(lo: Lowering, a: dict) -> None:

@@ -458,6 +458,15 @@ spell(
 spell("input|self *repeats", s.repeat, *_methods("repeat"))
 spell("input|self repeats", s.repeat, aten.repeat.default)
 
+spell(
+    "tensors dim|axis=0",
+    s.concat,
+    torch.cat,
+    torch.concat,
+    torch.concatenate,
+    aten.cat.default,
+)
+
 # Ops returning a list of views, lowered at each `getitem(node, i)` as a Slice when every use of
 # the node is such a getitem (`frontends.fx.importer`); the handler gets `item` = i.
 SPLITS: dict[object, Spelling] = {}
