@@ -24,7 +24,7 @@ from torch import fx
 from engine.egraph import constant_op_value
 from frontends.fx.importer import FxSource, Origin, Source
 from frontends.fx.linear import Linear, plan_linears
-from frontends.fx.raising import RAISE, NoTorchForm
+from frontends.fx.raising import RAISE, TUPLES, NoTorchForm
 from frontends.fx.tensors import to_torch
 from vocab.graph import ABSENT, TermGraph
 from vocab.ops import OPS, encode_attr
@@ -84,6 +84,9 @@ class _Exporter:
         self.sizes: dict[str, fx.Node] = {}  # symbolic dimension -> node reading it (Builder.size)
         self.names = {g.values[v].name for n in g.nodes for v in n.outputs}
         self.names |= {g.values[v].name for v in (*g.inputs, *g.outputs, *g.constants)}
+        self.copies: dict[tuple, fx.Node] = {}  # (source node, its new inputs) -> its copy
+        self.tuples: dict[tuple, fx.Node] = {}  # multi-output application -> its torch call
+        self.projected = {_application(n) for n in g.nodes if "#" in n.op and not n.opaque}
 
     def run(self):
         for p in self.placeholders.values():
@@ -260,14 +263,30 @@ class _Exporter:
         }
         new = None
         for f in head.payload.fx:
-            new = env[f] = self.graph.node_copy(f, lambda a: env[a])
+            # the items of one split (one group each) copy the split once
+            key = (f, tuple(env[a] for a in f.all_input_nodes))
+            if key not in self.copies:
+                self.copies[key] = self.graph.node_copy(f, lambda a: env[a])
+            new = env[f] = self.copies[key]
         self.env[head.outputs[0]] = new
 
     def _raise(self, n) -> fx.Node:
+        base, _, k = n.op.partition("#")
+        key = _application(n)
+        if base in TUPLES and not n.opaque and (k or base not in RAISE or key in self.projected):
+            return self._item(n, key, int(k or 0))
         fn = RAISE.get(n.op)
         if fn is None or n.opaque:
             raise NoTorchForm(f"no torch form for {n.op}")
         return fn(Builder(self, n))
+
+    def _item(self, n, key: tuple, k: int) -> fx.Node:
+        """Output k of multi-output node `n` (`Op` or `Op#K`): item k of the one torch call
+        (`raising.TUPLES`) written for all the outputs of its application `key`."""
+        if key not in self.tuples:
+            name, fn = TUPLES[key[0]]
+            self.tuples[key] = fn(Builder(self, n, name))
+        return Builder(self, n).getitem(self.tuples[key], k)
 
     def _linear(self, n, plan: Linear) -> fx.Node:
         """F.linear(x, weight, bias) for a planned MatMul/Gemm (see `frontends.fx.linear`)."""
@@ -327,9 +346,9 @@ def _placeholder_shape(p: fx.Node) -> tuple:
 class Builder:
     """What a `frontends.fx.raising` function sees of one canonical node."""
 
-    def __init__(self, ex: _Exporter, node):
+    def __init__(self, ex: _Exporter, node, name: str | None = None):
         self.ex, self.node, self.aten = ex, node, ex.aten
-        self.name = ex.node_name(node)
+        self.name = name or ex.node_name(node)
 
     def x(self, i: int) -> fx.Node:
         """The fx node holding input `i` of the canonical node (raises NoTorchForm if no node
@@ -407,6 +426,11 @@ class Builder:
         attrs = tuple(encode_attr(a.kind, self.node.attr(a.name)) for a in spec.attrs)
         value = constant_op_value(attrs)
         return self.ex.buffer(value, self.node.outputs[0], None)
+
+
+def _application(n) -> tuple:
+    """What the projections of one multi-output application share: op, inputs, attributes."""
+    return (n.op.partition("#")[0], n.inputs, n.attrs)
 
 
 def _is_leaf(n: fx.Node) -> bool:

@@ -31,7 +31,7 @@ from torch import fx
 
 from frontends.fx import effects, nodes
 from frontends.fx.lower import Lowering, Unmapped
-from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT, SPLITS
+from frontends.fx.table import CREATORS, FUNCTIONS, MODULES, MULTI_OUTPUT
 from frontends.fx.tensors import onnx_elem, to_numpy
 from vocab.graph import Node, TermGraph, Value
 from vocab.types import UNKNOWN, TensorType, onnx_dtype
@@ -80,7 +80,7 @@ class FxSource:
     groups: group id -> output value names of its pieces. readers: (canonical op, name of its
     first input) -> source fx node name, to name folded weights after the layer they replace.
     devices: value name -> device. pure_only: groups export never copies (in-place ops made
-    pure; split items, written as Slices).
+    pure; nodes reading sizes from the symbolic types).
     program: the ExportedProgram, if any. in_order: why nodes were kept as they are, in order
     (see `frontends.fx.effects`); empty when nothing was.
     """
@@ -278,7 +278,7 @@ class _Importer:
             if value is not None:
                 self._constant(n.name, value, Source("node", n), self.vid_of[n])
                 return
-        if (n.target in MULTI_OUTPUT and nodes.only_first_used(n)) or self._splits(n):
+        if self._read_by_items(n):
             self.absorbed.add(n)
             return
         parent = n.args[0] if n.target is operator.getitem else None
@@ -289,7 +289,7 @@ class _Importer:
             self._opaque(n)
 
     def _call_method(self, n: fx.Node) -> None:
-        if self._splits(n):
+        if self._read_by_items(n):
             self.absorbed.add(n)
             return
         if not self._lower(n, FUNCTIONS.get(f"method:{n.target}"), n.args, n.kwargs, (n,)):
@@ -311,33 +311,23 @@ class _Importer:
             return False
         return a.get("layout") in (None, torch.strided)
 
-    def _splits(self, n: fx.Node) -> bool:
-        """A split/chunk whose every use is `getitem(n, i)`: each item becomes a Slice."""
-        key = f"method:{n.target}" if n.op == "call_method" else n.target
-        return (
-            key in SPLITS
-            and bool(n.users)
-            and all(u.target is operator.getitem and isinstance(u.args[1], int) for u in n.users)
-        )
+    def _read_by_items(self, n: fx.Node) -> bool:
+        """A multi-output op (split, chunk, unbind, native_layer_norm, ...: `MULTI_OUTPUT`)
+        whose every use is `getitem(n, k)`: each item is lowered at its getitem."""
+        return _key(n) in MULTI_OUTPUT and nodes.read_by_items(n)
 
     def _lower_item(self, n: fx.Node, parent: fx.Node) -> None:
-        """getitem(parent, i) of an absorbed multi-output node: its first output (batch norm,
-        ...) or a split's item i. A split's items are always written as Slices (export never
-        copies the group: it would copy the split once per item). If one item cannot be
-        lowered, the parent and that item stay opaque."""
-        key = f"method:{parent.target}" if parent.op == "call_method" else parent.target
-        split = SPLITS.get(key)
-        if split is None:
-            ok = self._lower(n, FUNCTIONS[parent.target], parent.args, parent.kwargs, (parent, n))
-        else:
-            try:
-                bound = {**split.params.bind(parent.args, parent.kwargs), "item": n.args[1]}
-            except Unmapped:
-                bound = None
-            ok = bound is not None and self._lower(
-                n, (split.lower, bound), (), {}, (parent, n), copyable=False
-            )
-        if not ok:
+        """getitem(parent, k) of an absorbed multi-output node: output k of the canonical
+        application the parent is (`Split#K`, `LayerNormalization#K`, ...), or its first output
+        (batch norm). Every item's pieces copy the parent and the getitem when untouched (export
+        copies the parent once). If one item cannot be lowered, the parent and that item stay
+        opaque."""
+        spelling = MULTI_OUTPUT[_key(parent)]
+        try:
+            bound = {**spelling.params.bind(parent.args, parent.kwargs), "item": n.args[1]}
+        except Unmapped:
+            bound = None
+        if bound is None or not self._lower(n, (spelling.lower, bound), (), {}, (parent, n)):
             self.absorbed.discard(parent)
             self._opaque(parent)
             self._opaque(n)
@@ -356,7 +346,7 @@ class _Importer:
 
     # ---- lowering --------------------------------------------------------------------------
 
-    def _lower(self, n, spelling, args, kwargs, fx_nodes, module=None, copyable=True) -> bool:
+    def _lower(self, n, spelling, args, kwargs, fx_nodes, module=None) -> bool:
         """Lower `n` (with `spelling`, or a (handler, bound args) pair) and commit it; True on
         success. An in-place op the plan left here writes a value only it reads, and becomes
         its pure form; one that has none raises `_Unlowered` (its storage is then pinned)."""
@@ -373,7 +363,7 @@ class _Importer:
                 raise _Unlowered(n)
             lo = Lowering(self, n, module)
             handler(lo, bound)
-            self._commit(lo, n, fx_nodes, pure_only=mutating or not copyable)
+            self._commit(lo, n, fx_nodes, pure_only=mutating)
             return True
         except (Unmapped, TypeError, ValueError):  # TypeError: a symbolic value where a literal
             # is needed (e.g. float(eps) of a SymFloat node); the node stays as it is
@@ -425,6 +415,11 @@ class _Importer:
         effectful = n.op == "call_function" and n.is_impure(impure_random=False)
         if not n.users and n.op != "get_attr" and (effectful or n in self.order.chain):
             self.sinks.append(self.vid_of[n])
+
+
+def _key(n: fx.Node):
+    """The spelling table's key of a call node: its target, or "method:<name>"."""
+    return f"method:{n.target}" if n.op == "call_method" else n.target
 
 
 def _symbolic_size(n: fx.Node) -> bool:

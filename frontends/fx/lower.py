@@ -218,7 +218,8 @@ class Lowering:
             raise Unmapped(f"{op} arity")
         ins = tuple(inputs) + (ABSENT,) * (spec.arity - len(inputs))
         canon = canonical_attrs(op, attrs or {})
-        vid = self.imp.new_value(f"{self.node.name}_{op.lower()}", self._infer(op, canon, ins))
+        name = f"{self.node.name}_{op.lower().replace('#', '_')}"  # Split#1: split_1
+        vid = self.imp.new_value(name, self._infer(op, canon, ins))
         self.pieces.append((op, ins, canon, vid))
         return vid
 

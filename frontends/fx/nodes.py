@@ -70,10 +70,13 @@ def mutating(n: fx.Node, module) -> bool:
     return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
 
 
-def only_first_used(n: fx.Node) -> bool:
-    """True when a tuple-returning node (native batch norm, ...) is only read at index 0."""
+def read_by_items(n: fx.Node) -> bool:
+    """True when a node returning a tuple or list (split, native batch norm, ...) is used, and
+    only through `getitem(n, k)` with a Python int k."""
     users = list(n.users)
-    return bool(users) and all(u.target is operator.getitem and u.args[1] == 0 for u in users)
+    return bool(users) and all(
+        u.target is operator.getitem and type(u.args[1]) is int for u in users
+    )
 
 
 def evaluate(n: fx.Node) -> np.ndarray | None:

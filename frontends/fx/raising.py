@@ -13,6 +13,7 @@ from __future__ import annotations
 import operator
 
 import numpy as np
+import onnx
 import torch
 import torch.nn.functional as F
 
@@ -262,6 +263,30 @@ def layer_norm(b):
     )
 
 
+def layer_norm_outputs(b):
+    """LayerNormalization with its Mean or InvStdDev read (`LayerNormalization#1`, `#2`):
+    torch.native_layer_norm (aten.native_layer_norm), whose (y, mean, rstd) are ONNX's (Y,
+    Mean, InvStdDev) with the same shapes for a float32 input and stash type (see
+    `frontends.fx.spellings.layer_norm_item`). Returns the tuple node; NoTorchForm for another
+    dtype, a symbolic normalized dimension or a scale not of the normalized shape."""
+    rank = _static_rank(b)
+    shape = b.type(0).shape[b.attr("axis") % rank :]
+    if b.type(0).dtype != onnx.TensorProto.FLOAT or b.attr("stash_type") != 1:
+        raise NoTorchForm("LayerNormalization's Mean and InvStdDev of a non-float32 input")
+    if not all(isinstance(d, int) for d in shape) or b.type(1).shape != shape:
+        raise NoTorchForm("LayerNormalization's Mean over symbolic dimensions or a broadcast scale")
+    bias = None if b.absent(2) else b.x(2)
+    return b.call(
+        torch.native_layer_norm,
+        aten.native_layer_norm.default,
+        b.x(0),
+        list(shape),
+        b.x(1),
+        bias,
+        b.attr("epsilon"),
+    )
+
+
 def rms_norm(b):
     """RMSNormalization: F.rms_norm over the axes from `axis` on (stash_type 1: torch computes
     float32 inputs in float32, and upcasts half inputs as ONNX does)."""
@@ -435,6 +460,32 @@ def slice_(b):
     return y
 
 
+def split(b):
+    """Split, all its outputs: torch.split (aten.split_with_sizes) into the constant `split`
+    sizes, or into `num_outputs` items of ceil(length / num_outputs), the last shorter (ONNX
+    spec, Split-18), which needs a static length. Returns the list node; the exporter takes
+    its items (`Split#K` is item K)."""
+    rank = _static_rank(b)
+    axis = b.attr("axis") % rank
+    if not b.absent(1):
+        sizes = _ints(b, 1)
+    else:
+        count, length = b.attr("num_outputs"), b.type(0).shape[axis]
+        if not count or not isinstance(length, int):
+            raise NoTorchForm("Split into num_outputs of a symbolic length")
+        size = -(-length // count)
+        sizes = [size] * (count - 1) + [length - size * (count - 1)]
+        if sizes[-1] <= 0:
+            raise NoTorchForm(f"Split of {length} into {count} outputs")
+    return b.call(torch.split, aten.split_with_sizes.default, b.x(0), sizes, axis)
+
+
+def concat(b):
+    """Concat: torch.cat of the inputs present (a variadic input's slots), along `axis`."""
+    xs = [b.x(i) for i in range(len(b.node.inputs)) if not b.absent(i)]
+    return b.call(torch.cat, aten.cat.default, xs, b.attr("axis"))
+
+
 def gather(b):
     """Gather: torch.select for a 0-d constant index, else advanced indexing on `axis`."""
     rank, axis = _static_rank(b), b.attr("axis")
@@ -500,7 +551,16 @@ RAISE = {
     "Expand": expand,
     "Tile": tile,
     "Slice": slice_,
+    "Concat": concat,
     "Gather": gather,
     "Pad": pad,
     "Constant": constant,
+}
+
+# Ops with several outputs written as one torch call returning a tuple or list (named as the
+# call), whose items the exporter takes (`Op#K` is item K); LayerNormalization only when a
+# projection of the application is read (else `layer_norm` above, one output).
+TUPLES = {
+    "Split": ("split", split),
+    "LayerNormalization": ("native_layer_norm", layer_norm_outputs),
 }

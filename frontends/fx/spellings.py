@@ -20,6 +20,7 @@ from torch import fx
 from frontends.fx.lower import Attr, Lowering, Unmapped, elem
 from frontends.fx.tensors import FLOATS, to_numpy
 from vocab.graph import ABSENT
+from vocab.ops import OPS
 
 INT64_MAX = 2**63 - 1
 
@@ -277,12 +278,33 @@ def _fill(lo: Lowering, shape, value, like) -> int:
 
 def layer_norm(lo: Lowering, a: dict) -> None:
     """layer_norm over the last len(normalized_shape) axes: LayerNormalization(axis=-k)."""
+    _layer_norm(lo, a, "LayerNormalization")
+
+
+def layer_norm_item(lo: Lowering, a: dict) -> None:
+    """Item `item` of native_layer_norm(x, shape, w, b, eps) = (y, mean, rstd): output `item`
+    of LayerNormalization (ONNX: Y, Mean, InvStdDev; `LayerNormalization#1`, `#2`).
+
+    Mean and rstd (ATen's native_layer_norm) are the mean and 1 / sqrt(biased variance + eps)
+    over the normalized axes, of shape x.shape[:-k] + [1] * k: ONNX's Mean and InvStdDev are the
+    same values with the same shape (ONNX spec, LayerNormalization-17). Their dtype differs:
+    ONNX's is the stash type (float32, `stash_type` 1), ATen's the input's (CPU and CUDA, for
+    weights of the input's dtype). So items 1 and 2 map for float32 inputs only."""
+    if a["item"] == 0:
+        layer_norm(lo, a)
+        return
+    if lo.dtype(a["input"]) != torch.float32 or lo.out_dtype != torch.float32:
+        raise Unmapped("mean and rstd of a non-float32 input (ONNX's are float32)")
+    _layer_norm(lo, a, f"LayerNormalization#{a['item']}")
+
+
+def _layer_norm(lo: Lowering, a: dict, op: str) -> None:
     x, shape = a["input"], tuple(a["normalized_shape"])
-    if lo.dtype(x) not in FLOATS or lo.dtype(x) != lo.out_dtype:
+    if lo.dtype(x) not in FLOATS or (op == "LayerNormalization" and lo.dtype(x) != lo.out_dtype):
         raise Unmapped("dtype")
     scale = lo.tensor(a["weight"]) if a["weight"] is not None else _fill(lo, shape, 1, x)
     attrs = {"axis": -len(shape), "epsilon": float(a["eps"])}
-    lo.emit("LayerNormalization", [lo.tensor(x), scale, lo.optional(a["bias"])], attrs)
+    lo.emit(op, [lo.tensor(x), scale, lo.optional(a["bias"])], attrs)
 
 
 def rms_norm(lo: Lowering, a: dict) -> None:
@@ -548,9 +570,18 @@ def _slice(lo: Lowering, x: int, slices) -> int:
 
 
 def split_item(lo: Lowering, a: dict) -> None:
-    """Item `item` of split(x, size | sizes, dim) or chunk(x, chunks, dim): a Slice along dim.
-    A size or count that is not a Python int (a symbolic size) stays opaque; chunk needs the
-    static length of dim (torch's chunk size is ceil(length / chunks))."""
+    """Item `item` of split(x, size | sizes, dim) or chunk(x, chunks, dim): output `item` of
+    ONNX Split along dim (`Split#K` for item K >= 1, vocab.ops), every item of one call being
+    the same Split application. Equal items are `num_outputs` (Split-18), others the `split`
+    sizes input. torch's items (torch.split, torch.chunk docs): `size` long each, the last
+    shorter; chunk's size is ceil(length / chunks), so it may give fewer items than `chunks`.
+    When the length along dim is symbolic, or the items are more than Split's output slots in
+    the op table (8), item `item` is a Slice instead; a size or count that is not a Python int
+    stays opaque."""
+    sizes = _split_sizes(lo, a)
+    if sizes is not None and len(sizes) <= OPS.get("Split").n_outputs:
+        _split(lo, a["input"], sizes, a["dim"] % lo.rank(a["input"]), a["item"])
+        return
     x, dim, item = a["input"], a["dim"], a["item"]
     if "chunks" in a:
         length = lo.shape(x)[dim]
@@ -569,6 +600,81 @@ def split_item(lo: Lowering, a: dict) -> None:
     if not (isinstance(start, int) and isinstance(end, int) and isinstance(dim, int)):
         raise Unmapped("symbolic split")
     _slice(lo, lo.tensor(x), [(dim % lo.rank(x), slice(start, end))])
+
+
+def unbind_item(lo: Lowering, a: dict) -> None:
+    """Item `item` of unbind(x, dim) (torch: the slices x.select(dim, i)): output `item` of a
+    Split of dim into pieces of 1, with dim squeezed (ONNX Squeeze); a Gather of index `item`
+    on dim (what `select` lowers to) when the length along dim is symbolic or above Split's
+    output slots (8)."""
+    x, dim, item = a["input"], a["dim"], a["item"]
+    sizes = _split_sizes(lo, {**a, "split_size": 1})
+    if not isinstance(dim, int) or not isinstance(item, int):
+        raise Unmapped("symbolic unbind")
+    axis = dim % lo.rank(x)
+    if sizes is None or len(sizes) > OPS.get("Split").n_outputs:
+        select(lo, {"input": x, "dim": axis, "index": item})
+        return
+    lo.emit("Squeeze", [_split(lo, x, sizes, axis, item), lo.ints([axis])])
+
+
+def _split_sizes(lo: Lowering, a: dict) -> list[int] | None:
+    """The lengths of the items torch's split/chunk give along a["dim"] (see `split_item`);
+    None when the length along dim, the size or the count is not a number, or is 0."""
+    x, dim = a["input"], a["dim"]
+    shape = lo.type(x).shape
+    if not isinstance(dim, int) or not shape:
+        return None
+    length = shape[dim % len(shape)]
+    if not _literal(length) or length == 0:
+        return None
+    if "chunks" in a:
+        size = -(-length // a["chunks"]) if _literal(a["chunks"]) and a["chunks"] > 0 else None
+    elif _literal(a["split_size"]):
+        size = a["split_size"]
+    else:
+        sizes = list(a["split_size"])
+        return sizes if all(_literal(s) for s in sizes) and sum(sizes) == length else None
+    if size is None or size <= 0:
+        return None
+    return [min(size, length - start) for start in range(0, length, size)]
+
+
+def _split(lo: Lowering, x, sizes: list[int], axis: int, item: int) -> int:
+    """Output `item` of Split(x) into `sizes` along `axis` (non-negative, so that it equals the
+    axis of a Concat lowered from torch.cat)."""
+    op = "Split" if item == 0 else f"Split#{item}"
+    if len(set(sizes)) == 1:
+        return lo.emit(op, [lo.tensor(x)], {"axis": axis, "num_outputs": len(sizes)})
+    return lo.emit(op, [lo.tensor(x), lo.ints(sizes)], {"axis": axis})
+
+
+def first_output(lower, why: str):
+    """The handler for item `item` of an op returning a tuple whose item 0 is what `lower`
+    emits (native batch norm: y; max_pool2d_with_indices: values); the other items raise
+    Unmapped with `why` (they have no exact canonical form)."""
+
+    def item(lo: Lowering, a: dict) -> None:
+        if a["item"] != 0:
+            raise Unmapped(f"output {a['item']}: {why}")
+        lower(lo, a)
+
+    return item
+
+
+def concat(lo: Lowering, a: dict) -> None:
+    """cat(tensors, dim): Concat(axis=dim, non-negative) of at most the op table's slots for
+    Concat's variadic input (8); the tensors and the result of one dtype and one rank (torch
+    also skips 1-D empty tensors, which ONNX does not)."""
+    xs = a["tensors"]
+    if not isinstance(xs, (list, tuple)) or not 1 <= len(xs) <= OPS.get("Concat").arity:
+        raise Unmapped("number of tensors")
+    if not all(isinstance(x, fx.Node) for x in xs) or _same_dtype(lo, *xs) != lo.out_dtype:
+        raise Unmapped("dtype")
+    rank = lo.rank(xs[0])
+    if rank == 0 or any(lo.rank(x) != rank for x in xs) or not isinstance(a["dim"], int):
+        raise Unmapped("ranks differ")
+    lo.emit("Concat", [lo.tensor(x) for x in xs], {"axis": a["dim"] % rank})
 
 
 def contiguous(lo: Lowering, a: dict) -> None:

@@ -316,22 +316,7 @@ spell(
     torch.batch_norm,
     aten.batch_norm.default,
 )
-spell(
-    "input weight bias running_mean running_var momentum eps",
-    s.batch_norm,
-    aten._native_batch_norm_legit_no_training.default,
-)
-spell(
-    "input weight bias running_mean running_var training momentum eps",
-    s.batch_norm,
-    aten.native_batch_norm.default,
-)
-spell(
-    "input normalized_shape weight=None bias=None eps=1e-05",
-    s.layer_norm,
-    F.layer_norm,
-    aten.native_layer_norm.default,
-)
+spell("input normalized_shape weight=None bias=None eps=1e-05", s.layer_norm, F.layer_norm)
 spell(
     "input normalized_shape weight=None bias=None eps=1e-05 cudnn_enable=True",
     s.layer_norm,
@@ -370,11 +355,6 @@ for n in (1, 2, 3):
         getattr(F, f"adaptive_avg_pool{n}d"),
         getattr(aten, f"adaptive_avg_pool{n}d").default,
     )
-spell(
-    "input|self kernel_size stride=() padding=0 dilation=1 ceil_mode=False",
-    s.pool("MaxPool", 2),
-    aten.max_pool2d_with_indices.default,
-)
 spell("input|self output_size", s.global_avg_pool(2), aten._adaptive_avg_pool2d.default)
 REDUCE = "input|self dim=None keepdim=False dtype=None"
 for op, name in [("ReduceMean", "mean"), ("ReduceSum", "sum")]:
@@ -458,32 +438,69 @@ spell(
 spell("input|self *repeats", s.repeat, *_methods("repeat"))
 spell("input|self repeats", s.repeat, aten.repeat.default)
 
-# Ops returning a list of views, lowered at each `getitem(node, i)` as a Slice when every use of
-# the node is such a getitem (`frontends.fx.importer`); the handler gets `item` = i.
-SPLITS: dict[object, Spelling] = {}
-for params, targets in [
-    (
-        "input|self split_size|split_size_or_sections|split_sizes dim=0",
-        [
-            torch.split,
-            *_methods("split", "split_with_sizes"),
-            aten.split.Tensor,
-            aten.split_with_sizes.default,
-        ],
-    ),
-    ("input|self chunks dim=0", [torch.chunk, *_methods("chunk"), aten.chunk.default]),
-]:
-    for target in targets:
-        SPLITS[target] = Spelling(Params(params), s.split_item)
+spell(
+    "tensors dim|axis=0",
+    s.concat,
+    torch.cat,
+    torch.concat,
+    torch.concatenate,
+    aten.cat.default,
+)
 
-# Ops returning a tuple whose first element is the result: lowered at `getitem(node, 0)` when
-# that is the node's only use.
-MULTI_OUTPUT = {
-    aten._native_batch_norm_legit_no_training.default,
-    aten.native_batch_norm.default,
+# Ops returning a tuple or list of tensors, read through `getitem(node, k)`: when every use of
+# the node is such a getitem, each getitem is lowered with the node's arguments plus `item` = k,
+# to output k of one canonical application (`Op#K` for K >= 1, vocab.ops); export writes the
+# outputs of one application as one call (`frontends.fx.exporter`).
+MULTI_OUTPUT: dict[object, Spelling] = {}
+
+
+def multi(params: str, lower, *targets) -> None:
+    """Register item handler `lower`, with parameter list `params`, for each of `targets`."""
+    sp = Spelling(Params(params), lower)
+    for target in targets:
+        MULTI_OUTPUT[target] = sp
+
+
+multi(
+    "input|self split_size|split_size_or_sections|split_sizes dim=0",
+    s.split_item,
+    torch.split,
+    *_methods("split", "split_with_sizes"),
+    aten.split.Tensor,
+    aten.split_with_sizes.default,
+)
+multi("input|self chunks dim=0", s.split_item, torch.chunk, *_methods("chunk"), aten.chunk.default)
+multi("input|self dim=0", s.unbind_item, torch.unbind, *_methods("unbind"), aten.unbind.int)
+multi(
+    "input normalized_shape weight=None bias=None eps=1e-05",
+    s.layer_norm_item,
+    torch.native_layer_norm,
     aten.native_layer_norm.default,
+)
+# Batch norm's other outputs are the batch statistics of training (save_mean, save_invstd);
+# ONNX BatchNormalization's running_mean/var outputs are the updated running statistics.
+multi(
+    "input weight bias running_mean running_var momentum eps",
+    s.first_output(s.batch_norm, "batch norm's saved statistics (training only)"),
+    aten._native_batch_norm_legit_no_training.default,
+)
+multi(
+    "input weight bias running_mean running_var training momentum eps",
+    s.first_output(s.batch_norm, "batch norm's saved statistics (training only)"),
+    aten.native_batch_norm.default,
+)
+# torch's max pooling indices count within one (n, c) plane; ONNX MaxPool's Indices count over
+# the whole tensor (ONNX spec, MaxPool: "flattened indices" with the batch and channel offsets).
+multi(
+    "input|self kernel_size stride=() padding=0 dilation=1 ceil_mode=False",
+    s.first_output(s.pool("MaxPool", 2), "max pooling indices (ONNX counts them otherwise)"),
     aten.max_pool2d_with_indices.default,
-}
+)
+# Left opaque: var_mean (ATen var_mean.correction / .dim, torch.var_mean). ONNX has no variance
+# op; the decomposition ReduceSum((x - ReduceMean(x))^2) / (N - correction) is five nodes that
+# round differently from torch's one-pass kernel, so it is not the same computation, and the
+# engine would write the five back. topk, sort, max.dim and min.dim: torch does not promise
+# which index a tie gives (torch docs), ONNX TopK and ArgMax do.
 
 # Calls without tensor inputs that create a constant: evaluated at import, so rules see the
 # value; an untouched one is copied back as it was.
