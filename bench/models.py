@@ -87,6 +87,14 @@ SPECS = {
         Spec("swin-t", "image", "SwinModel", ("last_hidden_state", "pooler_output")),
         Spec("mobilenetv2", "image", "MobileNetV2Model", ("last_hidden_state", "pooler_output")),
         Spec(
+            "efficientnet-b0",
+            "image",
+            "EfficientNetModel",
+            ("last_hidden_state", "pooler_output"),
+            # transformers' defaults are B7's; these are B0's (Tan & Le 2019, table 1)
+            {"width_coefficient": 1.0, "depth_coefficient": 1.0, "image_size": 224},
+        ),
+        Spec(
             "t5-small",
             "seq2seq",
             "T5Model",
@@ -96,7 +104,7 @@ SPECS = {
         Spec("llama", "text", "LlamaModel", ("last_hidden_state",), dict(LLAMA, use_cache=False)),
     ]
 }
-CNNS = {"ResNetModel", "MobileNetV2Model"}  # no attention to choose
+CNNS = {"ResNetModel", "MobileNetV2Model", "EfficientNetModel"}  # no attention to choose
 DEEP = {f"deep-{n // 1000}k": n for n in (1000, 10000, 50000)}
 
 
