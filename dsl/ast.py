@@ -205,8 +205,44 @@ class For:
     span: Span = _span()
 
 
+@dataclass(frozen=True)
+class DeclInput:
+    """`@x` (or `@b?`, an optional input; `@xs...`, a variadic one, which `dsl.check`
+    refuses) in the input list of an `(op ...)` declaration."""
+
+    name: str
+    optional: bool = False
+    many: bool = False
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class DeclAttr:
+    """`:attr (NAME KIND [DEFAULT])` of an `(op ...)` declaration; `default` None: the
+    attribute is required."""
+
+    name: str
+    kind: str
+    default: Number | String | ListLit | None = None
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class OpDecl:
+    """`(op DOMAIN.NAME (INPUT...) [:attr (NAME KIND [DEFAULT])]... [:cost CLASS] BODY)`: an op
+    no registry has, defined by BODY, a result term in registry ops over its inputs and
+    attributes (`vocab.declared`). `cost` is None if not written."""
+
+    name: str
+    inputs: tuple[DeclInput, ...]
+    attrs: tuple[DeclAttr, ...]
+    body: Term
+    cost: str | None = None
+    span: Span = _span()
+
+
 RuleForm = Simplify | Equal | For
-Form = Ruleset | RuleForm
+Form = Ruleset | OpDecl | RuleForm
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """Check parsed `.rules` files and turn them into Rule IR (`dsl.ir`).
 
-`for` is expanded (`dsl.expand`), every term is lowered against the op table
-(`dsl.lower`), guards and builder calls against the registry (`dsl.host`), and `:c` is
-expanded into one rule per operand order: the written order keeps the rule's name, the others
-get `-c1`, `-c2`, ... in a fixed order. Errors are collected rule by rule (see `dsl.errors`).
+Op declarations (`(op ...)`) are registered first (`dsl.declare`, into `vocab.ops.OPS`); `for`
+is expanded (`dsl.expand`), every term is lowered against the op table (`dsl.lower`), guards
+and builder calls against the registry (`dsl.host`), and `:c` is expanded into one rule per
+operand order: the written order keeps the rule's name, the others get `-c1`, `-c2`, ... in a
+fixed order. Errors are collected rule by rule (see `dsl.errors`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from itertools import product
 
 from dsl import ast, ir
+from dsl.declare import declare_ops
 from dsl.errors import (
     DuplicateRuleError,
     EqualRuleError,
@@ -45,7 +47,7 @@ def check(
     lw = Lowering(ops, BUILDERS if builders is None else builders)
     guards = GUARDS if guards is None else guards
     rules: list[ir.Rule] = []
-    errors: list[RulesError] = []
+    errors: list[RulesError] = declare_ops(files, lw)  # before any rule uses the ops
     first: dict[str, ir.Span] = {}
     for f in files:
         try:
@@ -192,7 +194,8 @@ def _check_needs(r: ir.Rule, form: ast.Ruleset | None, ops: OpTable) -> None:
     name = form.name if form is not None else "default"
     for op in sorted(writes):
         spec = ops.get(op)
-        if spec.domain not in ("", "ai.onnx") and spec.domain not in domains:
+        # a declared op needs no domain: the exporter writes its function into the model
+        if spec.domain not in ("", "ai.onnx", *domains) and not spec.declared:
             msg = (
                 f"rule {r.name} writes {op}, but its ruleset '{name}' does not declare the"
                 f" domain (write (ruleset {name} :domain {spec.domain}))"

@@ -142,3 +142,9 @@ def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:
 class RulesetNeedsError(RulesError):
     """A ruleset's declared needs do not hold: an unknown `:domain`, a result writing an op of
     a domain its ruleset does not declare, or an op missing at its declared `:opset`."""
+
+
+class OpDeclarationError(RulesError):
+    """An `(op ...)` declaration the op table cannot take: a variadic input, an input or
+    attribute written twice, an unknown attribute kind or cost class, a body using a declared
+    op, an op declared differently before, or one in a domain an installed registry owns."""

@@ -40,7 +40,7 @@ def flatten(file: ast.File) -> list[FlatRule]:
     for form in file.forms:
         if isinstance(form, ast.Ruleset):
             ruleset, declared = form.name, form
-        else:
+        elif not isinstance(form, ast.OpDecl):  # (op declarations: dsl.declare)
             out += [
                 FlatRule(a, ruleset, declared) for f in _expand(form, {}) for a in alternatives(f)
             ]

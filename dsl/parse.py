@@ -165,6 +165,29 @@ class _ToAst(Transformer):
                 raise RulesSyntaxError(self._at(key), msg)
         return ast.Ruleset(str(c[0]), span=self._at(meta), opset=opset, domains=tuple(domains))
 
+    def op_decl(self, meta, c):
+        inputs = tuple(
+            ast.DeclInput(x.name, many=x.many, span=x.span) if isinstance(x, ast.CaptureRef) else x
+            for x in c[1:-1]
+            if isinstance(x, (ast.CaptureRef, ast.DeclInput))
+        )
+        attrs = tuple(x for x in c[1:-1] if isinstance(x, ast.DeclAttr))
+        costs = [x for x in c[1:-1] if isinstance(x, tuple) and x[:1] == ("cost",)]
+        if len(costs) > 1:
+            raise RulesSyntaxError(costs[1][2], ":cost is written twice")
+        cost = costs[0][1] if costs else None
+        return ast.OpDecl(str(c[0]), inputs, attrs, c[-1], cost, span=self._at(c[0]))
+
+    def opt_capture(self, meta, c):
+        return ast.DeclInput(str(c[0])[1:-1], optional=True, span=self._at(c[0]))
+
+    def decl_attr(self, meta, c):
+        default = c[2] if len(c) > 2 else None
+        return ast.DeclAttr(str(c[0]), str(c[1]), default, span=self._at(c[0]))
+
+    def decl_cost(self, meta, c):
+        return ("cost", str(c[0]), self._at(c[0]))
+
     def need(self, meta, c):
         return c[0], c[1]
 

@@ -27,6 +27,8 @@ def format_form(form: ast.Form, indent: str = "") -> str:
         needs += "".join(f" :domain {d}" for d in form.domains)
         return f"{indent}(ruleset {form.name}{needs})"
     inner = indent + _STEP
+    if isinstance(form, ast.OpDecl):
+        return _format_decl(form, indent)
     if isinstance(form, ast.For):
         body = "\n".join(format_form(f, inner) for f in form.body)
         return f"{indent}(for {form.var} ({' '.join(form.ops)})\n{body})"
@@ -40,6 +42,18 @@ def format_form(form: ast.Form, indent: str = "") -> str:
         lines.append(_format_guards(form.guards, inner))
     lines.append(format_term(form.rhs, inner) + ")")
     return "\n".join(lines)
+
+
+def _format_decl(form: ast.OpDecl, indent: str) -> str:
+    suffix = {(False, False): "", (True, False): "?", (False, True): "..."}
+    ins = " ".join(f"@{i.name}{suffix[(i.optional, i.many)]}" for i in form.inputs)
+    head = f"{indent}(op {form.name} ({ins})"
+    for a in form.attrs:
+        default = f" {value_text(a.default)}" if a.default is not None else ""
+        head += f" :attr ({a.name} {a.kind}{default})"
+    if form.cost is not None:
+        head += f" :cost {form.cost}"
+    return head + "\n" + format_term(form.body, indent + _STEP) + ")"
 
 
 def format_term(t: ast.Term, indent: str = "") -> str:

@@ -240,7 +240,11 @@ def test_caret_keeps_tabs():
         ("(simplify x (Add:q @a @b) @a)", dsl.RulesSyntaxError, "unknown operator flag ':q'"),
         ("(simplify x (Add @a :attrs 1) @a)", dsl.RulesSyntaxError, ":attrs takes one capture"),
         ("(simplify x :fp fast (Relu @a) @a)", dsl.RulesSyntaxError, "expected exact, reassoc"),
-        ("(simplfy x (Relu @a) @a)", dsl.RulesSyntaxError, "expected 'equal', 'for', 'ruleset'"),
+        (
+            "(simplfy x (Relu @a) @a)",
+            dsl.RulesSyntaxError,
+            "expected 'equal', 'for', 'op', 'ruleset'",
+        ),
         ("(simplify x (Relu:c @a) @a)", dsl.CommutativeError, "needs two operands"),
         ("(simplify x (Relu @a) (Add:c @a @a))", dsl.CommutativeError, "only allowed on the left"),
         ("(equal x (Add:c @a @b) (Add @b @a))", dsl.CommutativeError, "equal rule"),

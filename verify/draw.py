@@ -1,7 +1,7 @@
 """Drawing one example of a pattern: opset, dtypes, shapes, attributes, constants and values.
 
 `Gen.draw()` walks a rule's left side bottom-up. Each operator node is handed to the
-*sampler* of its op (`verify.node.SAMPLERS`, filled by `verify.ops_basic`, `verify.ops_nn` and
+*sampler* of its op (`verify.node.sampler_of`, filled by `verify.ops_basic`, `verify.ops_nn` and
 `verify.ops_movement`): the sampler knows what makes the op valid (Transpose's perm is a
 permutation of the input's rank, MatMul's inner dimensions agree, ...) and proposes shapes for
 the node's free inputs, values for its shape-like inputs (Reshape's shape, Squeeze's axes) and
@@ -33,7 +33,7 @@ from engine.infer import infer_type
 from verify import hints as H
 from verify import ops_basic, ops_movement, ops_nn  # noqa: F401  (registers their samplers)
 from verify.dtypes import plan_dtypes
-from verify.node import SAMPLERS, Leaf, NodeCtx
+from verify.node import Leaf, NodeCtx, sampler_of
 from verify.steer import MAX_RANK, Steer
 from verify.values import Values, sampled
 from vocab.types import TensorType
@@ -151,7 +151,7 @@ class Gen(Steer, Values):
     def node(self, t: OpNode) -> str:
         """Draw node `t` (children first); returns its output name."""
         inputs = [self.node(a) if isinstance(a, OpNode) else None for a in t.args]
-        sample = SAMPLERS.get(t.op)
+        sample = sampler_of(t.op)
         if sample is None:
             raise Unsupported(f"no example generator for operator {t.op}")
         ctx = NodeCtx(self, t, inputs)

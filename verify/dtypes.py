@@ -22,7 +22,8 @@ import onnx.defs
 from onnx import TensorProto as TP
 
 from dsl.ir import Capture, Literal, OpNode, Term
-from vocab.ops import OPS, type_signature
+from vocab.declared import type_signature
+from vocab.ops import OPS
 
 # The dtypes examples are drawn from, in shrinking order: float32 first.
 CANDIDATES = (TP.FLOAT, TP.FLOAT16, TP.INT64, TP.BOOL, TP.DOUBLE, TP.INT32, TP.INT8, TP.UINT8)
@@ -57,9 +58,10 @@ def dtype_name(elem_type: int) -> str:
 @cache
 def slot_types(op: str, opset: int) -> tuple[tuple, tuple]:
     """((param or None, allowed frozenset) per input slot, same for output 0) of `op`'s
-    schema in force at `opset` (`vocab.ops.type_signature`: onnxruntime's for its contrib ops).
-    `param` names the schema's type parameter (`T`), so slots with the same param share a
-    dtype. Raises onnx.defs.SchemaError for an unknown op."""
+        schema in force at `opset` (`vocab.declared.type_signature`: onnxruntime's for its contrib
+    ops, the body's for an op a rule file declares).
+        `param` names the schema's type parameter (`T`), so slots with the same param share a
+        dtype. Raises onnx.defs.SchemaError for an unknown op."""
     spec = OPS.get(op)
     k = spec.output if spec else 0
     formal, outputs, params = type_signature(op, opset)

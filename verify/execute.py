@@ -23,6 +23,7 @@ from collections import OrderedDict
 
 import numpy as np
 import onnx
+import onnx.inliner
 import onnx.numpy_helper
 import onnxruntime as ort
 from onnx.reference import ReferenceEvaluator
@@ -83,11 +84,18 @@ def run_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # NaN from empty means etc. is what ONNX specifies
-            values = ReferenceEvaluator(model).run(None, feeds, intermediate=True)
+            values = ReferenceEvaluator(_inlined(model)).run(None, feeds, intermediate=True)
     except Exception as e:  # the reference raises numpy and its own errors
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExecError("onnx.reference", "error", f"{type(e).__name__}: {msg}") from None
     return [np.asarray(values[o.name]) for o in model.graph.output], values
+
+
+def _inlined(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with its model-local functions (the bodies of declared ops, `vocab.declared`)
+    inlined: onnx.reference (onnx 1.23) fails on a function node whose attribute refers to the
+    function's (`ref_attr_name`: "unexpected keyword argument 'linked_attributes'")."""
+    return onnx.inliner.inline_local_functions(model) if model.functions else model
 
 
 def hazard(model: onnx.ModelProto, values: dict) -> str | None:

@@ -22,6 +22,7 @@ from engine import apply as engine_apply
 from engine.optimize import form_lacks
 from frontends.onnx.importer import import_model
 from verify.draw import Example
+from vocab.declared import functions_for
 from vocab.graph import ABSENT, Node
 from vocab.onnx_nodes import export_node
 from vocab.ops import MAX_OPSET, OPS, encode_attr
@@ -163,7 +164,10 @@ def make_model(ex: Example, nodes, outputs) -> onnx.ModelProto:
     domains = {n.domain: OPS.get(f"{n.domain}.{n.op_type}") for n in nodes if n.domain}
     imports = [helper.make_opsetid("", ex.opset)]
     imports += [helper.make_opsetid(d, spec.version) for d, spec in sorted(domains.items()) if spec]
-    model = helper.make_model(graph, opset_imports=imports)
+    # an op a rule file declares runs on both executors through its body (vocab.declared)
+    model = helper.make_model(
+        graph, opset_imports=imports, functions=functions_for(nodes, ex.opset)
+    )
     model.ir_version = IR_VERSION
     return model
 

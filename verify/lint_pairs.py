@@ -31,9 +31,9 @@ from hypothesis import reject
 from dsl.ir import Absent, Call, Capture, OpNode, Rule
 from dsl.unify import NoOverlap, Overlap, apart, overlap, subterms
 from verify.check import run_both
-from verify.draw import SAMPLERS
 from verify.findings import Finding, contradiction, source_name
 from verify.instance import NotAMatch, instantiate, lowest_opset, op_names
+from verify.node import sampler_of
 from verify.runner import _Checker
 
 FP_ORDER = ("exact", "reassoc", "approx")
@@ -85,7 +85,7 @@ def check_pair(
     not all zero (at most `4 * examples` draws; no new example is started after `seconds` of
     wall clock, None for no bound). Never raises for a disagreement: it is the verdict."""
     first, second = synthetic_rules(o)
-    missing = sorted(op for op in op_names(first.lhs) if op not in SAMPLERS)
+    missing = sorted(op for op in op_names(first.lhs) if sampler_of(op) is None)
     computed = needs_computed_value(o)
     if computed:
         return PairVerdict("unsat", 0, computed)

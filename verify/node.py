@@ -29,16 +29,36 @@ from vocab.types import TensorType
 SAMPLERS: dict[str, Callable[[NodeCtx], None]] = {}  # op -> sampler
 
 
-def sampler(*ops: str):
+# the samplers of ops no sampler names, the ops a rule file declares (`vocab.declared`): a
+# body is any term, so a declared op is drawn as a guess that suits elementwise bodies, as a
+# unary elementwise op (`unary`: one input) or a broadcasting one (`broadcast`: more), its
+# attributes at their defaults
+FALLBACKS: dict[str, Callable[[NodeCtx], None]] = {}
+
+
+def sampler(*ops: str, fallback: str | None = None):
     """Register a sampler for `ops`: a function of a `NodeCtx` that puts every free input
-    (`NodeCtx.put`) and sets every attribute (`NodeCtx.attr`)."""
+    (`NodeCtx.put`) and sets every attribute (`NodeCtx.attr`); `fallback` also makes it the
+    sampler of that kind of declared op (`FALLBACKS`)."""
 
     def deco(fn):
         for op in ops:
             SAMPLERS[op] = fn
+        if fallback is not None:
+            FALLBACKS[fallback] = fn
         return fn
 
     return deco
+
+
+def sampler_of(op: str) -> Callable[[NodeCtx], None] | None:
+    """The sampler of `op`: its own, or for an op a rule file declares the `FALLBACKS` one of
+    its arity; None when there is none."""
+    fn = SAMPLERS.get(op)
+    spec = OPS.get(op) if fn is None else None
+    if spec is not None and spec.declared:
+        fn = FALLBACKS.get("unary" if spec.arity == 1 else "broadcast")
+    return fn
 
 
 @dataclass

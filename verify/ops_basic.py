@@ -53,7 +53,7 @@ def _attr_strategy(ctx, name: str, rank: int):
 
 # onnxruntime's contrib elementwise ops of one input are drawn like the standard ones, and
 # run on onnxruntime, their only executor
-@sampler(*_UNARY, *FAMILIES["CONTRIB_UNARY_ELEMENTWISE"])
+@sampler(*_UNARY, *FAMILIES["CONTRIB_UNARY_ELEMENTWISE"], fallback="unary")
 def _unary(ctx) -> None:
     x = ctx.put(0, ctx.gen.sub_shape())
     for a in ctx.spec.attrs:
@@ -67,7 +67,7 @@ def _softmax(ctx) -> None:
     ctx.attr("axis", lambda: ctx.draw(_attr_strategy(ctx, "axis", max(x.rank, 1)), "axis"))
 
 
-@sampler(*_BROADCAST, *FAMILIES["VARIADIC_ELEMENTWISE"])
+@sampler(*_BROADCAST, *FAMILIES["VARIADIC_ELEMENTWISE"], fallback="broadcast")
 def _broadcast(ctx) -> None:
     n = len(ctx.names)
     for i in range(n):

@@ -35,10 +35,11 @@ from dsl.lists import concrete, max_items
 from verify.check import run_both
 from verify.compare import mode_of
 from verify.defaults import DEFAULT_EXAMPLES  # re-exported
-from verify.draw import SAMPLERS, Gen
+from verify.draw import Gen
 from verify.engine import commuted_positions, family, run_engine
 from verify.hints import requests
 from verify.instance import NotAMatch, instantiate, lhs_model, lowest_opset, op_names, reversed_rule
+from verify.node import sampler_of
 from verify.report import failure_text, graph_text
 
 # (examples checked, examples drawn at most) of the companion checks
@@ -129,7 +130,7 @@ def verify_rule(
     missing = sorted(
         op
         for op in op_names(rule.lhs) | op_names(rule.rhs if rule.kind == "equal" else None)
-        if op not in SAMPLERS
+        if sampler_of(op) is None
     )
     if missing:
         return RuleResult(

@@ -45,12 +45,13 @@ def onnx_node(
     """NodeProto of a canonical op (`Name`, `domain.Name` or a projection `Name#K`, which
     writes output K) with canonical `attrs` (`(name, value)` pairs; a tensor attribute is a
     `TensorValue`); attributes that are absent or equal to their op-table default are left
-    out, as ONNX writers do."""
+    out, as ONNX writers do (a declared op's are all written: `OpSpec.declared`)."""
     spec = OPS.get(op)
     kw = {}
     for a, val in attrs:
         aspec = spec.attr_index[a]
-        if val is None or (aspec.default not in (NONE, REQUIRED) and _same(val, aspec.default)):
+        default = aspec.default not in (NONE, REQUIRED) and _same(val, aspec.default)
+        if val is None or (default and not spec.declared):  # (OpSpec.declared: why)
             continue
         if isinstance(val, TensorValue):
             kw[a] = numpy_helper.from_array(val.array())

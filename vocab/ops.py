@@ -135,6 +135,7 @@ class OpSpec:
     families: the `FAMILIES` the op belongs to.
     effectful/random: such ops are never matched by rules (they stay opaque).
     function: the registry defines the op by a function body in other ops.
+    declared: a rule file declares the op (`vocab.declared`); no registry has it.
     """
 
     name: str
@@ -158,6 +159,9 @@ class OpSpec:
     version_attrs: frozenset[str] | None = None  # attributes this form has (None: all of them)
     variadic_outputs: bool = False  # the last output is variadic (Split's `outputs`)
     output: int = 0  # a projection `Op#K` is the op's output K (module docstring)
+    # declared in a rule file (`vocab.declared`), defined by its body: its nodes write every
+    # attribute, since onnx's function inliner ignores a function's attribute defaults
+    declared: bool = False
     attr_index: dict[str, AttrSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -316,6 +320,21 @@ _COST = {
     "EyeLike": "movement",
     "OneHot": "movement",
 }
+# the cost classes `engine.cost` prices (`OpSpec.cost`); an op declaration names one
+COST_CLASSES = (
+    "elementwise",
+    "matmul",
+    "gemm",
+    "conv",
+    "reduce",
+    "normalize",
+    "movement",
+    "view",
+    "free",
+    "pool",
+    "shape",
+    "kernel",
+)
 _TRAINING_DOMAINS = ("ai.onnx.preview.training",)
 _INTERNAL_DOMAINS = ("com.ms.internal.nhwc", "com.microsoft.nchwc")
 
@@ -636,6 +655,11 @@ class OpTable:
     def _add(self, s: OpSpec) -> None:
         self._by_name.setdefault(s.qualname, []).append(s)
 
+    def add(self, spec: OpSpec) -> None:
+        """Add `spec` (an op a rule file declares, `vocab.declared`) after the ops of its name
+        (it becomes the newest form)."""
+        self._add(spec)
+
     def load_domain(self, domain: str) -> None:
         """Read `domain`'s ops now, if they are read on demand and not yet read."""
         if self._loader is not None and domain not in self._loaded:
@@ -771,6 +795,14 @@ def _cached_default_specs() -> list[OpSpec]:
 
 
 OPS = OpTable(_cached_default_specs(), loader=_load)
+
+
+@cache
+def registry_domains() -> frozenset[str]:
+    """The domains the installed registries define ops in (onnx's, every one of them, and
+    onnxruntime's contrib and internal domains): a rule file may not declare an op in one."""
+    onnx_domains = {s.domain for s in onnx.defs.get_all_schemas_with_history()}
+    return frozenset({DEFAULT_DOMAIN, "ai.onnx", *onnx_domains, *ORT_DOMAINS, *_INTERNAL_DOMAINS})
 
 
 def family(name: str) -> tuple[str, ...]:

@@ -2,7 +2,9 @@
 
 Graph inputs and outputs keep their names, value infos and order; untouched nodes keep their
 names and everything else on their `NodeProto`; opaque nodes are copied with renamed
-inputs/outputs. The model's opset imports, functions and metadata are kept; the IR version is
+inputs/outputs. The model's opset imports, functions and metadata are kept; a node of an op
+a rule file declares (`vocab.declared`) brings its domain's opset import (version 1) and its
+body as a model-local function, so that any runtime runs the model; the IR version is
 capped at `MAX_IR_VERSION`, the newest that onnxruntime 1.31 loads (onnx 1.23's default, IR 14,
 is rejected by it).
 
@@ -22,6 +24,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from engine.provenance import KEY, collect, dumps
+from vocab.declared import functions_for
 from vocab.graph import ABSENT, Node, TermGraph
 from vocab.onnx_nodes import UNUSED, export_node
 from vocab.ops import OPS
@@ -78,6 +81,8 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
         )
         model.opset_import.append(helper.make_opsetid(domain, version))
     model.functions.extend(src.functions)
+    # an op a rule file declares runs anywhere with its body attached (vocab.declared)
+    model.functions.extend(functions_for(nodes, _default_opset(model), src.functions))
     model.ir_version = min(src.ir_version, MAX_IR_VERSION)
     for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
         setattr(model, field, getattr(src, field))
@@ -86,6 +91,10 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
     )
     _write_provenance(g, model, identities)
     return model
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    return next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0)
 
 
 def _write_provenance(
