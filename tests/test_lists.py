@@ -10,8 +10,6 @@ import dsl
 from dsl.lists import concrete, engine_rules, max_items
 from frontends.onnx import optimize_model
 from verify.runner import verify_rules
-from vocab import registry
-from vocab.types import ClassInfo, TensorType
 
 LIBRARY = dsl.load_rules([dsl.shipped_rules_dir()])
 
@@ -72,43 +70,6 @@ def test_misused_list_captures_are_located_errors(text, message):
         _rules(text)
     assert message in str(info.value)
     assert str(info.value).startswith("t.rules:1:")
-
-
-def _info(shape, value=None, dtype=TensorProto.FLOAT):
-    return ClassInfo(TensorType(dtype, shape), value)
-
-
-def test_list_guards():
-    a, b = _info((2, 3)), _info((2, 3))
-    c = _info((2, 3), np.zeros((2, 3), np.float32))
-    assert registry.length([a, b], 2) and not registry.length([a], 2)
-    assert registry.all_constant([c]) and not registry.all_constant([c, a])
-    assert registry.all_constant([])
-    assert registry.all_same_type([a, b, c]) and not registry.all_same_type([a, _info((3, 2))])
-    assert not registry.all_same_type([a, _info((2, 3), dtype=TensorProto.INT64)])
-
-
-def _i64(v):
-    return _info((len(v),), np.array(v, np.int64), TensorProto.INT64)
-
-
-def test_slice_guards_compute_onnx_clamping():
-    x = _info((2, 10))
-    one, axis1 = _i64([1]), _i64([1])
-    # x[:, 2:5] ++ x[:, 5:99] == x[:, 2:99] (99 is clamped to 10)
-    assert registry.slices_meet(x, _i64([2]), _i64([5]), _i64([99]), axis1, one, 1)
-    # x[:, 2:5] ++ x[:, 5:4] is x[:, 2:5], not x[:, 2:4]
-    assert not registry.slices_meet(x, _i64([2]), _i64([5]), _i64([4]), axis1, one, 1)
-    # concatenated on axis 0 while sliced on axis 1
-    assert not registry.slices_meet(x, _i64([2]), _i64([5]), _i64([9]), axis1, one, 0)
-    parts = [_info((2, 3)), _info((2, 4)), _info((2, 5))]
-    take = registry.slice_takes_part
-    assert take(_i64([3]), _i64([7]), axis1, one, parts[:1], parts[1], parts[2:], 1)
-    assert take(_i64([-9]), _i64([-5]), axis1, one, parts[:1], parts[1], parts[2:], 1)
-    assert not take(_i64([3]), _i64([8]), axis1, one, parts[:1], parts[1], parts[2:], 1)
-    assert not take(_i64([3]), _i64([7]), axis1, _i64([2]), parts[:1], parts[1], parts[2:], 1)
-    symbolic = [_info((2, "n")), parts[1], parts[2]]
-    assert not take(_i64([3]), _i64([7]), axis1, one, symbolic[:1], parts[1], parts[2:], 1)
 
 
 def _model(nodes, inputs, output, shape, inits=()):

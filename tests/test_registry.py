@@ -429,6 +429,58 @@ def test_slice_merge():
     assert f("starts", t(4), t(1), one, one, one, one, one, one, one) is None  # not a constant
 
 
+# ---- list captures (`@xs...`) and the slices of a Concat ----
+
+
+def _list_info(shape, value=None, dtype=TP.FLOAT):
+    return ClassInfo(TensorType(dtype, shape), value)
+
+
+def test_list_guards():
+    a, b = _list_info((2, 3)), _list_info((2, 3))
+    c = _list_info((2, 3), np.zeros((2, 3), np.float32))
+    assert covers("length").fn([a, b], 2) and not covers("length").fn([a], 2)
+    assert covers("all-constant").fn([c]) and not covers("all-constant").fn([c, a])
+    assert covers("all-constant").fn([])
+    assert covers("all-same-type").fn([a, b, c]) and not covers("all-same-type").fn(
+        [a, _list_info((3, 2))]
+    )
+    assert not covers("all-same-type").fn([a, _list_info((2, 3), dtype=TP.INT64)])
+
+
+def _list_i64(v):
+    return _list_info((len(v),), np.array(v, np.int64), TP.INT64)
+
+
+def test_slice_guards_compute_onnx_clamping():
+    x = _list_info((2, 10))
+    one, axis1 = _list_i64([1]), _list_i64([1])
+    # x[:, 2:5] ++ x[:, 5:99] == x[:, 2:99] (99 is clamped to 10)
+    assert covers("slices-meet").fn(
+        x, _list_i64([2]), _list_i64([5]), _list_i64([99]), axis1, one, 1
+    )
+    # x[:, 2:5] ++ x[:, 5:4] is x[:, 2:5], not x[:, 2:4]
+    assert not covers("slices-meet").fn(
+        x, _list_i64([2]), _list_i64([5]), _list_i64([4]), axis1, one, 1
+    )
+    # concatenated on axis 0 while sliced on axis 1
+    assert not covers("slices-meet").fn(
+        x, _list_i64([2]), _list_i64([5]), _list_i64([9]), axis1, one, 0
+    )
+    parts = [_list_info((2, 3)), _list_info((2, 4)), _list_info((2, 5))]
+    take = covers("slice-takes-part").fn
+    assert take(_list_i64([3]), _list_i64([7]), axis1, one, parts[:1], parts[1], parts[2:], 1)
+    assert take(_list_i64([-9]), _list_i64([-5]), axis1, one, parts[:1], parts[1], parts[2:], 1)
+    assert not take(_list_i64([3]), _list_i64([8]), axis1, one, parts[:1], parts[1], parts[2:], 1)
+    assert not take(
+        _list_i64([3]), _list_i64([7]), axis1, _list_i64([2]), parts[:1], parts[1], parts[2:], 1
+    )
+    symbolic = [_list_info((2, "n")), parts[1], parts[2]]
+    assert not take(
+        _list_i64([3]), _list_i64([7]), axis1, one, symbolic[:1], parts[1], parts[2:], 1
+    )
+
+
 def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS)
     missing = sorted(names - TESTED)
