@@ -129,6 +129,13 @@ class AbsentTerm:
     span: Span = _span()
 
 
+@dataclass(frozen=True)
+class Pruned(AbsentTerm):
+    """In a result, a capture that this alternative of the pattern does not bind (`dsl.expand`
+    puts it there): the terms that need it are left out, down to an optional input, which is
+    then absent; `(Op? A B)` whose A is left out is B."""
+
+
 Term = App | CaptureRef | Wild | Alt | AbsentTerm
 
 

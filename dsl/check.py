@@ -22,10 +22,11 @@ from dsl.errors import (
     RulesError,
     RulesErrors,
     RulesetNeedsError,
+    UnboundCaptureError,
 )
 from dsl.expand import FlatRule, flatten
 from dsl.host import Scope, lower_bindings, lower_guard
-from dsl.lower import Lowering, lower_left, lower_right
+from dsl.lower import PRUNED, Lowering, lower_left, lower_right
 from vocab.ops import MAX_OPSET, MIN_OPSET, OPS, ORT_DOMAINS, OpTable
 from vocab.registry import BUILDERS, GUARDS
 
@@ -102,6 +103,12 @@ def check_rule(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
     _bindings(form, scope, lw)
     gs = tuple(lower_guard(g, scope, guards) for g in form.guards)
     rhs = lower_right(form.rhs, scope, lw)
+    if rhs is PRUNED:
+        msg = (
+            f"the result needs a capture that this alternative of the pattern ({form.name})"
+            " does not bind"
+        )
+        raise UnboundCaptureError(form.rhs.span, msg)
     names = [form.name] + [f"{form.name}-c{i}" for i in range(1, len(lhss))]
     return [_rule(fr, name, "simplify", lhs, rhs, gs, scope) for name, lhs in zip(names, lhss)]
 
@@ -132,6 +139,10 @@ def _check_roots(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
     _bindings(form, scope, lw)
     gs = tuple(lower_guard(g, scope, guards) for g in form.guards)
     results = tuple(lower_right(t, scope, lw) for t in rhs.terms)
+    for t, result in zip(rhs.terms, results):
+        if result is PRUNED:
+            msg = f"the result needs a capture that the pattern ({form.name}) does not bind"
+            raise UnboundCaptureError(t.span, msg)
     combos = list(product(*variants))
     names = [form.name] + [f"{form.name}-c{i}" for i in range(1, len(combos))]
     return [

@@ -62,11 +62,15 @@ def alternatives(form: ast.Simplify | ast.Equal) -> list[ast.Simplify | ast.Equa
     for side, t in (("result", form.rhs), ("pattern of an equal rule", form.lhs)):
         if side == "result" or isinstance(form, ast.Equal):
             bad = _first_choice(t)
+            if isinstance(bad, ast.App) and side == "result" and isinstance(form, ast.Simplify):
+                bad = None if len(bad.args) == 2 else bad  # `Op?` of two inputs: see _prune
             if bad is not None:
                 what = "'or'" if isinstance(bad, ast.Alt) else f"'{bad.head}?'"
                 raise ForError(bad.span, f"{what} is only allowed in a simplify rule's pattern")
-    if isinstance(form, ast.Equal) or _first_choice(form.lhs) is None:
+    if isinstance(form, ast.Equal):
         return [form]
+    if _first_choice(form.lhs) is None:
+        return [dataclasses.replace(form, rhs=_prune(form.rhs, set()))]
     lhss = _choices(form.lhs)
     bound = [_captures(t) for t in lhss]
     some = set.union(*bound)
@@ -74,8 +78,22 @@ def alternatives(form: ast.Simplify | ast.Equal) -> list[ast.Simplify | ast.Equa
     for i, (lhs, mine) in enumerate(zip(lhss, bound)):
         guards = tuple(g for g in form.guards if not (_guard_captures(g) & (some - mine)))
         name = form.name if i == 0 else f"{form.name}-alt{i}"
-        out.append(dataclasses.replace(form, name=name, lhs=lhs, guards=guards))
+        rhs = _prune(form.rhs, some - mine)
+        out.append(dataclasses.replace(form, name=name, lhs=lhs, guards=guards, rhs=rhs))
     return out
+
+
+def _prune(t, unbound: set[str]):
+    """The result `t` for an alternative that does not bind `unbound`: each use of one of
+    them becomes `ast.Pruned`, which lowering turns into an absent optional input, leaving
+    out the terms that need it (`dsl.lower.lower_right`)."""
+    if isinstance(t, ast.CaptureRef):
+        return ast.Pruned(span=t.span) if t.name in unbound else t
+    if isinstance(t, ast.Roots):
+        return dataclasses.replace(t, terms=tuple(_prune(a, unbound) for a in t.terms))
+    if not isinstance(t, ast.App):
+        return t
+    return dataclasses.replace(t, args=tuple(_prune(a, unbound) for a in t.args))
 
 
 def _first_choice(t: ast.Term):

@@ -181,6 +181,8 @@ def _left_value(t: ast.App, at: ast.Attr, kind: str, scope: Scope, equal: bool) 
 
 # ---- right side ----------------------------------------------------------------------------
 
+PRUNED = ir.Absent()  # a result term left out (`ast.Pruned`); told apart by identity
+
 
 def lower_right(t: ast.Term, scope: Scope, lw: Lowering) -> ir.Term:
     """The IR of a result term; its captures must be bound in `scope`."""
@@ -195,6 +197,8 @@ def lower_right(t: ast.Term, scope: Scope, lw: Lowering) -> ir.Term:
             return value
         scope.use(t.name, "term", t.span)
         return ir.Capture(t.name)
+    if isinstance(t, ast.Pruned):
+        return PRUNED
     if isinstance(t, ast.AbsentTerm):
         return ir.Absent()
     if isinstance(t, ast.Wild):
@@ -209,8 +213,21 @@ def lower_right(t: ast.Term, scope: Scope, lw: Lowering) -> ir.Term:
         _right_list(t, i, a, spec, scope) if _is_list(a) else lower_right(a, scope, lw)
         for i, a in enumerate(t.args)
     ]
+    if t.optional:  # `(Op? A B)` in a result: B where A is left out (see ast.Pruned)
+        if len(args) != 2:
+            raise PlacementError(t.span, f"'{t.head}?' in a result takes two inputs")
+        if args[0] is PRUNED:
+            return args[1]
     if not any(_is_list(a) for a in t.args):  # a spread is padded when the lists are known
         args += [ir.Absent()] * (spec.arity - len(t.args))
+    for i, a in enumerate(args):
+        if a is PRUNED and i < spec.n_required:
+            return PRUNED  # this term needs what the alternative does not bind: left out
+        if a is PRUNED:
+            args[i] = ir.Absent()
+        elif i < spec.n_required and isinstance(a, ir.Absent):
+            msg = f"input {i + 1} of {t.head} is required; it cannot be absent"
+            raise PlacementError(t.span, msg)
     return ir.OpNode(t.head, tuple(args), _right_attrs(t, spec, scope, lw))
 
 
@@ -299,9 +316,14 @@ def _unknown(head: str, ops: OpTable) -> str:
         return f"'{head}': {base}'s outputs are {base}, then {base}#1 to {base}#{last}"
     if "." in base and not sharp:
         domain = base.rsplit(".", 1)[0]
-        known = sorted({n.rsplit(".", 1)[0] for n in ops.names() if "." in n} | set(ORT_DOMAINS))
+        names = [n for n in ops.names() if "." in n]
+        known = {n.rsplit(".", 1)[0] for n in names} | set(ORT_DOMAINS)
         if domain not in known:
-            return f"unknown domain '{domain}' in '{head}' (domains: {', '.join(known)})"
+            # the registries' domains (the ones rule files declared ops in vary by process)
+            shown = sorted(
+                {n.rsplit(".", 1)[0] for n in names if not ops.get(n).declared} | set(ORT_DOMAINS)
+            )
+            return f"unknown domain '{domain}' in '{head}' (domains: {', '.join(shown)})"
     return f"unknown operator '{head}'{did_you_mean(head, ops.names())}"
 
 

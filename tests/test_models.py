@@ -93,7 +93,7 @@ def test_resnet_batchnorm_folded(exporter):
     assert sum(n.op_type == "Conv" for n in result.graph.node) == 6
     assert (
         report.fired.get("fold-batchnorm-into-conv", 0)
-        + report.fired.get("fold-batchnorm-into-conv-bias", 0)
+        + report.fired.get("fold-batchnorm-into-conv-alt1", 0)
         >= 6
     )
 
