@@ -92,7 +92,12 @@ SPECS = {
             "EfficientNetModel",
             ("last_hidden_state", "pooler_output"),
             # transformers' defaults are B7's; these are B0's (Tan & Le 2019, table 1)
-            {"width_coefficient": 1.0, "depth_coefficient": 1.0, "image_size": 224},
+            {
+                "width_coefficient": 1.0,
+                "depth_coefficient": 1.0,
+                "image_size": 224,
+                "hidden_dim": 1280,
+            },
         ),
         Spec(
             "t5-small",

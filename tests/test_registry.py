@@ -481,6 +481,14 @@ def test_slice_guards_compute_onnx_clamping():
     )
 
 
+def test_zero_pads():
+    f = covers("zero-pads").fn
+    assert f(t(8, 1, 3, 3)) == (0, 0, 0, 0)
+    assert f(t(8, 1, 3)) == (0, 0)
+    assert f(t(8, 1)) is None
+    assert f(ClassInfo(TensorType(F32, None))) is None
+
+
 def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS)
     missing = sorted(names - TESTED)

@@ -351,6 +351,15 @@ def bn_shape(w: ClassInfo) -> tuple[int, ...] | None:
     return None if r is None else (-1,) + (1,) * (r - 1)
 
 
+@builder("zero-pads", TERM)
+def zero_pads(w: ClassInfo) -> tuple[int, ...] | None:
+    """Conv `pads` of zeros for weight `w` (rank r: 2 * (r - 2) zeros, a begin and an end per
+    spatial axis): what `auto_pad` VALID means (ONNX operator spec, Conv: "VALID mean no
+    padding")."""
+    r = w.type.rank
+    return None if r is None or r < 3 else (0,) * (2 * (r - 2))
+
+
 @guard("channel-bias", TERM, TERM)
 def channel_bias(b: ClassInfo, y: ClassInfo) -> bool:
     """True if constant `b` added to Conv output `y` (N, C, spatial...) is a per-channel
