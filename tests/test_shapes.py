@@ -218,7 +218,9 @@ def test_rule_kind_says_whether_an_op_has_its_own_shape_rule():
         "symbolic",
         "onnx",
     ]
-    assert rule_kind("com.microsoft.Gelu") == "onnx"  # rules are the default domain's
+    # onnxruntime's contrib elementwise ops have the same-type rule; its other ops have none
+    assert rule_kind("com.microsoft.Gelu") == "direct"
+    assert rule_kind("com.microsoft.Attention") == "onnx"
 
 
 def test_an_op_has_one_shape_rule():

@@ -18,10 +18,11 @@ from frontends.onnx import optimize_model
 from verify import hints as H
 from verify.check import run_both
 from verify.compare import Tolerance, compare, mode_of, tolerance
-from verify.draw import SAMPLERS, Gen
+from verify.draw import Gen
 from verify.dtypes import plan_dtypes
 from verify.execute import NO_KERNEL, ExecError, hazard, run_ort, run_reference
 from verify.instance import instantiate, lowest_opset
+from verify.node import SAMPLERS
 from verify.runner import verify_rule
 from vocab.ops import OPS
 
@@ -147,7 +148,10 @@ _OPS = sorted(op for op in SAMPLERS if OPS.get(op) is not None)
 def test_every_sampler_draws_valid_nodes(op):
     spec = OPS.get(op)
     args = " ".join(f"@a{i}" for i in range(spec.n_required))
-    r = rule(f"(simplify t ({op} {args} :attrs @rest) (Identity ({op} {args} :attrs @rest)))")
+    declare = f"(ruleset t :domain {spec.domain})" if spec.domain not in ("", "ai.onnx") else ""
+    r = rule(
+        f"{declare}(simplify t ({op} {args} :attrs @rest) (Identity ({op} {args} :attrs @rest)))"
+    )
     seen = []
 
     @settings(
