@@ -114,9 +114,10 @@ def apply_matches(
             roots = [row[0], *(m.binding[t.bind] for t in h.rule.roots)]
             # e-class ids are local to one snapshot: key the match by stable terms instead
             key = (h.relation, *(snap.rep(x) if isinstance(x, int) else x for x in row))
-            # a multi-root rule rewrites a set of roots once, in the first order that applies
-            group = (h.relation, frozenset(snap.rep(c) for c in roots)) if h.rule.roots else None
-            if key in processed or group in processed:
+            # a root takes part in one applied match of a multi-root rule: the matches partition
+            # the roots (12 MatMuls of one input pack into 4 triples, not into all 220)
+            used = [(h.rule.name, "root", snap.rep(c)) for c in roots] if h.rule.roots else []
+            if key in processed or any(u in processed for u in used):
                 continue
             processed.add(key)
             if len(set(roots)) < len(roots):
@@ -151,8 +152,8 @@ def apply_matches(
                 report.sites[h.rule.name].append(site)
             for handle, (_c, vid, _typ) in zip(handles, built):
                 batch.union(handle, vid)
-            if group is not None:
-                processed.add(group)
+            if used:
+                processed.update(used)
                 report.groups.append(
                     tuple(
                         (handle, m.created_node(vid))
