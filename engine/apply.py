@@ -112,12 +112,14 @@ def apply_matches(
         for row in snap.rows.get(h.relation, ()):
             m = _Match(h.rule, dict(zip(h.columns, row[1:])), kinds, snap, batch)
             roots = [row[0], *(m.binding[t.bind] for t in h.rule.roots)]
-            # e-class ids are local to one snapshot: key the match by stable terms instead
-            key = (h.relation, *(snap.rep(x) if isinstance(x, int) else x for x in row))
             # a root takes part in one applied match of a multi-root rule: the matches partition
             # the roots (12 MatMuls of one input pack into 4 triples, not into all 220)
             used = [(h.rule.name, "root", snap.rep(c)) for c in roots] if h.rule.roots else []
-            if key in processed or any(u in processed for u in used):
+            if any(u in processed for u in used):
+                continue
+            # e-class ids are local to one snapshot: key the match by stable terms instead
+            key = (h.relation, *(snap.rep(x) if isinstance(x, int) else x for x in row))
+            if key in processed:
                 continue
             processed.add(key)
             if len(set(roots)) < len(roots):

@@ -299,8 +299,9 @@ class Snapshot:
         return None
 
     def info(self, c: int) -> ClassInfo:
-        """What guards see of e-class `c`."""
-        return ClassInfo(self.type_of(c), self.value_of(c))
+        """What guards see of e-class `c`: its type is inferred only when a guard reads it
+        (`is-constant` needs the value alone; a multi-root rule's rows evaluate thousands)."""
+        return _LazyInfo(self, c)
 
     def rep(self, c: int, depth: int = 0) -> str:
         """egglog text of a term in e-class `c`: a handle `(T i)` when the class has one, else
@@ -319,6 +320,23 @@ class Snapshot:
             r = f"({n.op} {kids} {' '.join(egg_string(a) for a in n.attrs)})"
         self._reps[c] = r
         return r
+
+
+class _LazyInfo(ClassInfo):
+    """A `ClassInfo` of a Snapshot's e-class whose type and value are computed when read."""
+
+    def __init__(self, snap: Snapshot, c: int):  # no dataclass init: fields are properties
+        object.__setattr__(self, "_where", (snap, c))
+
+    @property
+    def type(self) -> TensorType:
+        snap, c = self._where
+        return snap.type_of(c)
+
+    @property
+    def value(self):
+        snap, c = self._where
+        return snap.value_of(c)
 
 
 def constant_op_value(attrs: tuple[str, ...]):

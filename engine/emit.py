@@ -215,8 +215,8 @@ def _query(lhs: Term, roots: tuple[Term, ...] = ()) -> str:
     do a multi-root rule's other roots (each binds its `Op@name`)."""
     atoms: list[str] = []
     atoms.insert(0, f"(= root {_pattern(lhs, atoms)})")
-    for t in roots:
-        _pattern(t, atoms)
+    for t in roots:  # matches whose roots are one value are dropped by the host step
+        _pattern(t, atoms)  # (engine.apply), which reports them: `verify` reads that
     return " ".join(atoms)
 
 

@@ -305,24 +305,44 @@ class _LocalSearch:
     def try_together(self, move: list[tuple[int, int]]) -> bool:
         """Switch every (class, e-node) of `move` at once (the results of one multi-root
         match), and keep the switch only if it lowers the DAG cost. Classes the choice does
-        not use are left alone; a switch that would close a cycle abandons the move."""
+        not use are left alone. The move is abandoned if a new e-node's inputs reach one of
+        the move's classes (a cycle), or when the search's budget is spent; the order is
+        recomputed once per kept move."""
+        move = [
+            (c, j)
+            for c, j in move
+            if self.refs.get(c, 0) > 0 and c in self.topo and self.choice[c] != j
+        ]
+        kids = [k for _, j in move for k in self.costs.kids[j]]
+        if len(move) < 2 or self.budget <= 0 or any(k not in self.choice for k in kids):
+            return False
+        if self._reaches_any(kids, {c for c, _ in move}):
+            return False
         before, done = self.delta, []
         for c, j in move:
-            if self.refs.get(c, 0) == 0 or c not in self.topo or self.choice[c] == j:
-                continue
-            kids = self.costs.kids[j]
-            if any(k not in self.choice for k in kids) or self._reaches(kids, c):
-                break
             done.append((c, self.choice[c]))
             self._switch(c, j)
+        if self.delta < before - 1e-6:
             self._order()
-        else:
-            if done and self.delta < before - 1e-6:
-                return True
+            return True
         for c, i in reversed(done):
             self._switch(c, i)
-        if done:
-            self._order()
+        return False
+
+    def _reaches_any(self, kids, targets: set[int]) -> bool:
+        """True if a class in `kids` reaches one of `targets` through the current choice
+        (classes before every target in the postorder cannot, and are not searched)."""
+        bound = min(self.topo[c] for c in targets)
+        stack, seen = list(kids), set()
+        while stack:
+            k = stack.pop()
+            if k in targets:
+                return True
+            if k in seen or self.topo.get(k, bound + 1) < bound:
+                continue
+            seen.add(k)
+            self.budget -= 1
+            stack.extend(self.costs.kids[self.choice[k]])
         return False
 
     def revert_to(self, own: dict[int, int]) -> dict[int, int]:
