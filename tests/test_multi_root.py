@@ -1,6 +1,8 @@
 """Multi-root rules (`(roots ...)` on both sides): checking, matching distinct roots once per
 set, joint extraction of their results, and the shipped Q/K/V packing rule."""
 
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -10,7 +12,8 @@ import dsl
 from frontends.onnx import optimize_model
 from verify.runner import verify_rules
 
-LIBRARY = dsl.load_rules([dsl.shipped_rules_dir()])
+PACKING = Path(__file__).resolve().parent.parent / "examples" / "packing.rules"
+LIBRARY = dsl.load_rules([dsl.shipped_rules_dir(), PACKING])
 
 
 def _rules(text: str):
