@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Mapping
 
 from dsl.ir import Absent, Capture, ListCapture, OpNode, Rule, Term
 from vocab.ops import OPS, VARIADIC_SLOTS
@@ -56,16 +57,24 @@ def concrete(rule: Rule, counts: dict[str, int]) -> Rule | None:
     return _instance(rule, lhs, rhs, items, ",".join(f"{n}={counts[n]}" for n in rule.lists))
 
 
-def engine_rules(rule: Rule) -> list[Rule]:
+def engine_rules(rule: Rule, most: Mapping[str, int] | None = None) -> list[Rule]:
     """The rules the engine runs for `rule` (itself when it has no lists; see the module
-    docstring). Their names are the template's; `Rule.instance` tells them apart."""
+    docstring). Their names are the template's; `Rule.instance` tells them apart.
+
+    most: op -> the most inputs a node of it has in the graph. A list followed by other
+    inputs of such an op then gets the counts up to that many only: fewer egglog rules to
+    compile, at the price of not matching a node that rewriting made longer (a Concat that
+    flattening grew) in the same position."""
     if not rule.lists or rule.items:
         return [rule]
     nodes = _list_nodes(rule.lhs)
-    fixed = [a.name for n in nodes for a in n.args[:-1] if isinstance(a, ListCapture)]
+    fixed = [(a.name, n.op) for n in nodes for a in n.args[:-1] if isinstance(a, ListCapture)]
     open_ = {n.args[-1].name: n for n in nodes if isinstance(n.args[-1], ListCapture)}
+    most = most or {}
+    ranges = [range(min(VARIADIC_SLOTS, most.get(op, VARIADIC_SLOTS)) + 1) for _, op in fixed]
+    fixed = [name for name, _ in fixed]
     out = []
-    for combo in itertools.product(range(VARIADIC_SLOTS + 1), repeat=len(fixed)):
+    for combo in itertools.product(*ranges):
         counts = dict(zip(fixed, combo))
         for name, node in open_.items():  # an open list takes the slots that are left
             spec = OPS.get(node.op)

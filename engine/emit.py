@@ -120,32 +120,34 @@ def host_rule(rule: Rule) -> HostRule:
     return HostRule(rule, relation_name(rule), rule.term_captures + rule.attr_captures)
 
 
-def host_rules(rules: Iterable[Rule]) -> list[HostRule]:
+def host_rules(rules: Iterable[Rule], most: dict[str, int] | None = None) -> list[HostRule]:
     """The HostRules of the rules in `rules` that go through Python, a rule with list
-    captures as the rules the engine runs for it (`dsl.lists.engine_rules`)."""
-    return [host_rule(e) for r in rules if r.needs_host for e in engine_rules(r)]
+    captures as the rules the engine runs for it (`dsl.lists.engine_rules`, with `most` as
+    there: the same as given to `emit`)."""
+    return [host_rule(e) for r in rules if r.needs_host for e in engine_rules(r, most)]
 
 
-def emit(rules: RuleSet, provenance: bool = False) -> str:
+def emit(rules: RuleSet, provenance: bool = False, most: dict[str, int] | None = None) -> str:
     """The egglog text for `rules`: ruleset declarations, then one block per rule (a comment
     with the rule's name and `file:line`, then the egglog rule), then the combined ruleset that
     saturation runs. `equal` rules give two blocks, one per direction. provenance: plain rules
-    also record each firing in a `prov-NAME` relation (see the module docstring)."""
+    also record each firing in a `prov-NAME` relation (see the module docstring). most: the
+    graph's largest input count per variadic op (`dsl.lists.engine_rules`)."""
     rulesets = list(dict.fromkeys(r.ruleset for r in rules.rules)) or ["default"]
     out = [f"(ruleset {rs})" for rs in rulesets]
     for r in rules.rules:
         out.append("")
-        out.append(emit_rule(r, provenance))
+        out.append(emit_rule(r, provenance, most))
     out.append("")
     out.append(f"(unstable-combined-ruleset {COMBINED} {' '.join(rulesets)})")
     return "\n".join(out) + "\n"
 
 
-def emit_rule(r: Rule, provenance: bool = False) -> str:
+def emit_rule(r: Rule, provenance: bool = False, most: dict[str, int] | None = None) -> str:
     """One rule as an egglog block (see `emit`); a rule with list captures as one block per
     rule the engine runs for it (`dsl.lists.engine_rules`)."""
     if r.lists and not r.items:
-        return "\n".join(emit_rule(e, provenance) for e in engine_rules(r))
+        return "\n".join(emit_rule(e, provenance) for e in engine_rules(r, most))
     head = f";; {r.name}  ({r.span.file}:{r.span.line})"
     if r.instance:
         head += f"  [{r.instance}]"

@@ -24,7 +24,7 @@ from engine.fold import fold
 from engine.saturate import Limits, saturate
 from engine.selection import pick_rules
 from engine.shapes import FoldStats, fold_shapes
-from vocab.graph import TermGraph
+from vocab.graph import ABSENT, TermGraph
 from vocab.ops import OPS
 
 FP_CLASSES = ("exact", "reassoc", "approx")
@@ -239,11 +239,15 @@ def optimize(
     ops = {n.op for n in graph.nodes if not n.opaque}
     chosen = reachable(chosen, ops)
     ops = ops.union(*(r.lhs_ops | r.rhs_ops for r in chosen))
-    program = emit(RuleSet(tuple(chosen), rules.files), provenance)
+    most: dict[str, int] = {}  # the most inputs a node of each variadic op has
+    for n in graph.nodes:
+        if not n.opaque and OPS.get(n.op).variadic:
+            most[n.op] = max(most.get(n.op, 0), sum(i != ABSENT for i in n.inputs))
+    program = emit(RuleSet(tuple(chosen), rules.files), provenance, most)
     stage("emit")
     eg = EGraph(graph, program, ops)
     stage("import")
-    hosts = host_rules(chosen)
+    hosts = host_rules(chosen, most)
     sat, snap = saturate(eg, hosts, limits, prov.relations(chosen) if provenance else None)
     stage("saturate")
     ex = extract(snap, cost, sat.groups)

@@ -36,6 +36,13 @@ def test_a_list_rule_runs_as_one_rule_per_position_of_the_inner_concat():
     assert max_items(rule) == {"xs": 7, "ys": 8, "zs": 7}
 
 
+def test_the_graph_caps_the_counts_the_engine_compiles():
+    (rule,) = _rules(FLATTEN)
+    # a graph whose Concats have at most 3 inputs: counts 0 to 3 for xs, not 0 to 8
+    assert [r.instance for r in engine_rules(rule, {"Concat": 3})] == [f"xs={n}" for n in range(4)]
+    assert len(engine_rules(rule, {"Relu": 1})) == 8  # other ops do not cap Concat's
+
+
 def test_concrete_rules_write_every_item_and_refuse_what_does_not_fit():
     (rule,) = _rules(FLATTEN)
     c = concrete(rule, {"xs": 1, "ys": 2, "zs": 0})
