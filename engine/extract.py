@@ -281,18 +281,7 @@ class _LocalSearch:
                 stack.extend(self.costs.kids[i])
 
     def _reaches(self, kids, c: int) -> bool:
-        bound = self.topo[c]
-        stack, seen = list(kids), set()
-        while stack:
-            k = stack.pop()
-            if k == c:
-                return True
-            if k in seen or self.topo.get(k, bound + 1) < bound:
-                continue
-            seen.add(k)
-            self.budget -= 1
-            stack.extend(self.costs.kids[self.choice[k]])
-        return False
+        return self._reaches_any(kids, {c})
 
     def _switch(self, c: int, j: int) -> None:
         i = self.choice[c]

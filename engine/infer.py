@@ -22,7 +22,7 @@ from vocab.onnx_nodes import onnx_node
 from vocab.ops import OPS
 from vocab.shape_rules import rule_of
 from vocab.symbolic import to_dim
-from vocab.types import UNKNOWN, TensorType, tensor_type
+from vocab.types import UNKNOWN, TensorType, keep_input_dims, tensor_type
 
 _CONST_MAX = 64  # constant inputs up to this many elements take part in inference
 
@@ -136,15 +136,7 @@ def _onnx_infer(key) -> TensorType:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception:
         return UNKNOWN
-    t = tensor_type(inferred.graph.output[0].type)
-    if t.shape is None:
-        return t
-    # A name ONNX made up for an unknown dimension (unk__0, ...) is fresh in this one-node
-    # model only: the same name from another call means another size. Only input names carry.
-    known = {d for i in inputs if i is not None and i.shape for d in i.shape if isinstance(d, str)}
-    return TensorType(
-        t.dtype, tuple(None if isinstance(d, str) and d not in known else d for d in t.shape)
-    )
+    return keep_input_dims(tensor_type(inferred.graph.output[0].type), inputs)
 
 
 def _value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:

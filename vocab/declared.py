@@ -33,7 +33,7 @@ from vocab.onnx_nodes import onnx_node
 from vocab.ops import NONE, OPS, REQUIRED, OpSpec, TensorValue, registry_domains
 from vocab.ops import type_signature as registry_signature
 from vocab.shape_registry import type_rule
-from vocab.types import UNKNOWN, TensorType, tensor_type
+from vocab.types import UNKNOWN, TensorType, keep_input_dims, tensor_type
 
 _ATTR_TYPES = {
     "int": onnx.AttributeProto.INT,
@@ -256,11 +256,4 @@ def _infer(name: str, attrs: tuple, inputs: tuple) -> TensorType:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:  # onnx raises its own inference errors: the type is unknown
         return UNKNOWN
-    t = tensor_type(inferred.graph.output[0].type)
-    if t.shape is None:
-        return t
-    # a dimension name ONNX made up (unk__0) means nothing outside this model
-    known = {d for i in inputs if i is not None and i.shape for d in i.shape if isinstance(d, str)}
-    return TensorType(
-        t.dtype, tuple(None if isinstance(x, str) and x not in known else x for x in t.shape)
-    )
+    return keep_input_dims(tensor_type(inferred.graph.output[0].type), inputs)

@@ -118,3 +118,15 @@ def tensor_type(tp: onnx.TypeProto) -> TensorType:
         else:
             dims.append(None)
     return TensorType(tt.elem_type, tuple(dims))
+
+
+def keep_input_dims(t: TensorType, inputs) -> TensorType:
+    """`t` (inferred by ONNX shape inference on a small model built for it) with every
+    dimension name that no type in `inputs` carries made unknown: a name ONNX made up
+    (unk__0, ...) is fresh in that one model only, and means another size elsewhere."""
+    if t.shape is None:
+        return t
+    known = {d for i in inputs if i is not None and i.shape for d in i.shape if isinstance(d, str)}
+    return TensorType(
+        t.dtype, tuple(None if isinstance(d, str) and d not in known else d for d in t.shape)
+    )
