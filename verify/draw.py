@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 from hypothesis import assume
-from hypothesis import strategies as st
 
 from dsl.ir import OpNode, Term
 from engine.infer import infer_type
@@ -35,7 +34,7 @@ from verify import ops_basic, ops_movement, ops_nn  # noqa: F401  (registers the
 from verify.dtypes import plan_dtypes
 from verify.node import Leaf, NodeCtx, sampler_of
 from verify.steer import MAX_RANK, Steer
-from verify.values import Values, sampled
+from verify.values import Values, ints, sampled
 from vocab.types import TensorType
 
 MAX_ELEMENTS = 256
@@ -117,7 +116,7 @@ class Gen(Steer, Values):
         opsets = [o for o in OPSETS if o >= self.lo_opset] or [self.lo_opset]
         self.opset = self.pick(opsets, "opset")
         self._choose_dtypes()
-        self.universe = self.new_shape(self.draw(st.integers(0, MAX_RANK), "rank"))
+        self.universe = self.new_shape(self.draw(ints(0, MAX_RANK), "rank"))
         root = self.node(self.lhs)
         others = tuple(self.node(t) for t in self.roots)
         self._draw_values()
@@ -195,12 +194,10 @@ class Gen(Steer, Values):
         """A shape that broadcasts into `base` (the universe by default): a suffix of it,
         with some dimensions set to 1."""
         base = self.universe if base is None else base
-        drop = base and self.draw(st.integers(0, 3), "drop axes") == 3  # mostly all axes
-        k = len(base) - (self.draw(st.integers(1, len(base)), "dropped") if drop else 0)
+        drop = base and self.draw(ints(0, 3), "drop axes") == 3  # mostly all axes
+        k = len(base) - (self.draw(ints(1, len(base)), "dropped") if drop else 0)
         suffix = base[len(base) - k :]
-        return tuple(
-            1 if d != 1 and self.draw(st.integers(0, 3), "to 1") == 3 else d for d in suffix
-        )
+        return tuple(1 if d != 1 and self.draw(ints(0, 3), "to 1") == 3 else d for d in suffix)
 
     def compatible(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
         """A shape that broadcasts with all of `shapes`: mostly one that broadcasts into
@@ -211,9 +208,9 @@ class Gen(Steer, Values):
             base = tuple(int(d) for d in np.broadcast_shapes(*shapes))
         except ValueError:
             return self.sub_shape()
-        if self.draw(st.integers(0, 3), "grow") < 3:
+        if self.draw(ints(0, 3), "grow") < 3:
             return self.sub_shape(base)
-        extra = self.draw(st.integers(0, max(0, MAX_RANK - len(base))), "rank")
+        extra = self.draw(ints(0, max(0, MAX_RANK - len(base))), "rank")
         grown = tuple(self.dim() if d == 1 else d for d in base)
         return self.new_shape(extra) + grown
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from hypothesis import strategies as st
 
 from dsl.ir import Absent, Capture, Literal, OpNode
 from verify import hints as H
 from verify.dtypes import np_type
+from verify.values import ints
 from vocab.ops import NONE, OPS, REQUIRED, VARIADIC_SLOTS
 from vocab.types import TensorType
 
@@ -121,7 +121,7 @@ class NodeCtx:
             optional = i >= self.spec.n_required and not (
                 self.spec.variadic and i >= self.spec.arity - VARIADIC_SLOTS
             )
-            if optional and not g.reqs.get(leaf.name) and g.draw(st.integers(0, 2), "absent") == 2:
+            if optional and not g.reqs.get(leaf.name) and g.draw(ints(0, 2), "absent") == 2:
                 leaf.absent = True
         leaf.uses.append((self.op, i))
         if leaf.absent:

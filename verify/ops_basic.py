@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from verify import hints as H
 from verify.dtypes import FLOATS
 from verify.node import sampler
+from verify.values import BOOLS, ints
 from vocab.ops import FAMILIES
 
 # the samplers' ops, from the op table's families (vocab.ops.FAMILIES) and the few others
@@ -43,8 +44,8 @@ def _attr_strategy(ctx, name: str, rank: int):
         # saturate only applies to float8 targets, which are never drawn; onnxruntime rejects
         # it on any other cast
         ("Cast", "saturate"): st.just(1),
-        ("Softmax", "axis"): st.integers(-rank, rank - 1),
-        ("LogSoftmax", "axis"): st.integers(-rank, rank - 1),
+        ("Softmax", "axis"): ints(-rank, rank - 1),
+        ("LogSoftmax", "axis"): ints(-rank, rank - 1),
     }
     if (ctx.op, name) not in table:  # an attribute the registry added (Cast-25's round_mode):
         return st.just(ctx.spec.attr_index[name].default)  # its default, nothing else is drawn
@@ -90,8 +91,8 @@ def _clip(ctx) -> None:
 def _dropout(ctx) -> None:
     ctx.put(0, ctx.gen.sub_shape())
     ctx.put(1, (), ctx.pick([0.5, 0.0, 0.1, 0.9], "ratio"))
-    ctx.put(2, (), ctx.draw(st.booleans(), "training_mode"))
-    ctx.attr("seed", lambda: ctx.draw(st.none() | st.integers(0, 100), "seed"))
+    ctx.put(2, (), ctx.draw(BOOLS, "training_mode"))
+    ctx.attr("seed", lambda: ctx.draw(st.none() | ints(0, 100), "seed"))
 
 
 @sampler("CastLike")
@@ -132,12 +133,12 @@ def _reshape(ctx) -> None:
     zero_ok = allowzero == 0 and not ctx.wants(1, H.NoZero)
     copies = [i for i in range(min(len(target), len(src))) if target[i] == src[i]]
     for i in copies:
-        if zero_ok and ctx.draw(st.integers(0, 3), "copy dim") == 3:
+        if zero_ok and ctx.draw(ints(0, 3), "copy dim") == 3:
             target[i] = 0  # 0 copies the input's dimension i (allowzero=0)
     if zero_ok and copies and ctx.wants(1, H.Zero) and 0 not in target:
         target[ctx.pick(copies, "copy dim")] = 0
-    if n > 0 and target and ctx.draw(st.booleans(), "infer a dim"):
-        target[ctx.draw(st.integers(0, len(target) - 1), "which")] = -1
+    if n > 0 and target and ctx.draw(BOOLS, "infer a dim"):
+        target[ctx.draw(ints(0, len(target) - 1), "which")] = -1
     ctx.put(1, (len(target),), target)
 
 
@@ -147,9 +148,9 @@ def _regroup(ctx, src: tuple[int, ...]) -> list[int]:
     n = int(np.prod(src))
     if n == 0:
         return list(src)
-    keep = ctx.draw(st.integers(0, len(src)), "kept axes")
+    keep = ctx.draw(ints(0, len(src)), "kept axes")
     out, rest = list(src[:keep]), int(np.prod(src[keep:]))
-    k = ctx.draw(st.integers(0 if out else 1, 3), "new axes")
+    k = ctx.draw(ints(0 if out else 1, 3), "new axes")
     for _ in range(k - 1 if k else 0):
         divisors = [d for d in range(1, min(rest, 6) + 1) if rest % d == 0]
         d = ctx.pick(divisors, "factor")
@@ -169,14 +170,14 @@ def _flatten(ctx) -> None:
         ctx.attr("axis", lambda: ctx.pick([1, -1], "axis"))
         return
     x = ctx.put(0, ctx.gen.sub_shape())
-    ctx.attr("axis", lambda: ctx.draw(st.integers(-x.rank, x.rank), "axis"))
+    ctx.attr("axis", lambda: ctx.draw(ints(-x.rank, x.rank), "axis"))
 
 
 @sampler("Squeeze")
 def _squeeze(ctx) -> None:
     shape = list(ctx.gen.sub_shape())
     if ctx.present(1) and 1 not in shape and len(shape) < 5:
-        shape.insert(ctx.draw(st.integers(0, len(shape)), "where"), 1)
+        shape.insert(ctx.draw(ints(0, len(shape)), "where"), 1)
     x = ctx.put(0, shape)
     if not ctx.free(1):
         return
@@ -191,16 +192,14 @@ def _unsqueeze(ctx) -> None:
     x = ctx.put(0, base[max(0, len(base) - 4) :])
     if not ctx.free(1):
         return
-    k = ctx.draw(st.integers(1, max(1, 5 - x.rank)), "new axes")
-    axes = ctx.draw(
-        st.lists(st.integers(0, x.rank + k - 1), min_size=k, max_size=k, unique=True), "axes"
-    )
+    k = ctx.draw(ints(1, max(1, 5 - x.rank)), "new axes")
+    axes = ctx.draw(st.lists(ints(0, x.rank + k - 1), min_size=k, max_size=k, unique=True), "axes")
     ctx.put(1, (k,), _signed_axes(ctx, axes, x.rank + k))
 
 
 def _signed_axes(ctx, axes: list[int], rank: int) -> list[int]:
     """`axes`, each possibly written negative (counted from the end of `rank`)."""
-    return [a - rank if ctx.draw(st.booleans(), "negative axis") else a for a in axes]
+    return [a - rank if ctx.draw(BOOLS, "negative axis") else a for a in axes]
 
 
 @sampler("Expand")
@@ -225,7 +224,7 @@ def _tile(ctx) -> None:
 def _shape(ctx) -> None:
     x = ctx.put(0, ctx.gen.sub_shape())
     for name in ("start", "end") if ctx.op == "Shape" else ():
-        bounds = st.none() | st.integers(-x.rank - 1, x.rank + 1)
+        bounds = st.none() | ints(-x.rank - 1, x.rank + 1)
         ctx.attr(name, lambda name=name, bounds=bounds: ctx.draw(bounds, name))
     if ctx.op == "Shape" and ctx.attrs["start"] is None:
         ctx.attrs["start"] = 0

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from verify import hints as H
 from verify.node import sampler
+from verify.values import BOOLS, ints
 from vocab.ops import VARIADIC_SLOTS
 
 BIG = 2**31 - 1  # an end past any axis (Slice clamps it), in int32 too
@@ -37,7 +38,7 @@ def _slice(ctx) -> None:
     elif ctx.wants(1, H.OneElement):  # `slices-meet`, `slice-takes-part`: one axis
         k = 1
     else:
-        k = ctx.draw(st.integers(1, r), "sliced axes" if ctx.present(3) else "k")
+        k = ctx.draw(ints(1, r), "sliced axes" if ctx.present(3) else "k")
     if known.get(3) is not None:
         axes = [int(a) % r for a in np.asarray(known[3]).ravel()]
     elif ctx.present(3):
@@ -55,7 +56,7 @@ def _slice(ctx) -> None:
         bounds = [_bounds(ctx, x.shape[a], t) for a, t in zip(axes, steps)]
     ctx.put(1, (k,), [b[0] for b in bounds])
     ctx.put(2, (k,), [b[1] for b in bounds])
-    ctx.put(3, (k,), [a - r if ctx.draw(st.booleans(), "negative axis") else a for a in axes])
+    ctx.put(3, (k,), [a - r if ctx.draw(BOOLS, "negative axis") else a for a in axes])
     ctx.put(4, (k,), steps)
 
 
@@ -71,7 +72,7 @@ def _concat_part(ctx, axes: list[int]) -> tuple[int, int] | None:
     if axes[0] != axis:
         return None
     lengths = [int(ctx.gen.types[i].shape[axis]) for i in node.inputs if i]
-    k = ctx.draw(st.integers(0, len(lengths) - 1), "part")
+    k = ctx.draw(ints(0, len(lengths) - 1), "part")
     start = sum(lengths[:k])
     return start, start + lengths[k]
 
@@ -89,9 +90,7 @@ def _bounds(ctx, d: int, step: int) -> tuple[int, int]:
         if step > 0:
             return ctx.pick([0, -d, -BIG]), ctx.pick([d, BIG])
         return ctx.pick([-1, d - 1, BIG]), ctx.pick([-d - 1, -BIG])
-    return ctx.draw(st.integers(-d - 1, d + 1), "start"), ctx.draw(
-        st.integers(-d - 1, d + 1), "end"
-    )
+    return ctx.draw(ints(-d - 1, d + 1), "start"), ctx.draw(ints(-d - 1, d + 1), "end")
 
 
 @sampler("Pad")
@@ -104,11 +103,11 @@ def _pad(ctx) -> None:
     r = x.rank
     axes = list(range(r))
     if ctx.free(3) and ctx.gen.opset >= 18:  # Pad-13 has no axes input
-        axes = ctx.draw(st.permutations(range(r)), "axes")[: ctx.draw(st.integers(1, r), "k")]
+        axes = ctx.draw(st.permutations(range(r)), "axes")[: ctx.draw(ints(1, r), "k")]
         ctx.put(
             3,
             (len(axes),),
-            [a - r if ctx.draw(st.booleans(), "negative axis") else a for a in axes],
+            [a - r if ctx.draw(BOOLS, "negative axis") else a for a in axes],
         )
     if ctx.free(1):
         spatial = ctx.wants(1, H.SpatialPads)  # `spatial-pads`: what a Conv pads
@@ -124,16 +123,16 @@ def _pad(ctx) -> None:
 def _pads(ctx, d: int, mode: str, non_negative: bool = False) -> tuple[int, int]:
     """(begin, end) pads of an axis of length d, valid for `mode` (and >= 0 if asked)."""
     if non_negative:
-        return ctx.draw(st.integers(0, 1), "begin"), ctx.draw(st.integers(0, 1), "end")
+        return ctx.draw(ints(0, 1), "begin"), ctx.draw(ints(0, 1), "end")
     if ctx.keep_type:
-        p = ctx.draw(st.integers(0, min(d, 2)), "shift")
-        return (p, -p) if ctx.draw(st.booleans(), "direction") else (-p, p)
+        p = ctx.draw(ints(0, min(d, 2)), "shift")
+        return (p, -p) if ctx.draw(BOOLS, "direction") else (-p, p)
     if mode == "constant":  # negative pads crop, but never below an empty axis
         lo = -min(d, 2)
-        begin = ctx.draw(st.integers(lo, 2), "begin")
-        return begin, ctx.draw(st.integers(max(lo, -d - begin), 2), "end")
+        begin = ctx.draw(ints(lo, 2), "begin")
+        return begin, ctx.draw(ints(max(lo, -d - begin), 2), "end")
     hi = max(0, min(2, d - 1 if mode == "reflect" else d))
-    return ctx.draw(st.integers(0, hi), "begin"), ctx.draw(st.integers(0, hi), "end")
+    return ctx.draw(ints(0, hi), "begin"), ctx.draw(ints(0, hi), "end")
 
 
 @sampler("Concat")
@@ -143,8 +142,8 @@ def _concat(ctx) -> None:
     known = next((s for s in map(ctx.shape, slots) if s is not None), None)
     base = known if known is not None else (ctx.gen.sub_shape() or (ctx.gen.dim(),))
     rank = len(base)
-    axis = ctx.attr("axis", lambda: ctx.draw(st.integers(-rank, rank - 1), "axis"))
-    equal = ctx.draw(st.booleans(), "equal parts")  # equal parts let `same-type` hold
+    axis = ctx.attr("axis", lambda: ctx.draw(ints(-rank, rank - 1), "axis"))
+    equal = ctx.draw(BOOLS, "equal parts")  # equal parts let `same-type` hold
     for i in slots:
         if ctx.free(i):
             shape = list(base)
@@ -159,7 +158,7 @@ def _split(ctx) -> None:
     chunks, the last one smaller: ONNX Split-18) or by a `split` input of sizes."""
     least = ctx.spec.output + 1
     shape = list(ctx.gen.sub_shape() or (ctx.gen.dim(),))
-    axis = ctx.attr("axis", lambda: ctx.draw(st.integers(-len(shape), len(shape) - 1), "axis"))
+    axis = ctx.attr("axis", lambda: ctx.draw(ints(-len(shape), len(shape) - 1), "axis"))
     if -len(shape) <= axis < len(shape):  # room for the output the projection reads
         shape[axis] = max(shape[axis], least)
     x = ctx.put(0, tuple(shape))
@@ -169,10 +168,10 @@ def _split(ctx) -> None:
     d = x.shape[axis % rank]
     if ctx.present(1):
         if ctx.free(1):
-            n = ctx.draw(st.integers(least, max(least, d)), "outputs")
-            cuts = sorted(ctx.draw(st.lists(st.integers(0, d), min_size=n - 1, max_size=n - 1)))
+            n = ctx.draw(ints(least, max(least, d)), "outputs")
+            cuts = sorted(ctx.draw(st.lists(ints(0, d), min_size=n - 1, max_size=n - 1)))
             sizes = [b - a for a, b in zip([0, *cuts], [*cuts, d])]
             ctx.put(1, (n,), sizes)
         ctx.attr("num_outputs", None)
     else:
-        ctx.attr("num_outputs", lambda: ctx.draw(st.integers(least, max(least, d)), "outputs"))
+        ctx.attr("num_outputs", lambda: ctx.draw(ints(least, max(least, d)), "outputs"))

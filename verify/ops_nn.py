@@ -8,6 +8,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from verify.node import sampler
+from verify.values import BOOLS, ints
 
 _FACTORS = st.sampled_from([1.0, 0.5, 2.0, -1.0, 0.0, 1.5])
 
@@ -20,7 +21,7 @@ def _matmul(ctx) -> None:
         base = g.sub_shape()
         a = ctx.put(0, base if base else (g.dim(),)).shape
     if ctx.free(1):
-        if len(a) == 1 or ctx.draw(st.integers(0, 4), "b rank") == 0:
+        if len(a) == 1 or ctx.draw(ints(0, 4), "b rank") == 0:
             b = (a[-1],) if len(a) >= 1 else ()
         else:
             batch = g.sub_shape(tuple(a[:-2])) if len(a) > 2 else ()
@@ -58,17 +59,17 @@ def _conv(ctx) -> None:
         "dilations", lambda: None if auto.startswith("SAME") else ctx.draw(ones_twos, "dilations")
     )
     ctx.attr("strides", lambda: ctx.draw(ones_twos, "strides"))
-    pads = st.none() | st.tuples(*[st.integers(0, 1)] * (2 * s)) if auto == "NOTSET" else st.none()
+    pads = st.none() | st.tuples(*[ints(0, 1)] * (2 * s)) if auto == "NOTSET" else st.none()
     pad = ctx.attr("pads", lambda: ctx.draw(pads, "pads"))
-    kernel = tuple(w0[2:]) if w0 else tuple(ctx.draw(st.integers(1, 3), "kernel") for _ in range(s))
-    cg = x0[1] // max(group, 1) if x0 and len(x0) > 1 else ctx.draw(st.integers(1, 2), "c/g")
-    w = ctx.put(1, (group * ctx.draw(st.integers(1, 2), "m/g"), cg) + kernel).shape
+    kernel = tuple(w0[2:]) if w0 else tuple(ctx.draw(ints(1, 3), "kernel") for _ in range(s))
+    cg = x0[1] // max(group, 1) if x0 and len(x0) > 1 else ctx.draw(ints(1, 2), "c/g")
+    w = ctx.put(1, (group * ctx.draw(ints(1, 2), "m/g"), cg) + kernel).shape
     if x0 is None:
         sizes = []
         for i, k in enumerate(kernel):
             reach = (dil[i] if dil else 1) * (k - 1) + 1 - (pad[i] + pad[i + s] if pad else 0)
-            sizes.append(max(1, reach) + ctx.draw(st.integers(0, 2), "extra"))
-        ctx.put(0, (ctx.draw(st.integers(1, 2), "batch"), group * cg) + tuple(sizes))
+            sizes.append(max(1, reach) + ctx.draw(ints(0, 2), "extra"))
+        ctx.put(0, (ctx.draw(ints(1, 2), "batch"), group * cg) + tuple(sizes))
     ctx.put(2, (w[0],))
     ctx.attr("kernel_shape", lambda: ctx.pick([None, kernel], "kernel_shape"))
 
@@ -81,24 +82,24 @@ def _pool(ctx) -> None:
     x0 = ctx.shape(0)
     s = len(x0) - 2 if x0 and len(x0) > 2 else ctx.pick([2, 1], "spatial rank")
     kernel = ctx.attr(
-        "kernel_shape", lambda: tuple(ctx.draw(st.integers(1, 3), "kernel") for _ in range(s))
+        "kernel_shape", lambda: tuple(ctx.draw(ints(1, 3), "kernel") for _ in range(s))
     )
     ctx.attr("auto_pad", "NOTSET")
     ctx.attr(
         "strides",
         lambda: ctx.draw(st.none() | st.tuples(*[st.sampled_from([1, 2])] * s), "strides"),
     )
-    pads = st.tuples(*[st.integers(0, k - 1) for k in kernel * 2]) if kernel else st.none()
+    pads = st.tuples(*[ints(0, k - 1) for k in kernel * 2]) if kernel else st.none()
     pad = ctx.attr("pads", lambda: ctx.draw(st.none() | pads, "pads"))
     ctx.attr("ceil_mode", lambda: ctx.pick([0, 1], "ceil_mode"))
     if "count_include_pad" in ctx.spec.attr_index:
         ctx.attr("count_include_pad", lambda: ctx.pick([0, 1], "count_include_pad"))
     if x0 is None and kernel:
         sizes = tuple(
-            max(1, k - (pad[i] + pad[i + s] if pad else 0)) + ctx.draw(st.integers(0, 2), "extra")
+            max(1, k - (pad[i] + pad[i + s] if pad else 0)) + ctx.draw(ints(0, 2), "extra")
             for i, k in enumerate(kernel)
         )
-        ctx.put(0, (ctx.draw(st.integers(1, 2), "batch"), ctx.draw(st.integers(1, 3), "c")) + sizes)
+        ctx.put(0, (ctx.draw(ints(1, 2), "batch"), ctx.draw(ints(1, 3), "c")) + sizes)
 
 
 @sampler("BatchNormalization")
@@ -117,14 +118,12 @@ def _reduce(ctx) -> None:
     r = x.rank
     if ctx.free(1):
         axes = (
-            ctx.draw(st.lists(st.integers(0, max(r - 1, 0)), max_size=r, unique=True), "axes")
-            if r
-            else []
+            ctx.draw(st.lists(ints(0, max(r - 1, 0)), max_size=r, unique=True), "axes") if r else []
         )
         ctx.put(
             1,
             (len(axes),),
-            [a - r if ctx.draw(st.booleans(), "negative axis") else a for a in axes],
+            [a - r if ctx.draw(BOOLS, "negative axis") else a for a in axes],
         )
     ctx.attr("keepdims", lambda: ctx.pick([1, 0], "keepdims"))
     ctx.attr("noop_with_empty_axes", lambda: ctx.pick([0, 1], "noop_with_empty_axes"))
@@ -135,7 +134,7 @@ def _layernorm(ctx) -> None:
     shape = ctx.gen.sub_shape()
     x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
     r = x.rank
-    axis = ctx.attr("axis", lambda: ctx.draw(st.integers(-r, r - 1), "axis"))
+    axis = ctx.attr("axis", lambda: ctx.draw(ints(-r, r - 1), "axis"))
     norm = tuple(x.shape[axis % r :]) if isinstance(axis, int) and -r <= axis < r else ()
     ctx.put(1, norm)
     ctx.put(2, norm)
@@ -148,5 +147,5 @@ def _global_pool(ctx) -> None:
     g = ctx.gen
     ctx.put(
         0,
-        (g.dim(), g.dim()) + tuple(g.dim() for _ in range(ctx.draw(st.integers(1, 2), "spatial"))),
+        (g.dim(), g.dim()) + tuple(g.dim() for _ in range(ctx.draw(ints(1, 2), "spatial"))),
     )

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import strategies as st
-
 from verify import hints as H
+from verify.values import BOOLS
 
 MAX_RANK = 5
 
@@ -81,7 +80,7 @@ class Steer:
         if H.Input in mine and leaf.value is None:
             leaf.const = False
         elif not leaf.const and leaf.value is None:
-            leaf.const = self.draw(st.booleans(), f"{leaf.name} is a constant")
+            leaf.const = self.draw(BOOLS, f"{leaf.name} is a constant")
 
     def _many(self, shape, bigs) -> tuple[int, ...]:
         """`shape` with more than one element, still broadcasting into every one of `bigs`."""
@@ -117,7 +116,7 @@ class Steer:
         if ones:
             return (1,) * (len(x) + 1)
         unit = [i for i, d in enumerate(x) if d == 1]
-        if unit and (len(x) >= MAX_RANK or self.draw(st.booleans(), "grow an axis")):
+        if unit and (len(x) >= MAX_RANK or self.draw(BOOLS, "grow an axis")):
             i = self.pick(unit, "axis")
             return x[:i] + (2,) + x[i + 1 :]
         return (self.pick((2, 3), "new axis"),) + x
@@ -135,7 +134,7 @@ class Steer:
         if y is None or len(y) < 3:
             return shape
         ones = (1,) * (len(y) - 2)
-        return (1, y[1]) + ones if self.draw(st.booleans(), "leading 1") else (y[1],) + ones
+        return (1, y[1]) + ones if self.draw(BOOLS, "leading 1") else (y[1],) + ones
 
     # ---- values ------------------------------------------------------------------------------
 

@@ -71,6 +71,16 @@ def sampled(options: tuple):
     return st.sampled_from(options)
 
 
+@cache
+def ints(lo: int, hi: int):
+    """`st.integers(lo, hi)`, one strategy object per range (Hypothesis's own strategy cache
+    costs tens of microseconds a call, and drawing calls it for every choice)."""
+    return st.integers(lo, hi)
+
+
+BOOLS = st.booleans()
+
+
 @lru_cache(maxsize=4096)
 def _arrays(dtype: int, shape: tuple, mode: str, domains: frozenset):
     # fill=nothing: every element is drawn on its own (a fill value would make most of the
