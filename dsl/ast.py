@@ -179,8 +179,9 @@ class Binding:
 
 @dataclass(frozen=True)
 class Simplify:
-    """`(simplify NAME [:fp CLASS] MATCH [(with BINDING...)] [(if GUARD...)] RESULT)`; `fp` is
-    None if not written."""
+    """`(simplify NAME [:fp CLASS] MATCH [(with BINDING...)] [(if GUARD...)] [(bound FN ARG...)]
+    RESULT)`; `fp` is None if not written; `bound` names the error bound of a `quant` rule
+    (a function of `vocab.registry.BOUNDS`), None if not written."""
 
     name: str
     lhs: Term | Roots
@@ -189,6 +190,7 @@ class Simplify:
     fp: str | None = None
     span: Span = _span()
     bindings: tuple[Binding, ...] = ()
+    bound: GuardCall | None = None
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from dsl.errors import (
     UnboundCaptureError,
 )
 from dsl.expand import FlatRule, flatten
-from dsl.host import Scope, lower_bindings, lower_guard
+from dsl.host import Scope, lower_bindings, lower_bound, lower_guard
 from dsl.lower import PRUNED, Lowering, lower_left, lower_right
 from vocab.ops import MAX_OPSET, MIN_OPSET, OPS, ORT_DOMAINS, OpTable
-from vocab.registry import BUILDERS, GUARDS
+from vocab.registry import BOUNDS, BUILDERS, GUARDS
 
 
 def check(
@@ -92,6 +92,9 @@ def check_rule(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
     """The IR rules of one expanded `simplify` or `equal` form (several when `:c` is used).
     Raises the first `RulesError` found in it."""
     form = fr.form
+    if form.fp == "quant" and (isinstance(form, ast.Equal) or isinstance(form.lhs, ast.Roots)):
+        msg = "a :fp quant rule is a simplify rule of one root (its bound is per output)"
+        raise PlacementError(form.span, msg)
     if isinstance(form, ast.Equal):
         return [_check_equal(fr, lw)]
     if isinstance(form.lhs, ast.Roots) or isinstance(form.rhs, ast.Roots):
@@ -102,6 +105,7 @@ def check_rule(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
     lhss = lower_left(form.lhs, scope, lw)
     _bindings(form, scope, lw)
     gs = tuple(lower_guard(g, scope, guards) for g in form.guards)
+    bound = _bound(form, scope)
     rhs = lower_right(form.rhs, scope, lw)
     if rhs is PRUNED:
         msg = (
@@ -110,7 +114,22 @@ def check_rule(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:
         )
         raise UnboundCaptureError(form.rhs.span, msg)
     names = [form.name] + [f"{form.name}-c{i}" for i in range(1, len(lhss))]
-    return [_rule(fr, name, "simplify", lhs, rhs, gs, scope) for name, lhs in zip(names, lhss)]
+    rules = [_rule(fr, name, "simplify", lhs, rhs, gs, scope) for name, lhs in zip(names, lhss)]
+    return [dataclasses.replace(r, bound=bound) for r in rules]
+
+
+def _bound(form: ast.Simplify, scope: Scope) -> ir.Guard | None:
+    """The lowered `(bound ...)` of a `quant` rule; a quant rule must state one, and no other
+    rule may (its class's tolerance is its bound). Raises PlacementError."""
+    if form.fp == "quant" and form.bound is None:
+        msg = f"rule {form.name} is :fp quant: it must state its error with (bound NAME ARG...)"
+        raise PlacementError(form.span, msg)
+    if form.bound is None:
+        return None
+    if form.fp != "quant":
+        msg = "(bound ...) belongs to a :fp quant rule; other classes have their tolerances"
+        raise PlacementError(form.bound.span, msg)
+    return lower_bound(form.bound, scope, BOUNDS)
 
 
 def _check_roots(fr: FlatRule, lw: Lowering, guards: dict) -> list[ir.Rule]:

@@ -97,6 +97,15 @@ def lower_guard(g: ast.GuardCall, scope: Scope, guards: dict) -> ir.Guard:
     return ir.Guard(g.fn, args, g.negate)
 
 
+def lower_bound(g: ast.GuardCall, scope: Scope, bounds: dict) -> ir.Guard:
+    """The IR of a `quant` rule's `(bound name ARG...)`. Raises UnknownGuardError (a name
+    that is not in `bounds`), ArgumentError, UnboundCaptureError."""
+    fn = bounds.get(g.fn)
+    if fn is None:
+        raise UnknownGuardError(g.span, f"unknown bound '{g.fn}'{did_you_mean(g.fn, bounds)}")
+    return ir.Guard(g.fn, _host_args(g.fn, "bound", fn.params, g.args, g.span, scope, None))
+
+
 def lower_bindings(bindings, scope: Scope, lower_term, ops, builders: dict) -> None:
     """Lower `(with (@name VALUE)...)` into `scope.lets`, in order (a binding may use the
     ones before it): an application whose head is a builder (and no op) is a builder call,

@@ -99,7 +99,9 @@ class Rule:
     name: kebab-case, unique in its rule set (`for` and `:c` expansion add suffixes).
     kind: `simplify` (directed) or `equal` (an identity; it compiles to both directions).
     ruleset: the `(ruleset NAME)` in force where the rule was written.
-    fp: numeric class: `exact`, `reassoc` or `approx`.
+    fp: numeric class: `exact`, `reassoc`, `approx` or `quant`.
+    bound: a `quant` rule's error bound, a call of `vocab.registry.BOUNDS` over its captures
+        (the largest |lhs - rhs| per output element that `verify` allows); None otherwise.
     term_captures / attr_captures: the captures bound on the left, split by what they bind.
     lists: the list captures (`@xs...`) bound on the left. A rule with lists is a template:
     `dsl.lists` makes the rules the engine runs and the rules `verify` draws from it.
@@ -131,6 +133,7 @@ class Rule:
     results: tuple[Term, ...] = ()
     opset: int = 0
     domains: tuple[str, ...] = ()
+    bound: Guard | None = None
 
     @cached_property
     def lhs_ops(self) -> frozenset[str]:

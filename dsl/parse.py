@@ -34,7 +34,7 @@ _WORDS = {
     "LIST_CAPTURE": "a list capture like @xs...",
     "NUMBER": "a number",
     "STRING": 'a string like "NOTSET"',
-    "FP_CLASS": "exact, reassoc or approx",
+    "FP_CLASS": "exact, reassoc, approx or quant",
     "$END": "end of file",
 }
 
@@ -197,10 +197,15 @@ class _ToAst(Transformer):
             fp, rest = rest[0], rest[1:]
         bindings = next((x[1] for x in rest if isinstance(x, tuple) and x[:1] == ("with",)), ())
         rest = [x for x in rest if not (isinstance(x, tuple) and x[:1] == ("with",))]
+        bound = next((x for x in rest if isinstance(x, ast.GuardCall)), None)
+        rest = [x for x in rest if not isinstance(x, ast.GuardCall)]
         guards = rest[1] if len(rest) == 3 else ()
         return ast.Simplify(
-            name, rest[0], rest[-1], guards, fp, span=self._at(meta), bindings=bindings
+            name, rest[0], rest[-1], guards, fp, span=self._at(meta), bindings=bindings, bound=bound
         )
+
+    def bound(self, meta, c):
+        return ast.GuardCall(str(c[0]), tuple(c[1:]), span=self._at(c[0]))
 
     def with_(self, meta, c):
         return ("with", tuple(c))

@@ -40,6 +40,8 @@ def format_form(form: ast.Form, indent: str = "") -> str:
         lines.append(f"{inner}(with {' '.join(pairs)})")
     if isinstance(form, ast.Simplify) and form.guards:
         lines.append(_format_guards(form.guards, inner))
+    if isinstance(form, ast.Simplify) and form.bound is not None:
+        lines.append(f"{inner}(bound {_guard_text(form.bound)[1:]}")
     lines.append(format_term(form.rhs, inner) + ")")
     return "\n".join(lines)
 

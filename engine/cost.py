@@ -9,6 +9,10 @@ cost = OVERHEAD_NS + FLOPs * NS_PER_FLOP + bytes moved * NS_PER_BYTE
   for elementwise ops, a few per element for reductions and normalizations.
 - bytes: all inputs read plus the output written, for ops that touch data; views (Reshape,
   Squeeze, Unsqueeze, Flatten) and shape queries pay the overhead only.
+- 8-bit integer products (MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv: an 8-bit
+  first input) cost `INT8_FLOP_FACTOR` of a float FLOP: onnxruntime 1.32's uint8-by-int8
+  MatMulInteger ran at 0.56x (128x768 by 768x768) and 0.42x (by 768x3072) of float32 MatMul's
+  time on this 2-core AVX2 CPU, 1 thread (`python bench/quant.py --kernels`).
 - several outputs: a node's first output (`Op`) pays the node; another (`Op#K`) only its own
   bytes written. The outputs of a Split are pieces of its input, each paying its share of the
   overhead and of the bytes, so that its pieces add up to the one Split node they export as.
@@ -33,6 +37,8 @@ NS_PER_FLOP = 0.05  # ~20 GFLOP/s sustained on 2 cores
 NS_PER_BYTE = 0.1  # ~10 GB/s memory bandwidth
 UNKNOWN_BYTES = 4096
 _PER_ELEMENT = {"elementwise": 1, "reduce": 2, "normalize": 8, "pool": 4}
+INT8_FLOP_FACTOR = 0.5
+_INT8 = (2, 3)  # ONNX element types uint8, int8
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,9 @@ class CostModel:
             # another output of a node its first output pays for: writing it
             return _bytes(out) * self.ns_per_byte
         flops = _flops(klass, attrs, inputs, out)
+        first = _input(inputs, 0)
+        if klass in ("matmul", "gemm", "conv") and first is not None and first.dtype in _INT8:
+            flops *= INT8_FLOP_FACTOR
         moved = _bytes(out) + (sum(_bytes(t) for t in inputs if t is not None) if spec else 0)
         return self.overhead_ns + flops * self.ns_per_flop + moved * self.ns_per_byte
 

@@ -86,7 +86,7 @@ def _names(text: str) -> list[str]:
 
 
 def _classes(text: str) -> list[str]:
-    """`--allow` values: comma-separated numeric classes, each reassoc or approx."""
+    """`--allow` values: comma-separated numeric classes, each reassoc, approx or quant."""
     from frontends.onnx.api import NUMERIC_CLASSES
 
     names = _names(text)
@@ -127,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("paths", nargs="+", metavar="PATH", help="rule files or directories")
     e.set_defaults(func=cmd_emit)
     _optimize_parser(sub)
+    _quantize_parser(sub)
     _ops_parser(sub)
     x = sub.add_parser(
         "explain",
@@ -156,6 +157,41 @@ def _optimize_parser(sub) -> None:
     )
     o.add_argument("input", metavar="IN.onnx", help="the model to optimize")
     o.add_argument("output", metavar="OUT.onnx", help="where to write it (may be IN.onnx)")
+    _add_optimize_options(o)
+    o.set_defaults(func=cmd_optimize, quantize=None, per_channel=False)
+
+
+def _quantize_parser(sub) -> None:
+    q = sub.add_parser(
+        "quantize",
+        help="quantize an ONNX model to int8 (affine quantization, as rules)",
+        description="Quantize an ONNX model: `rewrite optimize` with the quant rules of the mode "
+        "(patterns/quant/) allowed beside the rest of the library, so the output is also the "
+        "smallest graph. Each quant rule states its error bound, which `rewrite verify` checks; "
+        "the output check allows 10% of each output's largest magnitude (--rtol to change).",
+    )
+    q.add_argument("input", metavar="IN.onnx", help="the model to quantize")
+    q.add_argument("output", metavar="OUT.onnx", help="where to write it (may be IN.onnx)")
+    q.add_argument(
+        "--mode",
+        dest="quantize",
+        metavar="MODE",
+        default="dynamic",
+        help="the quantization mode; dynamic, the default: MatMuls by constant float weights "
+        "become int8 MatMulInteger with the activations quantized to uint8 at run time "
+        "(onnxruntime fuses them into DynamicQuantizeMatMul)",
+    )
+    q.add_argument(
+        "--per-channel",
+        action="store_true",
+        help="one weight scale per output column instead of one per weight",
+    )
+    _add_optimize_options(q)
+    q.set_defaults(func=cmd_optimize)
+
+
+def _add_optimize_options(o) -> None:
+    """The options `rewrite optimize` and `rewrite quantize` share."""
     _add_rule_options(o)
     o.add_argument(
         "--target",
@@ -233,7 +269,6 @@ def _optimize_parser(sub) -> None:
         help="more detail: each stage's time as it ends (stderr), saturation per iteration, "
         "the rules not run and why",
     )
-    o.set_defaults(func=cmd_optimize)
 
 
 def _bisect_parser(sub) -> None:
@@ -268,7 +303,8 @@ def _add_rule_options(p) -> None:
         default=[],
         metavar="CLASS[,CLASS...]",
         help="also run rules of these numeric classes: reassoc (regroups float arithmetic, "
-        "e.g. BatchNorm folded into Conv), approx; exact rules always run",
+        "e.g. BatchNorm folded into Conv), approx, quant (int8 quantization, see rewrite "
+        "quantize); exact rules always run",
     )
     p.add_argument(
         "--skip",
@@ -549,6 +585,8 @@ def cmd_optimize(args) -> int:
             provenance=not args.no_provenance,
             opset=args.opset,
             target=args.target,
+            quantize=args.quantize,
+            per_channel=args.per_channel,
         )
     except OptionError as e:
         return _fail(str(e))

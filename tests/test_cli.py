@@ -286,7 +286,7 @@ def test_positional_after_allow_is_not_taken(tmp_path, capsys):
     [
         ["--only", "identity,idempotent-relu"],
         ["--only", "identity", "--only", "idempotent-relu"],
-        ["--skip", "idempotent-relu,transpose-transpose", "--allow", "reassoc,approx"],
+        ["--skip", "idempotent-relu,transpose-transpose", "--allow", "reassoc,approx,quant"],
     ],
 )
 def test_comma_separated_and_repeated_values(tmp_path, capsys, args):

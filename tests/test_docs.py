@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dsl import check, parse
-from vocab.registry import BUILDERS, GUARDS
+from vocab.registry import BOUNDS, BUILDERS, GUARDS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "dsl.md").read_text()
@@ -50,6 +50,8 @@ def test_every_form_is_shown():
         "(op ",
         ":attr (",
         "@lo?",
+        ":fp quant",
+        "(bound ",
     ):
         assert form in shown, f"no example shows {form!r}"
 
@@ -63,3 +65,4 @@ def _table(kind: str) -> set[str]:
 def test_registry_tables_match_the_registry():
     assert _table("guard") == set(GUARDS)
     assert _table("builder") == set(BUILDERS)
+    assert _table("bound") == set(BOUNDS)

@@ -14,6 +14,7 @@ from dsl import ast
 from dsl.expand import kebab
 from dsl.ir import Absent, Call, Capture, Guard, Literal, OpNode, Span, Wildcard
 from dsl.lists import concrete
+from engine.optimize import FP_CLASSES
 from vocab.ops import OPS
 
 
@@ -380,7 +381,14 @@ def test_shipped_library_checks():
     assert len(names) >= 28
     assert len(set(names)) == len(names)
     assert all(f.startswith("patterns/") for f in ruleset.files)
-    assert {r.ruleset for r in ruleset.rules} == {"cleanup", "algebra", "fusion", "layout"}
+    assert {r.ruleset for r in ruleset.rules} == {
+        "cleanup",
+        "algebra",
+        "fusion",
+        "layout",
+        "quant-dynamic",
+        "quant-dynamic-per-channel",
+    }
     assert any(r.kind == "equal" for r in ruleset.rules)
     assert dsl.load_rules([dsl.shipped_rules_dir()]).names() == names
 
@@ -415,4 +423,5 @@ def test_shipped_rule_ir_is_explicit(rule):
     assert not any(isinstance(v, Call) for n in _nodes(rule.lhs) for _, v in n.attrs)
     assert set().union(*map(set, map(_captures, rule.results_all))) <= set(rule.term_captures)
     assert not set(rule.term_captures) & set(rule.attr_captures)
-    assert rule.fp in ("exact", "reassoc", "approx")
+    assert rule.fp in FP_CLASSES
+    assert (rule.bound is not None) == (rule.fp == "quant")  # a quant rule states its bound

@@ -25,7 +25,7 @@ TESTED: set[str] = set()
 
 def covers(name):
     TESTED.add(name)
-    return registry.GUARDS.get(name) or registry.BUILDERS[name]
+    return registry.GUARDS.get(name) or registry.BOUNDS.get(name) or registry.BUILDERS[name]
 
 
 def test_identity_perm():
@@ -489,7 +489,43 @@ def test_zero_pads():
     assert f(ClassInfo(TensorType(F32, None))) is None
 
 
+def test_accumulates_in_int32():
+    f = covers("accumulates-in-int32").fn
+    assert f(t(768, 3072)) and f(t(66311, 8)) and not f(t(66312, 8))
+    assert not f(t("k", 8)) and not f(t(2, 3, 4)) and not f(ClassInfo(TensorType(F32, None)))
+
+
+def _dynamic_int8_error(x, w, scale):
+    """|x @ w - dq(q(x)) @ dq(q(w))| computed as ONNX defines DynamicQuantizeLinear and a
+    symmetric QuantizeLinear with 63 levels each side, in float64."""
+    lo, hi = min(x.min(), 0.0), max(x.max(), 0.0)
+    sx = (hi - lo) / 255
+    zp = np.clip(np.round(-lo / sx), 0, 255) if sx else 0.0
+    xq = (np.clip(np.round(x / sx) + zp, 0, 255) - zp) * sx if sx else x * 0
+    wq = np.clip(np.round(w / scale), -63, 63) * scale
+    return np.abs(x @ w - xq @ wq)
+
+
+def test_matmul_dynamic_bounds_hold_and_are_not_loose():
+    rng = np.random.default_rng(0)
+    per_tensor = covers("matmul-dynamic-7bit").fn
+    per_column = covers("matmul-dynamic-7bit-per-column").fn
+    ratios = []
+    for _ in range(200):
+        k, n = rng.integers(1, 64, 2)
+        x = rng.normal(0, 1, (4, k)) * rng.choice([0.01, 1, 100])
+        w = rng.normal(0, 1, (k, n)) * rng.uniform(0.01, 2, n)  # columns of other sizes
+        for bound, scale in (
+            (per_tensor, np.abs(w).max() / 63),
+            (per_column, np.abs(w).max(axis=0) / 63),
+        ):
+            err, b = _dynamic_int8_error(x, w, scale), bound(x, w)
+            assert np.all(err <= b), (k, n)
+            ratios.append(float(err.max() / b.max()))
+    assert max(ratios) > 0.2  # the bound is attained within a small factor somewhere
+
+
 def test_every_registered_function_has_a_test():
-    names = set(registry.GUARDS) | set(registry.BUILDERS)
+    names = set(registry.GUARDS) | set(registry.BUILDERS) | set(registry.BOUNDS)
     missing = sorted(names - TESTED)
     assert not missing, f"registry functions without a unit test: {missing}"

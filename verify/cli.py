@@ -217,7 +217,11 @@ def _table(results) -> Table:
             examples,
             abs_err,
             rel_err,
-            "bit-exact" if mode_of(r.rule) == "bitwise" else f"{r.rule.fp} tolerance",
+            "bit-exact"
+            if mode_of(r.rule) == "bitwise"
+            else f"bound {r.rule.bound.fn}"
+            if r.rule.bound
+            else f"{r.rule.fp} tolerance",
             f"[{style}]{r.status}[/{style}]",
             f"{r.seconds:.2f}",
         )

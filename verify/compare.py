@@ -15,7 +15,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from onnx import TensorProto
@@ -41,8 +42,13 @@ class Tolerance:
 
     rtol: float = 0.0
     atol: float = 0.0
+    # a `quant` rule's bound: the largest |a-b| per element (an array that broadcasts to the
+    # output), in place of rtol and atol
+    limit: Any = field(default=None, compare=False)
 
     def __str__(self) -> str:
+        if self.limit is not None:
+            return "|a-b| <= the rule's bound, per element"
         if not self.rtol and not self.atol:
             return "exact (NaN == NaN, -0.0 == +0.0)"
         return f"|a-b| <= {self.atol:g} + {self.rtol:g} * max(|b|, S)"
@@ -90,6 +96,8 @@ def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance, scale: float = 0.
         rel = err / np.maximum(np.maximum(np.abs(w), np.abs(g)), np.finfo(np.float64).tiny)
         rel = np.where(equal, 0.0, np.where(np.isnan(rel), np.inf, rel))  # inf / inf
         bound = tol.atol + tol.rtol * np.maximum(np.abs(w), scale)
+        if tol.limit is not None:
+            bound = np.broadcast_to(np.asarray(tol.limit, np.float64), w.shape)
         ok = bool(np.all(equal | (err <= bound)))
     max_rel = float(np.max(rel))
     return Diff(ok, float(np.max(err)), max_rel, "" if ok else "values differ")

@@ -298,6 +298,11 @@ def _rank(x: Arg, n: Arg) -> list[Request]:
     return [Rank(x.name, int(n.value))] if n.value is not None else []
 
 
+@hint("accumulates-in-int32")
+def _accumulates_in_int32(w: Arg) -> list[Request]:
+    return []  # drawn weights have a few rows: K * 255 * 127 is far below 2^31 for all of them
+
+
 @hint("rank-at-least")
 def _rank_at_least(x: Arg, n: Arg) -> list[Request]:
     return [RankAtLeast(x.name, int(n.value))] if n.value is not None else []

@@ -30,13 +30,13 @@ from hypothesis import reject
 
 from dsl.ir import Absent, Call, Capture, OpNode, Rule
 from dsl.unify import NoOverlap, Overlap, apart, overlap, subterms
+from engine.optimize import FP_CLASSES
 from verify.check import run_both
 from verify.findings import Finding, contradiction, source_name
 from verify.instance import NotAMatch, instantiate, lowest_opset, op_names
 from verify.node import sampler_of
 from verify.runner import _Checker
 
-FP_ORDER = ("exact", "reassoc", "approx")
 PAIR_SECONDS = 5.0  # wall-clock bound of one pair's check, checked before each example
 
 
@@ -61,7 +61,7 @@ class PairVerdict:
 def synthetic_rules(o: Overlap) -> tuple[Rule, Rule]:
     """The two rules `witness -> result` of an overlap (see module doc), named after the
     pair, with the looser numeric class of the two and both rules' guards."""
-    fp = max(o.first.fp, o.second.fp, key=FP_ORDER.index)
+    fp = max(o.first.fp, o.second.fp, key=FP_CLASSES.index)
     terms, attrs = _captures(o.witness)
     base = Rule(
         name=f"{o.first.name}/{o.second.name}",

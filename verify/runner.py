@@ -42,6 +42,7 @@ from verify.instance import NotAMatch, instantiate, lhs_model, lowest_opset, op_
 from verify.node import sampler_of
 from verify.report import failure_text, graph_text
 from verify.values import ints
+from vocab.registry import BOUNDS
 
 # (examples checked, examples drawn at most) of the companion checks
 ENGINE, COMPANION, NEGATIVE = (2, 10), (1, 6), (1, 12)
@@ -189,6 +190,8 @@ class _Checker:
         self.rule, self.members, self.seed = rule, members, seed
         self.mode = mode_of(rule)
         self.values = "full" if self.mode == "bitwise" else "bounded"
+        if rule.fp == "quant":  # quantization assumes finite values (its scales are ranges)
+            self.values = "finite"
         self.lo = lowest_opset(rule)
         self.suffix = " (reverse)" if rule.name.endswith(" (reverse)") else ""
 
@@ -335,7 +338,8 @@ class _Checker:
     # ---- the checks ----------------------------------------------------------------------------
 
     def numeric(self, inst, res: CheckResult) -> None:
-        out = run_both(inst.lhs, inst.rhs, inst.feeds, self.mode, self.rule.fp)
+        limit = _limit(self.rule, inst)
+        out = run_both(inst.lhs, inst.rhs, inst.feeds, self.mode, self.rule.fp, limit)
         if out.status == "reject":
             reject()
         self.count(res, out)
@@ -365,6 +369,16 @@ class _Checker:
         self.count(res, None)
         if got.problem:
             self.found(res, got.problem, inst, got.outcome, _engine_extra(inst.lhs, got))
+
+
+def _limit(rule: Rule, inst):
+    """A `quant` rule's bound on this instance: its `vocab.registry.BOUNDS` function over the
+    drawn values of its captures (leaves of the pattern), None for other rules."""
+    if rule.bound is None:
+        return None
+    leaves = inst.example.leaves
+    values = [leaves[a.name].value for a in rule.bound.args]
+    return BOUNDS[rule.bound.fn].fn(*values)
 
 
 _INVALID = object()  # a drawn instance that is not valid (a rejection while drawing)

@@ -4,9 +4,10 @@ Floats, `full`: 3 in 6 ordinary values (|v| <= 100), 1 in 6 any float of the wid
 (Hypothesis favours the extremes: huge, tiny, subnormal), 1 in 6 NaN, 1 in 6 NaN, +-Inf or
 -0.0: NaN is where most float rewrites go wrong. Floats, `bounded` (comparisons with a
 tolerance, where huge values make any regrouping of sums overflow or cancel): 7 in 8 finite
-|v| <= 8 without subnormals, 1 in 8 NaN or a signed zero. Integers: the whole range of the
-dtype (Hypothesis favours small values and the bounds). Every element is drawn on its own,
-so a counterexample shrinks element by element.
+|v| <= 8 without subnormals, 1 in 8 NaN or a signed zero. Floats, `finite` (`quant` rules:
+quantization scales are ranges of finite values): the same without NaN. Integers: the whole
+range of the dtype (Hypothesis favours small values and the bounds). Every element is drawn
+on its own, so a counterexample shrinks element by element.
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ def elements(dtype: int, mode: str, domains: frozenset):
             s = st.one_of(
                 ordinary, ordinary, ordinary, st.floats(width=width), st.just(math.nan), specials
             )
+        elif mode == "finite":
+            finite = st.floats(-8, 8, width=width, allow_subnormal=False)
+            s = st.one_of(*[finite] * 7, st.sampled_from([0.0, -0.0]))
         else:
             finite = st.floats(-8, 8, width=width, allow_subnormal=False)
             s = st.one_of(*[finite] * 7, st.sampled_from([0.0, -0.0, math.nan]))

@@ -78,7 +78,8 @@ UNUSED = "__unused"  # the mark of a placeholder output name (`node_outputs`)
 def node_outputs(spec, outputs: list[str], attrs: dict) -> list[str]:
     """The output list of a node of `spec` (an `OpSpec`, maybe a projection `Op#K`) that
     writes `outputs` from position `spec.output` on. Positions before it, and after it up to
-    the count the node must have (`num_outputs` of a variadic-output op such as Split), are
+    the count the node must have (`num_outputs` of a variadic-output op such as Split, the
+    required outputs of another: DynamicQuantizeLinear has three, TopK two), are
     left empty where ONNX lets an output be omitted (an optional one) and get a placeholder
     name `<first output>__unusedJ` otherwise: onnxruntime 1.32 crashes on a Split whose first
     output is ""."""
@@ -88,7 +89,7 @@ def node_outputs(spec, outputs: list[str], attrs: dict) -> list[str]:
         optional = j >= spec.n_outputs_required and not spec.variadic_outputs
         out.append("" if optional else f"{first}{UNUSED}{j}")
     out += outputs
-    count = attrs.get("num_outputs") if spec.variadic_outputs else None
+    count = attrs.get("num_outputs") if spec.variadic_outputs else spec.n_outputs_required
     for j in range(len(out), count or 0):
         out.append(f"{first}{UNUSED}{j}")
     return out

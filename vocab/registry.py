@@ -45,6 +45,10 @@ class HostFn:
 
 GUARDS: dict[str, HostFn] = {}
 BUILDERS: dict[str, HostFn] = {}
+# error bounds of `quant` rules: `(bound NAME ARG...)`; a bound takes the numpy values of its
+# captures (float arrays, as `verify` draws them) and returns the largest |lhs - rhs| allowed
+# per element of the rule's output (an array that broadcasts to it)
+BOUNDS: dict[str, HostFn] = {}
 
 
 def guard(name: str, *params: str):
@@ -62,6 +66,17 @@ def builder(name: str, *params: str):
 
     def deco(fn):
         BUILDERS[name] = HostFn(name, fn, params, "builder")
+        return fn
+
+    return deco
+
+
+def bound(name: str, *params: str):
+    """Register an error bound under `name` with parameter kinds `params` (TERM: the
+    capture's value as a numpy array)."""
+
+    def deco(fn):
+        BOUNDS[name] = HostFn(name, fn, params, "bound")
         return fn
 
     return deco
@@ -738,3 +753,57 @@ def _with_dim(shape: tuple, axis: int, d: int) -> tuple:
     out = list(shape)
     out[axis] = d
     return tuple(out)
+
+
+# ---- affine quantization ---------------------------------------------------------------------
+# ONNX operator spec: QuantizeLinear y = saturate(round(x / s) + zp), rounding half to even;
+# DynamicQuantizeLinear (uint8) s = (max(x, 0) - min(x, 0)) / 255, zp = saturate(round(-min / s)).
+# A weight quantized symmetrically by round-to-nearest to 2L + 1 levels has s_w = max|w| / L and
+# |w - s_w * q(w)| <= s_w / 2; a dynamically quantized activation is within one step s_x of x
+# (half a step of rounding, and half a step where the rounded zero point saturates at 255).
+# The weights use L = 63 (7 bits in an int8): onnxruntime's uint8-by-int8 kernels on x86 CPUs
+# without VNNI add pairs of products in int16, which saturates at 2 * 255 * 127 > 32767 (its
+# quantizer's `reduce_range`); `verify` caught full-range int8 weights off by 22.2 there.
+
+INT32_MAX = 2**31 - 1
+U8_TIMES_S8 = 255 * 127  # the largest |(x_q - zp_x) * w_q| of a uint8 by int8 product term
+
+
+@guard("accumulates-in-int32", TERM)
+def accumulates_in_int32(w: ClassInfo) -> bool:
+    """True if a MatMulInteger of uint8 activations by this int8 weight (rank 2, [K, N]) sums
+    its K products in int32 without overflow: K * 255 * 127 <= 2^31 - 1 (K <= 66,311)."""
+    shape = w.type.shape
+    if shape is None or len(shape) != 2 or not isinstance(shape[0], int):
+        return False
+    return shape[0] * U8_TIMES_S8 <= INT32_MAX
+
+
+def _matmul_int8_bound(x: np.ndarray, w: np.ndarray, w_step: np.ndarray) -> np.ndarray:
+    """|x @ w - dq(x) @ dq(w)| per output element, for weight steps `w_step` (a scalar, or one
+    per output column): sum_k |x_k| s_w / 2 (the weight's rounding) + s_x sum_k |w_k| + s_w / 2
+    (the activation's step times the dequantized weight) + float32 rounding of both sides."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    x_step = (max(float(x.max(initial=0.0)), 0.0) - min(float(x.min(initial=0.0)), 0.0)) / 255
+    ax, aw = np.abs(x), np.abs(w) + w_step / 2
+    rounding = ax.sum(axis=-1, keepdims=True) * (w_step / 2)
+    activation = x_step * aw.sum(axis=0)
+    k = w.shape[0]
+    float32 = (k + 8) * 2.0**-23 * ((ax + x_step) @ aw)
+    return rounding + activation + float32
+
+
+WEIGHT_LEVELS = 63  # L: int8 weights in [-63, 63] (see above)
+
+
+@bound("matmul-dynamic-7bit", TERM, TERM)
+def matmul_dynamic_7bit(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The error of MatMul(x, w) computed as dynamically quantized uint8 x by int8 w in
+    [-63, 63] with one scale max|w| / 63 (see `_matmul_int8_bound`)."""
+    return _matmul_int8_bound(x, w, np.abs(w.astype(np.float64)).max() / WEIGHT_LEVELS)
+
+
+@bound("matmul-dynamic-7bit-per-column", TERM, TERM)
+def matmul_dynamic_7bit_per_column(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The same with one weight scale per output column, max_k |w_kj| / 63."""
+    return _matmul_int8_bound(x, w, np.abs(w.astype(np.float64)).max(axis=0) / WEIGHT_LEVELS)

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx.external_data_helper import uses_external_data
 
-from engine.optimize import as_given, optimize
+from engine.optimize import FP_CLASSES, as_given, optimize
 from engine.saturate import Limits
 from frontends.onnx import external
 from frontends.onnx.check import compare
@@ -260,7 +260,7 @@ def _merge_reports(first, then):
     fired = dict(first.fired)
     for k, v in then.fired.items():
         fired[k] = fired.get(k, 0) + v
-    fp = max((first.fp, then.fp), key=("exact", "reassoc", "approx").index)
+    fp = max((first.fp, then.fp), key=FP_CLASSES.index)
     return replace(
         then,
         seconds=seconds,

@@ -24,7 +24,7 @@ import onnx
 
 from dsl import load_rules as parse_rules
 from dsl import shipped_rules_dir
-from engine.optimize import Report
+from engine.optimize import FP_CLASSES, Report
 from engine.saturate import Limits
 from engine.selection import pick_rules
 from frontends.onnx import ModelError, external, import_model, load_model, structure
@@ -34,7 +34,14 @@ from frontends.onnx.importer import default_opset
 from frontends.onnx.opset import auto_target
 from vocab.ops import TARGETS
 
-NUMERIC_CLASSES = ("reassoc", "approx")  # beyond `exact`, which always runs
+NUMERIC_CLASSES = FP_CLASSES[1:]  # beyond `exact`, which always runs
+# quantization modes: (mode, per_channel) -> the ruleset of patterns/quant/ that runs; the
+# other quant rulesets are skipped
+QUANT_RULESETS = {
+    ("dynamic", False): "quant-dynamic",
+    ("dynamic", True): "quant-dynamic-per-channel",
+}
+QUANT_MODES = tuple(dict.fromkeys(m for m, _ in QUANT_RULESETS))
 
 
 class OptionError(ValueError):
@@ -61,7 +68,8 @@ class Options:
     rules: a `dsl.ir.RuleSet`, a `.rules` path or a list of paths (files or folders), or None
         for the shipped library (`patterns/`).
     allow: numeric classes to run beyond `exact`: `reassoc` (regroups float arithmetic, e.g.
-        BatchNorm folded into Conv), `approx`.
+        BatchNorm folded into Conv), `approx`, `quant` (affine quantization to int8; see
+        `rewrite quantize`).
     skip/only: rule names, globs (`cast-*`) or `ruleset:NAME` (`engine.selection.pick_rules`).
     check: run both models under onnxruntime on random inputs and compare every output.
     input_shapes: input name -> dims (ints), or `"name:1,128"` strings; fixes those inputs'
@@ -75,6 +83,10 @@ class Options:
     opset: convert the model to this default-domain opset first (`onnx.version_converter`) and
         optimize it with the rules whose ops exist there; None converts only a model older
         than the op table's forms (see `frontends.onnx.optimize_model`).
+    quantize: a quantization mode (`QUANT_MODES`: `dynamic`, int8 weights and activations
+        quantized at run time) or None. It allows the `quant` class and runs that mode's
+        ruleset (`QUANT_RULESETS`) beside the rest of the library; `per_channel` picks the
+        ruleset with one weight scale per output column.
     """
 
     rules: object = None
@@ -91,6 +103,8 @@ class Options:
     provenance: bool = True
     opset: int | None = None
     target: str = "onnx"
+    quantize: str | None = None
+    per_channel: bool = False
 
     @classmethod
     def from_keywords(cls, keywords: dict) -> Options:
@@ -115,10 +129,24 @@ class Options:
             input_shapes={k: tuple(v) for k, v in shapes.items()},
         )
         o.validate()
-        return o
+        return o.quantized()
+
+    def quantized(self) -> Options:
+        """These options with `quantize` spelled out: the `quant` class allowed, the quant
+        rulesets of other modes skipped (no change when `quantize` is None)."""
+        if self.quantize is None:
+            return self
+        keep = QUANT_RULESETS[(self.quantize, bool(self.per_channel))]
+        others = [f"ruleset:{r}" for r in QUANT_RULESETS.values() if r != keep]
+        allow = self.allow if "quant" in self.allow else (*self.allow, "quant")
+        return replace(self, allow=allow, skip=(*self.skip, *others))
 
     def validate(self) -> None:
         """Raise OptionError for a value that cannot be used."""
+        if self.quantize is not None and self.quantize not in QUANT_MODES:
+            raise OptionError(
+                f"quantize: unknown mode {self.quantize!r} (choose from {', '.join(QUANT_MODES)})"
+            )
         bad = [c for c in self.allow if c not in ("exact", *NUMERIC_CLASSES)]
         if bad:
             raise OptionError(
