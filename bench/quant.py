@@ -1,0 +1,197 @@
+"""Dynamic int8 quantization: `rewrite quantize` against onnxruntime's `quantize_dynamic`.
+
+    python bench/quant.py                               # BERT-base, both exporters
+    python bench/quant.py --models bert gpt2 llama vit --exporters torchscript
+    python bench/quant.py --kernels                     # the cost model's int8 factor
+
+Models are bench/models.py's full-size ones (bench/.models/, generated when missing). For each
+model, three files: the float original, ours (`rewrite quantize IN OUT --mode dynamic`, the
+shipped library, its output check off so that the error is measured here), and onnxruntime's
+(`onnxruntime.quantization.quantize_dynamic(IN, OUT)`, its defaults: int8 weights, one scale
+per tensor). Reported per quantized model:
+
+* latency: each model and the original run alternately in one process under onnxruntime
+  (ORT_ENABLE_ALL, 1 intra-op thread, batch 1 at bench/models.py's main shape); the median of
+  `--runs` paired ratios quantized / float;
+* error over `--inputs` fixed random inputs (bench/models.py's `make_inputs`, seeds 0..n-1):
+  max |q - ref| / max |ref| per output, the worst output shown, and for language models the
+  share of positions whose argmax over the last axis agrees with the original's;
+* seconds to quantize (one process call each, model load and save included) and file MB.
+
+`--kernels` times onnxruntime's MatMulInteger (uint8 by int8) against float32 MatMul at BERT's
+shapes, 1 thread, and prints the ratio that `engine.cost.INT8_FLOP_FACTOR` stands for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+import models as M  # noqa: E402  (bench/models.py, beside this file)
+
+OUT = BENCH / "out" / "quant"
+
+
+def quantize_ours(src: Path, dst: Path) -> float:
+    """Seconds of `rewrite quantize SRC DST --mode dynamic --no-check` (a subprocess)."""
+    start = time.perf_counter()
+    cmd = ["rewrite", "quantize", str(src), str(dst), "--mode", "dynamic", "--no-check", "-q"]
+    subprocess.run(cmd, check=True)
+    return time.perf_counter() - start
+
+
+def quantize_ort(src: Path, dst: Path) -> float:
+    """Seconds of onnxruntime's `quantize_dynamic(SRC, DST)` with its defaults (a subprocess,
+    like ours, so that both pay their imports)."""
+    code = (
+        "import sys; from onnxruntime.quantization import quantize_dynamic; "
+        "quantize_dynamic(sys.argv[1], sys.argv[2])"
+    )
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, str(src), str(dst)], check=True)
+    return time.perf_counter() - start
+
+
+def session(path: Path) -> ort.InferenceSession:
+    """An onnxruntime session at ORT_ENABLE_ALL with one intra-op thread."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def errors(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, n: int) -> dict:
+    """Worst max|q - ref| / max|ref| over outputs and `n` inputs, and the argmax agreement over
+    the last axis of the first output (a share of positions)."""
+    worst, agree, total = 0.0, 0, 0
+    for seed in range(n):
+        feeds = M.make_inputs(name, seed=seed)
+        want, got = ref.run(None, feeds), q.run(None, feeds)
+        for w, g in zip(want, got):
+            if np.issubdtype(w.dtype, np.floating) and w.size:
+                scale = float(np.abs(w).max()) or 1.0
+                worst = max(worst, float(np.abs(g - w).max()) / scale)
+        a, b = want[0].argmax(-1), got[0].argmax(-1)
+        agree, total = agree + int((a == b).sum()), total + a.size
+    return {"error": worst, "argmax": agree / total}
+
+
+def latency(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, runs: int) -> float:
+    """Median of `runs` paired latency ratios q / ref, the two run alternately."""
+    feeds = M.make_inputs(name)
+    for s in (ref, q):
+        for _ in range(3):
+            s.run(None, feeds)
+    ratios = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        ref.run(None, feeds)
+        t1 = time.perf_counter()
+        q.run(None, feeds)
+        t2 = time.perf_counter()
+        ratios.append((t2 - t1) / (t1 - t0))
+    return float(np.median(ratios))
+
+
+def bench_model(name: str, exporter: str, args) -> list[str]:
+    src = M.CACHE / f"{name}.{exporter}.onnx"
+    if not src.exists():
+        M.main(["--models", name, "--exporters", exporter])
+    work = OUT / f"{name}.{exporter}"
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    ref = session(src)
+    for tool, fn in (("rewrite", quantize_ours), ("onnxruntime", quantize_ort)):
+        dst = work / f"{tool}.onnx"
+        seconds = fn(src, dst)
+        q = session(dst)
+        e = errors(name, ref, q, args.inputs)
+        lat = latency(name, ref, q, args.runs)
+        mb = dst.stat().st_size / 2**20
+        argmax = f"{100 * e['argmax']:.1f}%" if M.SPECS[name].kind != "image" else "-"
+        rows.append(
+            f"| {name}.{exporter} | {tool} | {lat:.3f}x | {100 * e['error']:.1f}% | {argmax} "
+            f"| {seconds:.1f} | {mb:.0f} |"
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
+def kernels() -> None:
+    """MatMulInteger (uint8 x int8) against MatMul (float32), 1 thread, median of 50 runs."""
+    rng = np.random.default_rng(0)
+    print("| M x K x N | float32 MatMul us | u8s8 MatMulInteger us | ratio |\n|---|---|---|---|")
+    for m, k, n in ((128, 768, 768), (128, 768, 3072), (128, 3072, 768), (1, 768, 768)):
+        times = []
+        for kind in ("float", "int8"):
+            x_type, w, y_type = (
+                (TensorProto.FLOAT, rng.normal(size=(k, n)).astype(np.float32), TensorProto.FLOAT)
+                if kind == "float"
+                else (TensorProto.UINT8, rng.integers(-63, 64, (k, n)).astype(np.int8), 6)
+            )
+            op = "MatMul" if kind == "float" else "MatMulInteger"
+            graph = helper.make_graph(
+                [helper.make_node(op, ["x", "w"], ["y"])],
+                "g",
+                [helper.make_tensor_value_info("x", x_type, [m, k])],
+                [helper.make_tensor_value_info("y", y_type, [m, n])],
+                [numpy_helper.from_array(w, "w")],
+            )
+            model = helper.make_model(
+                graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8
+            )
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = 1
+            s = ort.InferenceSession(
+                model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+            )
+            x = rng.normal(size=(m, k)).astype(np.float32)
+            if kind == "int8":
+                x = rng.integers(0, 256, (m, k)).astype(np.uint8)
+            for _ in range(5):
+                s.run(None, {"x": x})
+            ts = []
+            for _ in range(50):
+                t = time.perf_counter()
+                s.run(None, {"x": x})
+                ts.append(time.perf_counter() - t)
+            times.append(float(np.median(ts)) * 1e6)
+        print(f"| {m} x {k} x {n} | {times[0]:.0f} | {times[1]:.0f} | {times[1] / times[0]:.2f} |")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--models", nargs="+", default=["bert"], choices=sorted(M.SPECS))
+    ap.add_argument("--exporters", nargs="+", default=list(M.EXPORTERS), choices=M.EXPORTERS)
+    ap.add_argument("--runs", type=int, default=30, help="paired latency runs (default 30)")
+    ap.add_argument("--inputs", type=int, default=8, help="inputs for the error (default 8)")
+    ap.add_argument("--kernels", action="store_true", help="time the int8 kernels and stop")
+    args = ap.parse_args(argv)
+    if args.kernels:
+        kernels()
+        return 0
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    print(
+        "| model | quantizer | latency / float | max err / max abs ref | argmax agrees "
+        "| quantize s | file MB |\n|---|---|---|---|---|---|---|"
+    )
+    for name in args.models:
+        for exporter in args.exporters:
+            bench_model(name, exporter, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
