@@ -76,6 +76,13 @@ SECTIONS = (
         ((PY, "bench/fuzz.py", "--markdown"),),
         "10,000 random valid models optimized and compared with their originals.",
     ),
+    Section(
+        "quant",
+        "Dynamic int8 quantization against onnxruntime's quantizer",
+        ((PY, "bench/quant.py", "--models", "bert"),),
+        "Latency against the float model, output error and argmax agreement, quantizer seconds "
+        "and file size: rewrite quantize (per tensor, per channel) beside quantize_dynamic.",
+    ),
 )
 
 

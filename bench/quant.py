@@ -5,8 +5,9 @@
     python bench/quant.py --kernels                     # the cost model's int8 factor
 
 Models are bench/models.py's full-size ones (bench/.models/, generated when missing). For each
-model, three files: the float original, ours (`rewrite quantize IN OUT --mode dynamic`, the
-shipped library, its output check off so that the error is measured here), and onnxruntime's
+model, four files: the float original, ours (`rewrite quantize IN OUT --mode dynamic`, the
+shipped library, its output check off so that the error is measured here; and the same with
+`--per-channel`), and onnxruntime's
 (`onnxruntime.quantization.quantize_dynamic(IN, OUT)`, its defaults: int8 weights, one scale
 per tensor). Reported per quantized model:
 
@@ -42,12 +43,18 @@ import models as M  # noqa: E402  (bench/models.py, beside this file)
 OUT = BENCH / "out" / "quant"
 
 
-def quantize_ours(src: Path, dst: Path) -> float:
-    """Seconds of `rewrite quantize SRC DST --mode dynamic --no-check` (a subprocess)."""
+def quantize_ours(src: Path, dst: Path, *extra: str) -> float:
+    """Seconds of `rewrite quantize SRC DST --mode dynamic --no-check EXTRA...` (a
+    subprocess)."""
     start = time.perf_counter()
     cmd = ["rewrite", "quantize", str(src), str(dst), "--mode", "dynamic", "--no-check", "-q"]
-    subprocess.run(cmd, check=True)
+    subprocess.run([*cmd, *extra], check=True)
     return time.perf_counter() - start
+
+
+def quantize_ours_per_channel(src: Path, dst: Path) -> float:
+    """The same with `--per-channel` (one weight scale per output column)."""
+    return quantize_ours(src, dst, "--per-channel")
 
 
 def quantize_ort(src: Path, dst: Path) -> float:
@@ -111,8 +118,13 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     ref = session(src)
-    for tool, fn in (("rewrite", quantize_ours), ("onnxruntime", quantize_ort)):
-        dst = work / f"{tool}.onnx"
+    tools = (
+        ("rewrite", quantize_ours),
+        ("rewrite --per-channel", quantize_ours_per_channel),
+        ("onnxruntime", quantize_ort),
+    )
+    for tool, fn in tools:
+        dst = work / f"{tool.replace(' --', '-')}.onnx"
         seconds = fn(src, dst)
         q = session(dst)
         e = errors(name, ref, q, args.inputs)
