@@ -525,6 +525,16 @@ def test_matmul_dynamic_bounds_hold_and_are_not_loose():
     assert max(ratios) > 0.2  # the bound is attained within a small factor somewhere
 
 
+def test_gemm_dynamic_bound_adds_the_bias_rounding():
+    rng = np.random.default_rng(1)
+    gemm, matmul = covers("gemm-dynamic-7bit").fn, registry.BOUNDS["matmul-dynamic-7bit"].fn
+    x, w = rng.normal(0, 1, (4, 16)), rng.normal(0, 0.1, (16, 8))
+    c = rng.normal(0, 1e4, 8)  # a bias far larger than the product: its rounding dominates
+    err = _dynamic_int8_error(x, w, np.abs(w).max() / 63)
+    b = gemm(x, w, c)
+    assert np.all(err <= b) and np.all(b >= matmul(x, w) + 2.0**-22 * np.abs(c))
+
+
 def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS) | set(registry.BOUNDS)
     missing = sorted(names - TESTED)
