@@ -772,11 +772,12 @@ U8_TIMES_S8 = 255 * 127  # the largest |(x_q - zp_x) * w_q| of a uint8 by int8 p
 @guard("accumulates-in-int32", TERM)
 def accumulates_in_int32(w: ClassInfo) -> bool:
     """True if a MatMulInteger of uint8 activations by this int8 weight (rank 2, [K, N]) sums
-    its K products in int32 without overflow: K * 255 * 127 <= 2^31 - 1 (K <= 66,311)."""
+    its K products in int32 without overflow: 1 <= K and K * 255 * 127 <= 2^31 - 1
+    (K <= 66,311; a weight of no rows has no product to quantize, nor a scale)."""
     shape = w.type.shape
     if shape is None or len(shape) != 2 or not isinstance(shape[0], int):
         return False
-    return shape[0] * U8_TIMES_S8 <= INT32_MAX
+    return 1 <= shape[0] and shape[0] * U8_TIMES_S8 <= INT32_MAX
 
 
 def _matmul_int8_bound(x: np.ndarray, w: np.ndarray, w_step: np.ndarray) -> np.ndarray:
@@ -800,7 +801,7 @@ WEIGHT_LEVELS = 63  # L: int8 weights in [-63, 63] (see above)
 def matmul_dynamic_7bit(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The error of MatMul(x, w) computed as dynamically quantized uint8 x by int8 w in
     [-63, 63] with one scale max|w| / 63 (see `_matmul_int8_bound`)."""
-    return _matmul_int8_bound(x, w, np.abs(w.astype(np.float64)).max() / WEIGHT_LEVELS)
+    return _matmul_int8_bound(x, w, np.abs(w.astype(np.float64)).max(initial=0.0) / WEIGHT_LEVELS)
 
 
 @bound("gemm-dynamic-7bit", TERM, TERM, TERM)
@@ -809,7 +810,7 @@ def gemm_dynamic_7bit(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray
     that bound, plus the float32 rounding of adding c on each side (2^-23 of |c| and of the
     products' magnitudes)."""
     err = matmul_dynamic_7bit(x, w)
-    w_step = np.abs(w.astype(np.float64)).max() / WEIGHT_LEVELS
+    w_step = np.abs(w.astype(np.float64)).max(initial=0.0) / WEIGHT_LEVELS
     big = (np.abs(x.astype(np.float64)) + 1) @ (np.abs(w.astype(np.float64)) + w_step)
     return err + 2.0**-22 * (np.abs(c.astype(np.float64)) + big)
 
@@ -817,4 +818,6 @@ def gemm_dynamic_7bit(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray
 @bound("matmul-dynamic-7bit-per-column", TERM, TERM)
 def matmul_dynamic_7bit_per_column(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The same with one weight scale per output column, max_k |w_kj| / 63."""
-    return _matmul_int8_bound(x, w, np.abs(w.astype(np.float64)).max(axis=0) / WEIGHT_LEVELS)
+    return _matmul_int8_bound(
+        x, w, np.abs(w.astype(np.float64)).max(axis=0, initial=0.0) / WEIGHT_LEVELS
+    )
