@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from verify.compare import Diff, Tolerance, compare, scale_of, tolerance, worst
+from verify.compare import FLOAT_TYPES, Diff, Tolerance, compare, scale_of, tolerance, worst
 from verify.execute import ExecError, hazard, is_random, run_ort, run_reference
 
 EXECUTORS = ("onnxruntime", "onnx.reference")
@@ -130,14 +130,6 @@ def _right(out: Outcome, rhs: onnx.ModelProto, feeds: dict, values: list) -> str
     return None
 
 
-_FLOATS = (
-    onnx.TensorProto.FLOAT,
-    onnx.TensorProto.DOUBLE,
-    onnx.TensorProto.FLOAT16,
-    onnx.TensorProto.BFLOAT16,
-)
-
-
 def _integer_division(model: onnx.ModelProto) -> bool:
     """True if `model` may divide integers (Div, Mod or ReduceMean of a non-float or unknown
     type, by ONNX shape inference): onnxruntime dies of SIGFPE on an integer division by zero,
@@ -150,7 +142,9 @@ def _integer_division(model: onnx.ModelProto) -> bool:
     except Exception:  # any inference failure: assume the worst
         return True
     types = {v.name: v.type.tensor_type.elem_type for v in (*g.value_info, *g.output, *g.input)}
-    return any(n.op_type in ops and types.get(n.output[0]) not in _FLOATS for n in model.graph.node)
+    return any(
+        n.op_type in ops and types.get(n.output[0]) not in FLOAT_TYPES for n in model.graph.node
+    )
 
 
 def _judge(out: Outcome, lhs: onnx.ModelProto, mode: str, fp: str, limit=None) -> Outcome:

@@ -26,7 +26,7 @@ from verify.instance import op_names
 from vocab.ops import OPS
 
 INEXACT_COSTS = frozenset({"matmul", "gemm", "conv", "reduce", "normalize", "pool"})
-_FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 
 
 def mode_of(rule) -> str:
@@ -56,7 +56,7 @@ class Tolerance:
 
 def tolerance(mode: str, fp: str, elem_type: int) -> Tolerance:
     """The tolerance for outputs of ONNX `elem_type` under `mode` and numeric class `fp`."""
-    if mode == "bitwise" or elem_type not in _FLOAT_TYPES:
+    if mode == "bitwise" or elem_type not in FLOAT_TYPES:
         return Tolerance()
     rtol, atol = TOLERANCES[fp].get(elem_type, (0.0, 0.0))
     return Tolerance(rtol, atol)
