@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from dataclasses import dataclass
 
 from engine.cost import CostModel
@@ -130,7 +131,9 @@ class _Costs:
                 work.extend(parents.get(c, ()))
 
 
-def extract(snap: Snapshot, model: CostModel | None = None, groups=()) -> Extraction:
+def extract(
+    snap: Snapshot, model: CostModel | None = None, groups=(), forbidden=frozenset()
+) -> Extraction:
     """Extract the cheapest graph from `snap` for the graph outputs of `snap.graph`.
 
     groups: the applied matches of multi-root rules (`SaturationReport.groups`: per match,
@@ -139,11 +142,16 @@ def extract(snap: Snapshot, model: CostModel | None = None, groups=()) -> Extrac
     MatMul each pay for the whole MatMul in a per-class choice), so each match's results are
     also tried together, and kept when they lower the DAG cost of the whole graph.
 
+    forbidden: indexes into `snap.nodes` of e-nodes never chosen (their cost is infinite), e.g.
+    the quantized forms of a node the user keeps in float (`engine.quantize`).
+
     Returns the extracted TermGraph with its DAG cost and the DAG cost of the input graph
     (both in the cost model's nanoseconds; constant-only subgraphs of the extracted graph cost
     nothing since they are folded, while the input is charged as it stands).
     """
     costs = _Costs(snap, model or CostModel())
+    for i in forbidden:
+        costs.own[i] = math.inf
     roots = [snap.handle[v] for v in snap.graph.outputs]
     choice = _greedy(costs, free=set())
     best, best_cost = choice, _dag_cost(costs, choice, roots)

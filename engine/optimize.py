@@ -21,6 +21,8 @@ from engine.egraph import EGraph
 from engine.emit import emit, host_rules
 from engine.extract import extract, input_cost
 from engine.fold import fold
+from engine.quantize import forbidden
+from engine.quantize import sites as quant_sites
 from engine.saturate import Limits, saturate
 from engine.selection import pick_rules
 from engine.shapes import FoldStats, fold_shapes
@@ -205,6 +207,7 @@ def optimize(
     skip: tuple[str, ...] = (),
     only: tuple[str, ...] = (),
     domains: frozenset[str] = frozenset(),
+    choose=None,
 ) -> tuple[TermGraph, Report]:
     """Rewrite `graph` with `rules` by equality saturation and cost-based extraction.
 
@@ -217,6 +220,12 @@ def optimize(
     rewrites and folding produced (`engine.provenance`); False gives a bare graph.
     skip/only: rule names, globs or `ruleset:NAME` (`engine.selection.pick_rules`); the rules
     they exclude are in `report.skipped`.
+    choose(sites, build) -> keep: decides which `quant` rule sites stay in float
+    (`engine.quantize`). Called after saturation with the `Site`s (empty when no quant rule
+    fired) and `build(keep)`, which extracts and folds the graph with the sites whose indexes
+    are in the frozenset `keep` in float (a TermGraph, no provenance); returns the indexes to
+    keep. The extraction that follows forbids the kept sites' quantized e-nodes;
+    `report.extra["quantized_sites"]` lists the indexes of the sites it took quantized.
 
     Returns the optimized graph (or `graph` itself when nothing cheaper was found) and a
     Report. Raises `engine.egraph.EGraphError` if egglog rejects the compiled rules and
@@ -258,10 +267,24 @@ def optimize(
     eg = EGraph(graph, program, ops)
     stage("import")
     hosts = host_rules(chosen, most)
-    sat, snap = saturate(eg, hosts, limits, prov.relations(chosen) if provenance else None)
+    recorded = provenance or choose is not None  # sites are found from the firings
+    sat, snap = saturate(eg, hosts, limits, prov.relations(chosen) if recorded else None)
     stage("saturate")
-    ex = extract(snap, cost, sat.groups)
+    forbid: frozenset[int] = frozenset()
+    if choose is not None:
+        found = quant_sites(snap, chosen, prov.firings(snap, chosen, sat.host_firings))
+
+        def build(keep: frozenset[int]) -> TermGraph:
+            return fold(extract(snap, cost, sat.groups, forbidden(found, keep)).graph, False)
+
+        forbid = forbidden(found, frozenset(choose(found, build)))
+        stage("choose")
+    ex = extract(snap, cost, sat.groups, forbid)
     stage("extract")
+    quantized = None
+    if choose is not None:  # the sites whose quantized form the extraction took
+        used = set(ex.origins)
+        quantized = [s.index for s in found if s.enodes & used]
     cheaper = ex.cost < ex.input_cost * (1 - 1e-9)  # summation order differs in the last bits
     extracted, unexplained = ex.graph, 0
     if provenance and cheaper:
@@ -306,6 +329,8 @@ def optimize(
     )
     if unexplained:
         report.extra["provenance_unexplained"] = unexplained
+    if quantized is not None:
+        report.extra["quantized_sites"] = quantized if cheaper else []
     return out, report
 
 

@@ -158,7 +158,15 @@ def _optimize_parser(sub) -> None:
     o.add_argument("input", metavar="IN.onnx", help="the model to optimize")
     o.add_argument("output", metavar="OUT.onnx", help="where to write it (may be IN.onnx)")
     _add_optimize_options(o)
-    o.set_defaults(func=cmd_optimize, quantize=None, per_channel=False)
+    o.set_defaults(
+        func=cmd_optimize,
+        quantize=None,
+        per_channel=False,
+        keep_float=[],
+        op_types=[],
+        error_budget=None,
+        calibration=None,
+    )
 
 
 def _quantize_parser(sub) -> None:
@@ -185,6 +193,38 @@ def _quantize_parser(sub) -> None:
         "--per-channel",
         action="store_true",
         help="one weight scale per output column instead of one per weight",
+    )
+    q.add_argument(
+        "--keep-float",
+        action="append",
+        default=[],
+        metavar="NAME|GLOB",
+        help="keep the nodes of this name (a glob: '/encoder/layer.11/*') in float; a node "
+        "fused with others (MatMul + Add into Gemm) is kept when any of them matches "
+        "(repeatable)",
+    )
+    q.add_argument(
+        "--op-types",
+        action="append",
+        default=[],
+        metavar="OPS",
+        help="quantize only these ops (MatMul,Gemm); default: every op the mode covers",
+    )
+    q.add_argument(
+        "--error-budget",
+        type=float,
+        metavar="E",
+        help="the largest error allowed per float output, max|q - ref| / max|ref| over the "
+        "calibration inputs (0.05 = 5%%): the nodes of the largest estimated error (their "
+        "rule's bound on the calibration values) stay in float until the measured error fits; "
+        "the output check then holds the output to E and exits non-zero, writing nothing, "
+        "if it does not",
+    )
+    q.add_argument(
+        "--calibration",
+        metavar="FILE.npz",
+        help="calibration inputs for --error-budget: one array per graph input, named as "
+        "the input, its first axis the samples (default: 8 drawn at random, with a warning)",
     )
     _add_optimize_options(q)
     q.set_defaults(func=cmd_optimize)
@@ -587,6 +627,10 @@ def cmd_optimize(args) -> int:
             target=args.target,
             quantize=args.quantize,
             per_channel=args.per_channel,
+            keep_float=args.keep_float,
+            op_types=args.op_types,
+            error_budget=args.error_budget,
+            calibration=args.calibration,
         )
     except OptionError as e:
         return _fail(str(e))
@@ -825,6 +869,40 @@ def _fail(msg: str) -> int:
     return EXIT_FAIL
 
 
+def _print_quantized(record: dict, verbose: bool) -> None:
+    """`rewrite quantize`'s choices (`frontends.onnx.quantize.Chooser.record`): the sites kept
+    in float and why (every site with `verbose`), the calibration error per output against
+    the budget, and the warning about drawn calibration inputs."""
+    sites = record.get("sites", [])
+    done = sum(s["quantized"] for s in sites)
+    out.print(f"quantized {done} of {len(sites)} nodes the quant rules matched", markup=False)
+    shown = sites if verbose else [s for s in sites if not s["quantized"]]
+    if shown:
+        t = Table(
+            title="quantization per node" if verbose else "kept in float", title_justify="left"
+        )
+        for col in ("node", "op", "quantized", "estimate", "why"):
+            t.add_column(col, justify="right" if col == "estimate" else "left")
+        for s in shown:
+            est = "" if s["estimate"] is None else f"{100 * s['estimate']:.1f}%"
+            t.add_row(s["node"], s["op"], "yes" if s["quantized"] else "no", est, s["why"])
+        out.print(t)
+    if record.get("budget") is not None:
+        errors = record.get("calibration_error", {})
+        t = Table(
+            title=f"error per output on {record.get('calibration_samples', 0)} calibration "
+            f"inputs ({record.get('evaluations', 0)} graphs measured)",
+            title_justify="left",
+        )
+        for col in ("output", "max|q - ref| / max|ref|", "budget"):
+            t.add_column(col, justify="left" if col == "output" else "right")
+        for name, e in errors.items():
+            t.add_row(name, f"{100 * e:.2f}%", f"{100 * record['budget']:.2f}%")
+        out.print(t)
+    if record.get("warning"):
+        err.print(f"warning: {record['warning']}", markup=False)
+
+
 def _print_summary(report, diffs, options, verbose: bool = False) -> None:
     """The summary on stdout: op counts before/after, seconds per stage, why saturation
     stopped, the rules that fired, the output check and its tolerances (`options.atol`/`rtol`
@@ -867,6 +945,8 @@ def _print_summary(report, diffs, options, verbose: bool = False) -> None:
             out.print(f"  iteration {i}: {seconds:.3f} s, {enodes} e-nodes", markup=False)
         for rule, why in sorted(report.skipped.items()):
             out.print(f"  not run: {rule} ({why})", markup=False)
+    if "quantize" in report.extra:
+        _print_quantized(report.extra["quantize"], verbose)
     if report.fired:
         fired = Table(title="rules fired", title_justify="left")
         fired.add_column("rule")

@@ -32,7 +32,14 @@ from frontends.onnx import optimize_model as optimize_engine
 from frontends.onnx.check import CheckError, compare
 from frontends.onnx.importer import default_opset
 from frontends.onnx.opset import auto_target
-from vocab.ops import TARGETS
+from frontends.onnx.quantize import (
+    CalibrationError,
+    Chooser,
+    Plan,
+    drawn_calibration,
+    load_calibration,
+)
+from vocab.ops import OPS, TARGETS
 
 NUMERIC_CLASSES = FP_CLASSES[1:]  # beyond `exact`, which always runs
 # quantization modes: (mode, per_channel) -> the ruleset of patterns/quant/ that runs; the
@@ -87,6 +94,14 @@ class Options:
         quantized at run time) or None. It allows the `quant` class and runs that mode's
         ruleset (`QUANT_RULESETS`) beside the rest of the library; `per_channel` picks the
         ruleset with one weight scale per output column.
+    keep_float: node-name globs (fnmatch) whose nodes stay in float; op_types: the ops to
+        quantize (`MatMul`, `Gemm`; empty: all the mode covers); error_budget: the largest
+        max|q - ref| / max|ref| allowed per float output over the calibration inputs (the
+        extraction keeps the nodes of the largest estimated error in float until it holds,
+        and the output check then allows exactly that); calibration: an `.npz` path with one
+        array per graph input, its first axis the samples (default: drawn at random, with a
+        warning). See `frontends.onnx.quantize`; the choices are in the report's
+        `extra["quantize"]`.
     """
 
     rules: object = None
@@ -105,6 +120,10 @@ class Options:
     target: str = "onnx"
     quantize: str | None = None
     per_channel: bool = False
+    keep_float: tuple[str, ...] = ()
+    op_types: tuple[str, ...] = ()
+    error_budget: float | None = None
+    calibration: str | None = None
 
     @classmethod
     def from_keywords(cls, keywords: dict) -> Options:
@@ -126,6 +145,8 @@ class Options:
             allow=_listed(o.allow),
             skip=_listed(o.skip),
             only=_listed(o.only),
+            keep_float=_listed(o.keep_float),
+            op_types=_listed(o.op_types),
             input_shapes={k: tuple(v) for k, v in shapes.items()},
         )
         o.validate()
@@ -139,7 +160,15 @@ class Options:
         keep = QUANT_RULESETS[(self.quantize, bool(self.per_channel))]
         others = [f"ruleset:{r}" for r in QUANT_RULESETS.values() if r != keep]
         allow = self.allow if "quant" in self.allow else (*self.allow, "quant")
-        return replace(self, allow=allow, skip=(*self.skip, *others))
+        out = replace(self, allow=allow, skip=(*self.skip, *others))
+        if self.error_budget is not None and self.rtol is None and self.atol is None:
+            out = replace(out, rtol=self.error_budget, atol=0.0)  # the check holds the budget
+        return out
+
+    @property
+    def plan(self) -> Plan:
+        """The quantization choices (`frontends.onnx.quantize.Plan`)."""
+        return Plan(self.keep_float, self.op_types, self.error_budget)
 
     def validate(self) -> None:
         """Raise OptionError for a value that cannot be used."""
@@ -147,6 +176,17 @@ class Options:
             raise OptionError(
                 f"quantize: unknown mode {self.quantize!r} (choose from {', '.join(QUANT_MODES)})"
             )
+        if self.quantize is None:
+            for name in ("keep_float", "op_types", "error_budget", "calibration"):
+                if getattr(self, name):
+                    raise OptionError(f"{name.replace('_', '-')} needs a quantization mode")
+        if self.error_budget is not None and not 0 < self.error_budget:
+            raise OptionError(f"error-budget must be a number > 0, not {self.error_budget}")
+        if self.calibration is not None and self.error_budget is None:
+            raise OptionError("calibration inputs are used by error-budget only (give both)")
+        unknown = [op for op in self.op_types if op not in OPS]
+        if unknown:
+            raise OptionError(f"op-types: {unknown[0]!r} is not an ONNX op")
         bad = [c for c in self.allow if c not in ("exact", *NUMERIC_CLASSES)]
         if bad:
             raise OptionError(
@@ -377,8 +417,27 @@ def run(
         and not any(True for _ in external.external_tensors(model))
         and time.perf_counter() < options.limits(start).deadline
     )
+    choose = None
+    if options.quantize is not None:
+        try:
+            feeds = (
+                load_calibration(options.calibration, model)
+                if options.calibration
+                else drawn_calibration(model)
+                if options.error_budget is not None
+                else []
+            )
+        except CalibrationError as e:
+            raise OptionError(str(e)) from None
+        choose = Chooser(options.plan, feeds, None if folder is None else str(folder))
+        if options.error_budget is not None and not options.calibration:
+            choose.record["warning"] = (
+                f"no calibration inputs given: {len(feeds)} drawn from the input types (random "
+                "floats, token ids 0 and 1); the error budget holds on those, which may not be "
+                "the data the model sees"
+            )
     with stage("optimizing (import, saturate, extract, fold)"):
-        kw = {}
+        kw = {} if choose is None else {"choose": choose}
         if lean:
             graph = import_model(model, folder)
             model = structure(model)
@@ -427,6 +486,8 @@ def run(
         "output check": time.perf_counter() - clock,
     }
     extra = {**report.extra, "check": [d.__dict__ for d in diffs]} if diffs else report.extra
+    if choose is not None:
+        extra = {**extra, "quantize": choose.finish(report.extra.get("quantized_sites"))}
     report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped}, extra=extra)
     done = Run(result, report, diffs, model, rules, folder)
     if not all(d.ok for d in diffs):

@@ -1,0 +1,185 @@
+"""Quantization sites: where `quant` rules fired, so that extraction can keep a node in float.
+
+A `quant` rule (numeric class `quant`, `patterns/quant/`) rewrites one node, a MatMul by a
+constant weight say, into its integer form; after saturation the node's e-class holds both
+the float e-node and the quantized one. A `Site` is one such e-class. Keeping a site in float
+means extracting with the e-nodes the quant rules created in that e-class forbidden
+(`engine.extract.extract(forbidden=...)`), so the float form is chosen there while everything
+else is still extracted at least cost. Which sites to keep is the caller's choice: the user's
+`--keep-float` names and `--op-types`, or an error budget measured on calibration inputs
+(`frontends.onnx.quantize`); `engine.optimize.optimize(choose=...)` calls the chooser after
+saturation, with a function that extracts the graph for a candidate choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsl.ir import Rule
+from engine.egraph import Snapshot
+from engine.provenance import Firing, matched, original_names
+
+
+@dataclass(frozen=True)
+class Site:
+    """One e-class that a `quant` rule rewrote.
+
+    index: position in the list `sites` returns. op: the op of the e-node the rule matched at
+    the root (MatMul, Gemm, Gather). rules: the quant rules that fired there. names: the
+    imported nodes the e-class computes, then the imported nodes the rules' left sides
+    matched (what `--keep-float` patterns are matched against). value: the name of a graph
+    value the e-class holds (the node's output), or None; values: those of every e-class of
+    the site (a MatMul's and the Gemm's it was fused into). captures: per capture of the first
+    firing, the name of a graph value of its e-class, or None (a value only rewriting made).
+    bound: the first rule's `(bound FN ARGS...)` as (FN, capture names), for an error
+    estimate from the captures' values. forbid: indexes into `Snapshot.nodes` of the e-nodes
+    the quant rules created in this e-class (what keeping it in float forbids), and `enodes`
+    those e-nodes themselves (to tell whether an extraction chose one). Sites whose rules
+    matched a common imported node are one Site (a MatMul and the Gemm it was fused into)."""
+
+    index: int
+    op: str
+    rules: tuple[str, ...]
+    names: tuple[str, ...]
+    value: str | None
+    captures: dict
+    bound: tuple[str, tuple[str, ...]] | None
+    forbid: frozenset[int]
+    enodes: frozenset = frozenset()
+    values: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The site's display name: its first node's name, or its value's."""
+        return self.names[0] if self.names else self.value or f"site {self.index}"
+
+
+def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site]:
+    """The e-classes where `quant` rules among `rules` fired (`firings`, from
+    `engine.provenance.firings` on the final snapshot), one Site each, in the order of the
+    graph's nodes."""
+    by_name = {r.name: r for r in rules}
+    quant = [f for f in firings if by_name.get(f.name.removesuffix(" (reverse)")) is not None]
+    quant = [f for f in quant if by_name[f.name.removesuffix(" (reverse)")].fp == "quant"]
+    if not quant:
+        return []
+    index = {(c, n): i for i, (c, n) in enumerate(snap.nodes)}
+    names = original_names(snap)
+    value_of: dict[int, str] = {}  # e-class -> the first graph value it holds
+    for vid, c in snap.handle.items():
+        if 0 <= vid < len(snap.graph.values):
+            value_of.setdefault(c, snap.graph.values[vid].name)
+    computed: dict[int, list[str]] = {}  # e-class -> imported nodes with an output in it
+    for n in snap.graph.nodes:
+        for v in n.outputs:
+            c = snap.handle.get(v)
+            if c is not None:
+                computed.setdefault(c, []).append(n.name or snap.graph.values[v].name)
+    origins = _Origins(snap, firings, names)
+    grouped: dict[int, list[Firing]] = {}
+    for f in quant:
+        grouped.setdefault(f.root, []).append(f)
+    order = {c: i for i, c in enumerate(_graph_order(snap))}
+    raw = []  # per root e-class: (root, firings, display names, names the left sides matched)
+    for root in sorted(grouped, key=lambda c: order.get(c, len(order))):
+        fs = grouped[root]
+        matched_names: list[str] = []
+        for f in fs:
+            for e in matched(snap, f) or ():
+                matched_names += [n for n in origins.of(e) if n not in matched_names]
+        raw.append((root, fs, computed.get(root, []), matched_names))
+    # Sites that rewrite a common imported node are one site: MatMul + Add fused into a Gemm
+    # is quantized at the Gemm's e-class and at the MatMul's, and keeping one in float must
+    # keep the product in float.
+    parent = list(range(len(raw)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_with: dict[str, int] = {}
+    for i, (*_, matched_names) in enumerate(raw):
+        for n in matched_names:
+            j = first_with.setdefault(n, i)
+            parent[find(i)] = find(j)
+    members: dict[int, list[int]] = {}
+    for i in range(len(raw)):
+        members.setdefault(find(i), []).append(i)
+    out = []
+    for group in members.values():
+        roots = [raw[i][0] for i in group]
+        fs = [f for i in group for f in raw[i][1]]
+        forbid = {
+            index[(raw[i][0], e)]
+            for i in group
+            for f in raw[i][1]
+            for e in f.created
+            if (raw[i][0], e) in index
+        }
+        if not forbid:
+            continue
+        site_names: list[str] = []
+        for i in group:
+            site_names += [n for n in (*raw[i][2], *raw[i][3]) if n not in site_names]
+        first = fs[0]
+        lhs = matched(snap, first) or ()
+        rule = by_name[first.name.removesuffix(" (reverse)")]
+        bound = None
+        if rule.bound is not None:
+            bound = (rule.bound.fn, tuple(a.name for a in rule.bound.args))
+        out.append(
+            Site(
+                index=len(out),
+                op=lhs[0].op if lhs else "",
+                rules=tuple(dict.fromkeys(f.name for f in fs)),
+                names=tuple(site_names),
+                value=next((value_of[r] for r in roots if r in value_of), None),
+                values=tuple(value_of[r] for r in roots if r in value_of),
+                captures={k: value_of.get(c) for k, c in first.terms.items()},
+                bound=bound,
+                forbid=frozenset(forbid),
+                enodes=frozenset(snap.nodes[i][1] for i in forbid),
+            )
+        )
+    return out
+
+
+class _Origins:
+    """The imported nodes an e-node was rewritten from: itself if imported, else those of the
+    e-nodes the left sides of the firings that created it matched, transitively."""
+
+    def __init__(self, snap: Snapshot, firings: list[Firing], names: dict):
+        self.snap, self.names = snap, names
+        self.created_by: dict = {}
+        for f in firings:
+            for e in f.created:
+                self.created_by.setdefault(e, []).append(f)
+        self.memo: dict = {}
+
+    def of(self, e, seen=None) -> list[str]:
+        if e in self.names:
+            return [self.names[e]]
+        if e in self.memo:
+            return self.memo[e]
+        seen = set() if seen is None else seen
+        if e in seen:
+            return []
+        seen.add(e)
+        out: list[str] = []
+        for f in self.created_by.get(e, ()):
+            for m in matched(self.snap, f) or ():
+                out += [n for n in self.of(m, seen) if n not in out]
+        self.memo[e] = out
+        return out
+
+
+def forbidden(chosen: list[Site], keep: frozenset[int]) -> frozenset[int]:
+    """The e-nodes to forbid so that the sites whose indexes are in `keep` stay in float."""
+    return frozenset(i for s in chosen if s.index in keep for i in s.forbid)
+
+
+def _graph_order(snap: Snapshot) -> list[int]:
+    """E-classes of the graph's node outputs, in node order."""
+    return [snap.handle[v] for n in snap.graph.nodes for v in n.outputs if v in snap.handle]

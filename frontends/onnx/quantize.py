@@ -1,0 +1,247 @@
+"""Which nodes `rewrite quantize` quantizes: `--keep-float`, `--op-types` and `--error-budget`.
+
+The quant rules fire wherever they match; after saturation each matched node's e-class holds
+its float and its quantized form (an `engine.quantize.Site`). `Chooser` is the
+`engine.optimize.optimize(choose=...)` callback that decides which sites stay in float:
+
+* a site whose node name (or the name of an original node it was rewritten from) matches a
+  `--keep-float` glob, or whose op is not among `--op-types`, stays in float;
+* with `--error-budget E`, the rest are ranked by an error estimate and the fewest of them are
+  kept in float such that the measured error of every float output over the calibration
+  inputs, max|q - ref| / max|ref|, is at most E. The estimate of a site is its rule's stated
+  bound (`(bound FN ...)`, `vocab.registry.BOUNDS`) evaluated on the calibration values of
+  the rule's captures, over the largest magnitude of the node's own output: the relative error
+  the node itself may add. The search keeps the k sites of the largest estimates in float,
+  k found by bisection (each step extracts the graph anew from the same e-graph and runs it
+  under onnxruntime, ORT_ENABLE_ALL as a user runs it).
+
+Calibration inputs come from `--calibration FILE.npz` (one array per graph input, its first
+axis the samples) or are drawn like the output check's (`check.random_inputs`), with a warning:
+random token ids and noise are not the data the model will see.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+from engine.quantize import Site
+from frontends.onnx.check import random_inputs
+from frontends.onnx.exporter import export_model
+from vocab.graph import TermGraph
+from vocab.registry import BOUNDS
+
+DRAWN_SAMPLES = 8  # calibration inputs drawn when the user gives none
+
+
+class CalibrationError(ValueError):
+    """A calibration file that cannot be read or does not fit the model's inputs."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to keep in float and how much error to allow.
+
+    keep_float: fnmatch globs of node names. op_types: the ops to quantize (empty: every op the
+    mode's rules cover). error_budget: the largest max|q - ref| / max|ref| allowed per float
+    output over the calibration inputs, or None (quantize every site left)."""
+
+    keep_float: tuple[str, ...] = ()
+    op_types: tuple[str, ...] = ()
+    error_budget: float | None = None
+
+    @property
+    def active(self) -> bool:
+        """True when the plan chooses anything (else every site is quantized)."""
+        return bool(self.keep_float or self.op_types or self.error_budget is not None)
+
+
+def load_calibration(path: str, model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
+    """Feeds from an `.npz` file: one array per graph input of `model` (initializers aside),
+    named as the input, its first axis the samples (all of the same count). Raises
+    CalibrationError naming the problem."""
+    try:
+        data = np.load(path)
+        arrays = {k: data[k] for k in data.files}
+    except Exception as e:  # numpy raises OSError, ValueError, zipfile errors, ...
+        raise CalibrationError(f"cannot read calibration file {path}: {e}") from None
+    inits = {i.name for i in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in inits]
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise CalibrationError(
+            f"calibration file {path} has no array for input {missing[0]!r} "
+            f"(it has {', '.join(sorted(arrays)) or 'none'})"
+        )
+    counts = {len(arrays[n]) for n in names}
+    if len(counts) != 1 or 0 in counts:
+        raise CalibrationError(
+            f"calibration file {path}: every input needs the same number of samples "
+            "(the arrays' first axis), at least one"
+        )
+    return [{n: arrays[n][i] for n in names} for i in range(counts.pop())]
+
+
+def drawn_calibration(model: onnx.ModelProto, n: int = DRAWN_SAMPLES) -> list[dict]:
+    """`n` feeds drawn from the input types (`check.random_inputs`, seeds 1000..)."""
+    return [random_inputs(model, 1000 + i) for i in range(n)]
+
+
+@dataclass
+class Chooser:
+    """The `choose` callback of `engine.optimize.optimize` for a Plan; after the call,
+    `record` says per site what was chosen and why, and the calibration error per output.
+
+    calibration: the feeds (see `load_calibration`); folder: where the model's external data
+    is, for models whose weights stay in files (None when none)."""
+
+    plan: Plan
+    calibration: list = field(default_factory=list)
+    folder: str | None = None
+    record: dict = field(default_factory=dict)
+
+    def __call__(self, sites: list[Site], build) -> frozenset[int]:
+        """The indexes of the sites to keep in float (see the module docstring); `build(keep)`
+        extracts the graph with those in float. Raises CheckError when onnxruntime cannot run
+        a candidate."""
+        keep = {s.index for s in sites if self._why_float(s)}
+        free = [s for s in sites if s.index not in keep]
+        estimates: dict[int, float | None] = {}
+        errors: dict[str, float] = {}
+        if self.plan.error_budget is not None and sites:
+            reference = self._model(build(frozenset(s.index for s in sites)))
+            want, values = self._reference(reference, free)
+            estimates = {s.index: _estimate(s, values) for s in free}
+            order = sorted(free, key=lambda s: -(estimates[s.index] or 0.0))
+            measured: dict[int, dict[str, float]] = {}
+
+            def error(k: int) -> dict[str, float]:
+                if k not in measured:
+                    kept = frozenset(keep | {s.index for s in order[:k]})
+                    measured[k] = self._errors(self._model(build(kept)), want)
+                return measured[k]
+
+            lo, hi = 0, len(order)  # the fewest kept in float within budget lies in [lo, hi]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if max(error(mid).values(), default=0.0) <= self.plan.error_budget:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            keep |= {s.index for s in order[:lo]}
+            errors = error(lo)
+            self.record["evaluations"] = len(measured)
+            self.record["calibration_samples"] = len(self.calibration)
+        self.record["budget"] = self.plan.error_budget
+        self.record["calibration_error"] = errors
+        self.record["sites"] = [
+            {
+                "node": s.name,
+                "op": s.op,
+                "rule": s.rules[0],
+                "quantized": s.index not in keep,
+                "estimate": estimates.get(s.index),
+                "why": self._why_float(s)
+                or (
+                    "kept in float: among the largest error estimates, for the budget"
+                    if s.index in keep
+                    else "quantized"
+                ),
+            }
+            for s in sites
+        ]
+        return frozenset(keep)
+
+    def finish(self, quantized: list[int] | None) -> dict:
+        """The record, with what the final extraction took (`report.extra["quantized_sites"]`
+        of `engine.optimize`): a site the chooser left free may still be float when the cost
+        model finds its quantized form no cheaper (a small product)."""
+        taken = set(quantized or ())
+        for row, index in zip(self.record.get("sites", ()), range(len(self.record["sites"]))):
+            if row["quantized"] and index not in taken:
+                row["quantized"] = False
+                row["why"] = "float: the cost model found the quantized form no cheaper"
+        return self.record
+
+    def _why_float(self, s: Site) -> str:
+        """Why the user's options keep `s` in float ("" if they do not)."""
+        for pattern in self.plan.keep_float:
+            hit = next((n for n in s.names if fnmatch.fnmatchcase(n, pattern)), None)
+            if hit is not None:
+                return f"--keep-float {pattern} matches {hit}"
+        if self.plan.op_types and s.op not in self.plan.op_types:
+            return f"--op-types: {s.op} not listed"
+        return ""
+
+    def _model(self, g: TermGraph) -> onnx.ModelProto:
+        m = export_model(g)
+        if self.folder is not None:
+            onnx.external_data_helper.load_external_data_for_model(m, self.folder)
+        return m
+
+    def _reference(self, model: onnx.ModelProto, free: list[Site]):
+        """The float model's outputs on the calibration feeds, and the values the estimates
+        read (each site's captures and output: graph inputs, node outputs or initializers)
+        per feed."""
+        made = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
+        inits = {i.name: i for i in model.graph.initializer}
+        wanted = {v for s in free for v in (*s.values, *s.captures.values())}
+        wanted.discard(None)
+        outs = [o.name for o in model.graph.output]
+        extra = sorted(n for n in wanted if n in made and n not in outs)
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in extra)
+        sess = _Session(probe)
+        want, values = [], []
+        for feeds in self.calibration:
+            got = dict(zip(outs + extra, sess.run(feeds)))
+            want.append([got[o] for o in outs])
+            got.update({n: numpy_helper.to_array(inits[n]) for n in wanted if n in inits})
+            values.append(got)
+        return (outs, want), values
+
+    def _errors(self, model: onnx.ModelProto, reference) -> dict[str, float]:
+        """max|q - ref| / max|ref| per float output over the calibration feeds."""
+        outs, want = reference
+        sess = _Session(model)
+        worst_abs = dict.fromkeys(outs, 0.0)
+        biggest = dict.fromkeys(outs, 0.0)
+        for feeds, refs in zip(self.calibration, want):
+            for name, got, ref in zip(outs, sess.run(feeds), refs):
+                if not np.issubdtype(np.asarray(ref).dtype, np.floating):
+                    continue
+                worst_abs[name] = max(worst_abs[name], float(np.abs(got - ref).max(initial=0)))
+                biggest[name] = max(biggest[name], float(np.abs(ref).max(initial=0)))
+        return {n: worst_abs[n] / biggest[n] if biggest[n] else worst_abs[n] for n in outs}
+
+
+def _estimate(s: Site, values: list[dict]) -> float | None:
+    """The site's rule bound on the calibration values of its captures, over the largest
+    magnitude of the node's output (the first of its values the float model computes), the
+    worst over the feeds; None when a value is not available."""
+    if s.bound is None or not values:
+        return None
+    fn, args = s.bound
+    names = [s.captures.get(a) for a in args]
+    value = next((v for v in s.values if v in values[0]), None)
+    if value is None or any(n not in values[0] for n in names):
+        return None
+    worst = 0.0
+    for got in values:
+        bound = np.asarray(BOUNDS[fn].fn(*(got[n] for n in names)))
+        out = float(np.abs(got[value]).max(initial=0.0))
+        worst = max(worst, float(bound.max(initial=0.0)) / out if out else 0.0)
+    return worst
+
+
+def _Session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """onnxruntime CPU at its default, full optimization (as the user runs the result)."""
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
