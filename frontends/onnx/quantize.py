@@ -240,8 +240,23 @@ def _estimate(s: Site, values: list[dict]) -> float | None:
     return worst
 
 
-def _Session(model: onnx.ModelProto) -> ort.InferenceSession:
-    """onnxruntime CPU at its default, full optimization (as the user runs the result)."""
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+class _Session:
+    """onnxruntime CPU at its default, full optimization (as the user runs the result);
+    CheckError when it cannot load or run the model."""
+
+    def __init__(self, model: onnx.ModelProto):
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        try:
+            self.sess = ort.InferenceSession(
+                model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+            )
+        except Exception as e:  # onnxruntime raises its own exception types
+            raise CheckError(f"onnxruntime could not load a quantized candidate: {e}") from None
+
+    def run(self, feeds: dict) -> list:
+        """The model's outputs on `feeds`."""
+        try:
+            return self.sess.run(None, feeds)
+        except Exception as e:
+            raise CheckError(f"onnxruntime could not run a quantized candidate: {e}") from None
