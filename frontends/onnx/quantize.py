@@ -31,7 +31,7 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from engine.quantize import Site
-from frontends.onnx.check import random_inputs
+from frontends.onnx.check import CheckError, random_inputs
 from frontends.onnx.exporter import export_model
 from vocab.graph import TermGraph
 from vocab.registry import BOUNDS
