@@ -24,8 +24,9 @@ from engine.provenance import Firing, matched, original_names
 class Site:
     """One e-class that a `quant` rule rewrote.
 
-    index: position in the list `sites` returns. op: the op of the e-node the rule matched at
-    the root (MatMul, Gemm, Gather). rules: the quant rules that fired there. names: the
+    index: position in the list `sites` returns. op: the op of the first imported node the
+    rules' left sides matched (MatMul for a MatMul that rewriting fused into a Gemm first), or
+    else of the e-node matched at the root. rules: the quant rules that fired there. names: the
     imported nodes the e-class computes, then the imported nodes the rules' left sides
     matched (what `--keep-float` patterns are matched against). value: the name of a graph
     value the e-class holds (the node's output), or None; values: those of every e-class of
@@ -35,7 +36,8 @@ class Site:
     estimate from the captures' values. forbid: indexes into `Snapshot.nodes` of the e-nodes
     the quant rules created in this e-class (what keeping it in float forbids), and `enodes`
     those e-nodes themselves (to tell whether an extraction chose one). Sites whose rules
-    matched a common imported node are one Site (a MatMul and the Gemm it was fused into)."""
+    matched a common imported node, or read a common constant (the weight), are one Site (a
+    MatMul and the Gemm it was fused into)."""
 
     index: int
     op: str
@@ -80,6 +82,8 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
     for f in quant:
         grouped.setdefault(f.root, []).append(f)
     order = {c: i for i, c in enumerate(_graph_order(snap))}
+    op_of = {n.name or snap.graph.values[n.outputs[0]].name: n.op for n in snap.graph.nodes}
+    constant = {snap.handle[v] for v in snap.graph.constants if v in snap.handle}
     raw = []  # per root e-class: (root, firings, display names, names the left sides matched)
     for root in sorted(grouped, key=lambda c: order.get(c, len(order))):
         fs = grouped[root]
@@ -87,10 +91,11 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
         for f in fs:
             for e in matched(snap, f) or ():
                 matched_names += [n for n in origins.of(e) if n not in matched_names]
-        raw.append((root, fs, computed.get(root, []), matched_names))
-    # Sites that rewrite a common imported node are one site: MatMul + Add fused into a Gemm
-    # is quantized at the Gemm's e-class and at the MatMul's, and keeping one in float must
-    # keep the product in float.
+        weights = [f"@{c}" for f in fs for c in f.terms.values() if c in constant]
+        raw.append((root, fs, computed.get(root, []), matched_names + weights))
+    # Sites that rewrite a common imported node or read a common constant (the weight) are one
+    # site: MatMul + Add fused into a Gemm is quantized at the Gemm's e-class and at the
+    # MatMul's, and keeping one in float must keep the product in float.
     parent = list(range(len(raw)))
 
     def find(i: int) -> int:
@@ -122,9 +127,11 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
             continue
         site_names: list[str] = []
         for i in group:
-            site_names += [n for n in (*raw[i][2], *raw[i][3]) if n not in site_names]
+            names_i = (*raw[i][2], *raw[i][3])
+            site_names += [n for n in names_i if n not in site_names and not n.startswith("@")]
         first = fs[0]
         lhs = matched(snap, first) or ()
+        imported = [op_of[n] for i in group for n in raw[i][3] if n in op_of]
         rule = by_name[first.name.removesuffix(" (reverse)")]
         bound = None
         if rule.bound is not None:
@@ -132,7 +139,7 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
         out.append(
             Site(
                 index=len(out),
-                op=lhs[0].op if lhs else "",
+                op=imported[0] if imported else lhs[0].op if lhs else "",
                 rules=tuple(dict.fromkeys(f.name for f in fs)),
                 names=tuple(site_names),
                 value=next((value_of[r] for r in roots if r in value_of), None),

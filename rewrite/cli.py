@@ -743,8 +743,15 @@ def _mismatch(args, done, src: Path, start: float) -> int:
         _print_summary(report, done.diffs, Options(atol=args.atol, rtol=args.rtol), False)
     if args.report:
         _write_report(Path(args.report), report, done.diffs)
-    culprit = _bisect_failure(args, done.original, done.rules, report, done.folder, start)
     bad = ", ".join(d.name for d in done.diffs if not d.ok)
+    budget = getattr(args, "error_budget", None)
+    if budget is not None:  # quantization error, not a wrong rule: nothing to bisect
+        worst = max(d.max_rel for d in done.diffs)
+        return _fail(
+            f"measured error {100 * worst:.2f}% of {bad} exceeds --error-budget "
+            f"{100 * budget:.2f}% on the calibration inputs; nothing written"
+        )
+    culprit = _bisect_failure(args, done.original, done.rules, report, done.folder, start)
     return _fail(f"output check failed for {bad}; nothing written{culprit}")
 
 
@@ -961,7 +968,9 @@ def _print_summary(report, diffs, options, verbose: bool = False) -> None:
         out.print(f"opset {conv['input']}: {done} by onnx.version_converter{why}", markup=False)
     if diffs:
         executors = ", ".join(sorted({d.executor for d in diffs}))
-        check = Table(title=f"output check ({executors}, random inputs)", title_justify="left")
+        budget = report.extra.get("quantize", {}).get("budget") is not None
+        inputs = "the calibration inputs" if budget else "random inputs"
+        check = Table(title=f"output check ({executors}, {inputs})", title_justify="left")
         for col in ("output", "dtype", "max abs err", "max err / max|b|", "status"):
             check.add_column(col)
         for d in diffs:

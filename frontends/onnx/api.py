@@ -335,10 +335,12 @@ def check_outputs(
     *,
     original_source: bytes | str | None = None,
     optimized_source: bytes | str | None = None,
+    feeds: list | None = None,
 ) -> list:
     """Compare both models' outputs under onnxruntime at the tolerance of `report.fp` (or
-    `options.atol`/`rtol`): one OutputDiff per output. Raises `check.CheckError` when a model
-    cannot run."""
+    `options.atol`/`rtol`), on random inputs or on `feeds` (an error budget's calibration
+    inputs, where the budget is defined): one OutputDiff per output. Raises
+    `check.CheckError` when a model cannot run."""
     return compare(
         original,
         result,
@@ -347,6 +349,7 @@ def check_outputs(
         optimized_source=optimized_source,
         rtol=options.rtol,
         atol=options.atol,
+        feeds=feeds,
     )
 
 
@@ -475,6 +478,7 @@ def run(
                     options,
                     original_source=original_source,
                     optimized_source=source,
+                    feeds=choose.calibration if options.error_budget is not None else None,
                 )
             except CheckError as e:  # with what a caller needs to look for the culprit
                 e.run = Run(result, report, [], load_model(path) if lean else model, rules, folder)

@@ -141,9 +141,10 @@ def compare(
     optimized_source: bytes | str | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    feeds: list[dict[str, np.ndarray]] | None = None,
 ) -> list[OutputDiff]:
-    """Run both models on `runs` sets of random inputs and compare every output, with the
-    tolerances of numeric class `fp` (the loosest class among the rules that fired), each
+    """Run both models on `runs` sets of random inputs (or on `feeds`, when given) and
+    compare every output, with the tolerances of numeric class `fp` (the loosest class among the rules that fired), each
     output at the tolerance of the least precise float type it is computed from
     (`tolerance_types`).
 
@@ -159,7 +160,8 @@ def compare(
     worst: dict[str, OutputDiff] = {}
     elem = {o.name: o.type.tensor_type.elem_type for o in original.graph.output}
     tol = tolerance_types(original)
-    feeds = [random_inputs(original, seed + r) for r in range(runs)]
+    if feeds is None:
+        feeds = [random_inputs(original, seed + r) for r in range(runs)]
     executor = ORT
     try:  # one session at a time: each holds a copy of the weights
         sess = session(original_source or original)
