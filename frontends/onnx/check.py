@@ -144,9 +144,9 @@ def compare(
     feeds: list[dict[str, np.ndarray]] | None = None,
 ) -> list[OutputDiff]:
     """Run both models on `runs` sets of random inputs (or on `feeds`, when given) and
-    compare every output, with the tolerances of numeric class `fp` (the loosest class among the rules that fired), each
-    output at the tolerance of the least precise float type it is computed from
-    (`tolerance_types`).
+    compare every output, with the tolerances of numeric class `fp` (the loosest class among
+    the rules that fired), each output at the tolerance of the least precise float type it is
+    computed from (`tolerance_types`).
 
     Each model gets one onnxruntime session, loaded from `*_source` when given (the file path
     or the serialized bytes, so that a large model is not serialized again) or else from the
