@@ -111,3 +111,146 @@ def test_cli_quantize(tmp_path, capsys):
         err.startswith("error: ") and "unknown mode 'static'" in err and len(err.splitlines()) == 1
     )
     assert not bad.exists()
+
+
+def named_mlp() -> onnx.ModelProto:
+    """`mlp()` with node names, as exporters give them (fc1/MatMul, fc1/Add, relu, fc2/MatMul)."""
+    model = mlp()
+    for node, name in zip(model.graph.node, ("fc1/MatMul", "fc1/Add", "relu", "fc2/MatMul")):
+        node.name = name
+    return model
+
+
+def sites(report) -> dict[str, dict]:
+    return {s["node"]: s for s in report.extra["quantize"]["sites"]}
+
+
+def test_every_quantization_run_reports_its_sites_once():
+    # fc1's MatMul is quantized as a MatMul and, fused with its Add, as a Gemm: one site
+    _, report = rewrite.optimize_model(named_mlp(), quantize="dynamic")
+    found = sites(report)
+    assert sorted(found) == ["fc1/MatMul", "fc2/MatMul"]
+    assert all(s["quantized"] and s["why"] == "quantized" for s in found.values())
+
+
+def test_keep_float_keeps_the_matching_nodes_in_float():
+    q, report = rewrite.optimize_model(named_mlp(), quantize="dynamic", keep_float=["fc1/*"])
+    assert ops(q).count("MatMulInteger") == 1
+    found = sites(report)
+    assert not found["fc1/MatMul"]["quantized"]
+    assert found["fc1/MatMul"]["why"] == "--keep-float fc1/* matches fc1/MatMul"
+    assert found["fc2/MatMul"]["quantized"]
+    # the float layer is the original product: fc1's output is exact
+    x = RNG.normal(0, 1, (64, 256)).astype(np.float32)
+    float_layer = named_mlp()
+    del float_layer.graph.node[3]
+    float_layer.graph.output[0].CopyFrom(
+        helper.make_tensor_value_info("h3", TensorProto.FLOAT, [64, 256])
+    )
+    kept = onnx.ModelProto()
+    kept.CopyFrom(q)
+    kept.graph.output.append(helper.make_tensor_value_info("h3", TensorProto.FLOAT, None))
+    s = ort.InferenceSession(kept.SerializeToString(), providers=["CPUExecutionProvider"])
+    h3 = s.run(["h3"], {"x": x})[0]
+    np.testing.assert_allclose(h3, run(float_layer, x), rtol=1e-5, atol=1e-5)
+
+
+def test_op_types_limits_what_is_quantized():
+    q, report = rewrite.optimize_model(named_mlp(), quantize="dynamic", op_types=["Gemm"])
+    assert "MatMulInteger" not in ops(q)  # the model's products are MatMuls
+    assert all(s["why"] == "--op-types: MatMul not listed" for s in sites(report).values())
+    q, _ = rewrite.optimize_model(named_mlp(), quantize="dynamic", op_types="MatMul")
+    assert ops(q).count("MatMulInteger") == 2
+
+
+def calibration(tmp_path, n: int = 8):
+    rng = np.random.default_rng(7)
+    path = tmp_path / "cal.npz"
+    xs = rng.normal(0, 1, (n, 64, 256)).astype(np.float32)
+    np.savez(path, x=xs)
+    return path, xs
+
+
+def measured_error(q: onnx.ModelProto, xs: np.ndarray) -> float:
+    """max|q - ref| / max|ref| per input, the worst over the inputs, as the budget is defined."""
+    errors = []
+    for x in xs:
+        want, got = run(named_mlp(), x), run(q, x)
+        errors.append(np.abs(got - want).max() / np.abs(want).max())
+    return float(max(errors))
+
+
+def test_an_error_budget_holds_on_the_calibration_inputs(tmp_path):
+    path, xs = calibration(tmp_path)
+    full, _ = rewrite.optimize_model(named_mlp(), quantize="dynamic")
+    everything = measured_error(full, xs)
+    one = [
+        measured_error(
+            rewrite.optimize_model(named_mlp(), quantize="dynamic", keep_float=[k])[0], xs
+        )
+        for k in ("fc1/*", "fc2/*")
+    ]
+    assert 0 < max(one) < everything  # either layer alone errs less than both
+    budget = (max(one) + everything) / 2  # one layer in float fits, none does not
+    q, report = rewrite.optimize_model(
+        named_mlp(), quantize="dynamic", error_budget=budget, calibration=str(path)
+    )
+    record = report.extra["quantize"]
+    assert 0 < measured_error(q, xs) <= budget
+    assert record["calibration_error"]["y"] <= budget
+    assert record["calibration_samples"] == 8 and "warning" not in record
+    found = sites(report)
+    assert sum(s["quantized"] for s in found.values()) == 1  # one layer kept in float
+    kept = next(s for s in found.values() if not s["quantized"])
+    assert kept["why"].startswith("kept in float")
+    assert kept["estimate"] >= next(s for s in found.values() if s["quantized"])["estimate"]
+    assert ops(q).count("MatMulInteger") == 1
+    # the output check held the outputs to the budget, on the same inputs
+    assert report.extra["check"][0]["rtol"] == budget and report.extra["check"][0]["atol"] == 0
+    # a budget above the full error quantizes everything
+    q, report = rewrite.optimize_model(
+        named_mlp(), quantize="dynamic", error_budget=everything * 2, calibration=str(path)
+    )
+    assert ops(q).count("MatMulInteger") == 2
+
+
+def test_an_error_budget_without_calibration_draws_inputs_and_warns():
+    _, report = rewrite.optimize_model(named_mlp(), quantize="dynamic", error_budget=0.5)
+    record = report.extra["quantize"]
+    assert "drawn from the input types" in record["warning"]
+    assert record["calibration_samples"] == 8
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"keep_float": ["fc1/*"]}, "keep-float needs a quantization mode"),
+        ({"quantize": "dynamic", "error_budget": 0}, "error-budget must be a number > 0"),
+        ({"quantize": "dynamic", "calibration": "c.npz"}, "used by error-budget only"),
+        ({"quantize": "dynamic", "op_types": ["Matmul"]}, "'Matmul' is not an ONNX op"),
+    ],
+)
+def test_quantization_options_that_cannot_be_used(options, message):
+    with pytest.raises(OptionError, match=message):
+        rewrite.optimize_model(named_mlp(), **options)
+
+
+def test_cli_error_budget_reports_and_refuses_bad_calibration(tmp_path, capsys):
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(named_mlp(), src)
+    path, _ = calibration(tmp_path)
+    assert (
+        main(["quantize", str(src), str(dst), "--error-budget", "0.5", "--calibration", str(path)])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "quantized 2 of 2 nodes" in out and "error per output on 8 calibration inputs" in out
+    assert "output check (onnxruntime, the calibration inputs)" in out
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, y=np.zeros((2, 64, 256), np.float32))
+    out_bad = tmp_path / "never.onnx"
+    args = ["quantize", str(src), str(out_bad), "--error-budget", "0.5", "--calibration", str(bad)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "has no array for input 'x'" in err and len(err.splitlines()) == 1
+    assert not out_bad.exists()

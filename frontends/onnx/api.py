@@ -338,8 +338,9 @@ def check_outputs(
     feeds: list | None = None,
 ) -> list:
     """Compare both models' outputs under onnxruntime at the tolerance of `report.fp` (or
-    `options.atol`/`rtol`), on random inputs or on `feeds` (an error budget's calibration
-    inputs, where the budget is defined): one OutputDiff per output. Raises
+    `options.atol`/`rtol`), on random inputs, or on `feeds` (an error budget's calibration
+    inputs, where the budget is defined) with onnxruntime at its full optimization, as the
+    budget was measured and as users run the model: one OutputDiff per output. Raises
     `check.CheckError` when a model cannot run."""
     return compare(
         original,
@@ -350,6 +351,7 @@ def check_outputs(
         rtol=options.rtol,
         atol=options.atol,
         feeds=feeds,
+        full_optimization=feeds is not None,
     )
 
 

@@ -74,12 +74,14 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     return feeds
 
 
-def session(model: onnx.ModelProto | bytes | str) -> ort.InferenceSession:
-    """An onnxruntime CPU session with graph optimizations off, from a ModelProto, its
-    serialized bytes, or a file path (the cheapest: nothing is serialized in Python). Raises
-    CheckError."""
+def session(model: onnx.ModelProto | bytes | str, optimized: bool = False) -> ort.InferenceSession:
+    """An onnxruntime CPU session with graph optimizations off (`optimized`: at its default,
+    ORT_ENABLE_ALL, as a user runs the model, fused int8 kernels included), from a
+    ModelProto, its serialized bytes, or a file path (the cheapest: nothing is serialized in
+    Python). Raises CheckError."""
     opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if not optimized:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 3
     src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
@@ -142,11 +144,13 @@ def compare(
     rtol: float | None = None,
     atol: float | None = None,
     feeds: list[dict[str, np.ndarray]] | None = None,
+    full_optimization: bool = False,
 ) -> list[OutputDiff]:
     """Run both models on `runs` sets of random inputs (or on `feeds`, when given) and
     compare every output, with the tolerances of numeric class `fp` (the loosest class among
     the rules that fired), each output at the tolerance of the least precise float type it is
-    computed from (`tolerance_types`).
+    computed from (`tolerance_types`). `full_optimization`: onnxruntime sessions at its
+    full optimization (`session(optimized=True)`), to check what the user will measure.
 
     Each model gets one onnxruntime session, loaded from `*_source` when given (the file path
     or the serialized bytes, so that a large model is not serialized again) or else from the
@@ -164,14 +168,14 @@ def compare(
         feeds = [random_inputs(original, seed + r) for r in range(runs)]
     executor = ORT
     try:  # one session at a time: each holds a copy of the weights
-        sess = session(original_source or original)
+        sess = session(original_source or original, full_optimization)
         want = [run(sess, f) for f in feeds]
         del sess
     except CheckError:  # no onnxruntime kernel for the original (an old opset): the reference
         executor = REFERENCE
         want = run_reference(original_source or original, feeds)
     if executor == ORT:
-        sess = session(optimized_source or optimized)
+        sess = session(optimized_source or optimized, full_optimization)
         got = [run(sess, f) for f in feeds]
         del sess
     else:

@@ -8,7 +8,8 @@ its float and its quantized form (an `engine.quantize.Site`). `Chooser` is the
   `--keep-float` glob, or whose op is not among `--op-types`, stays in float;
 * with `--error-budget E`, the rest are ranked by an error estimate and the fewest of them are
   kept in float such that the measured error of every float output over the calibration
-  inputs, max|q - ref| / max|ref|, is at most E. The estimate of a site is its rule's stated
+  inputs, max|q - ref| / max|ref| (per input, the worst over the inputs, as the output check
+  measures it), is at most E. The estimate of a site is its rule's stated
   bound (`(bound FN ...)`, `vocab.registry.BOUNDS`) evaluated on the calibration values of
   the rule's captures, over the largest magnitude of the node's own output: the relative error
   the node itself may add. The search keeps the k sites of the largest estimates in float,
@@ -27,11 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from engine.quantize import Site
-from frontends.onnx.check import CheckError, random_inputs
+from frontends.onnx.check import random_inputs, run, session
 from frontends.onnx.exporter import export_model
 from vocab.graph import TermGraph
 from vocab.registry import BOUNDS
@@ -197,28 +197,29 @@ class Chooser:
         probe = onnx.ModelProto()
         probe.CopyFrom(model)
         probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in extra)
-        sess = _Session(probe)
+        sess = session(probe, optimized=True)
         want, values = [], []
         for feeds in self.calibration:
-            got = dict(zip(outs + extra, sess.run(feeds)))
+            got = dict(zip(outs + extra, run(sess, feeds)))
             want.append([got[o] for o in outs])
             got.update({n: numpy_helper.to_array(inits[n]) for n in wanted if n in inits})
             values.append(got)
         return (outs, want), values
 
     def _errors(self, model: onnx.ModelProto, reference) -> dict[str, float]:
-        """max|q - ref| / max|ref| per float output over the calibration feeds."""
+        """max|q - ref| / max|ref| per float output, the worst over the calibration feeds
+        (each feed's error relative to its own largest output, as the output check has it)."""
         outs, want = reference
-        sess = _Session(model)
-        worst_abs = dict.fromkeys(outs, 0.0)
-        biggest = dict.fromkeys(outs, 0.0)
+        sess = session(model, optimized=True)
+        worst = dict.fromkeys(outs, 0.0)
         for feeds, refs in zip(self.calibration, want):
-            for name, got, ref in zip(outs, sess.run(feeds), refs):
+            for name, got, ref in zip(outs, run(sess, feeds), refs):
                 if not np.issubdtype(np.asarray(ref).dtype, np.floating):
                     continue
-                worst_abs[name] = max(worst_abs[name], float(np.abs(got - ref).max(initial=0)))
-                biggest[name] = max(biggest[name], float(np.abs(ref).max(initial=0)))
-        return {n: worst_abs[n] / biggest[n] if biggest[n] else worst_abs[n] for n in outs}
+                err = float(np.abs(got - ref).max(initial=0))
+                big = float(np.abs(ref).max(initial=0))
+                worst[name] = max(worst[name], err / big if big else err)
+        return worst
 
 
 def _estimate(s: Site, values: list[dict]) -> float | None:
@@ -238,25 +239,3 @@ def _estimate(s: Site, values: list[dict]) -> float | None:
         out = float(np.abs(got[value]).max(initial=0.0))
         worst = max(worst, float(bound.max(initial=0.0)) / out if out else 0.0)
     return worst
-
-
-class _Session:
-    """onnxruntime CPU at its default, full optimization (as the user runs the result);
-    CheckError when it cannot load or run the model."""
-
-    def __init__(self, model: onnx.ModelProto):
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        try:
-            self.sess = ort.InferenceSession(
-                model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-            )
-        except Exception as e:  # onnxruntime raises its own exception types
-            raise CheckError(f"onnxruntime could not load a quantized candidate: {e}") from None
-
-    def run(self, feeds: dict) -> list:
-        """The model's outputs on `feeds`."""
-        try:
-            return self.sess.run(None, feeds)
-        except Exception as e:
-            raise CheckError(f"onnxruntime could not run a quantized candidate: {e}") from None
