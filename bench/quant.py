@@ -5,11 +5,13 @@
     python bench/quant.py --kernels                     # the cost model's int8 factor
 
 Models are bench/models.py's full-size ones (bench/.models/, generated when missing). For each
-model, four files: the float original, ours (`rewrite quantize IN OUT --mode dynamic`, the
-shipped library, its output check off so that the error is measured here; and the same with
-`--per-channel`), and onnxruntime's
+model, five files: the float original, onnxruntime's
 (`onnxruntime.quantization.quantize_dynamic(IN, OUT)`, its defaults: int8 weights, one scale
-per tensor). Reported per quantized model:
+per tensor), ours (`rewrite quantize IN OUT --mode dynamic`, the shipped library, its output
+check off so that the error is measured here; the same with `--per-channel`; and with
+`--error-budget` at `--budget` times onnxruntime's measured error, calibrated on
+`--calibration` inputs of seeds 1000.., apart from the measured ones). Reported per quantized
+model:
 
 * latency: each model and the original run alternately in one process under onnxruntime
   (ORT_ENABLE_ALL, 1 intra-op thread, batch 1 at bench/models.py's main shape); the median of
@@ -118,16 +120,21 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     ref = session(src)
-    tools = (
+    cal = work / "calibration.npz"  # seeds apart from the measured inputs' (0..n-1)
+    feeds = [M.make_inputs(name, seed=1000 + i) for i in range(args.calibration)]
+    np.savez(cal, **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
+    tools = [
+        ("onnxruntime", quantize_ort),
         ("rewrite", quantize_ours),
         ("rewrite --per-channel", quantize_ours_per_channel),
-        ("onnxruntime", quantize_ort),
-    )
-    for tool, fn in tools:
-        dst = work / f"{tool.replace(' --', '-')}.onnx"
+    ]
+    measured: dict[str, dict] = {}
+    while tools:
+        tool, fn = tools.pop(0)
+        dst = work / f"{tool.split(' --error')[0].replace(' --', '-')}.onnx"
         seconds = fn(src, dst)
         q = session(dst)
-        e = errors(name, ref, q, args.inputs)
+        e = measured[tool] = errors(name, ref, q, args.inputs)
         lat = latency(name, ref, q, args.runs)
         mb = dst.stat().st_size / 2**20
         argmax = f"{100 * e['argmax']:.1f}%" if M.SPECS[name].kind != "image" else "-"
@@ -136,6 +143,16 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
             f"| {seconds:.1f} | {mb:.0f} |"
         )
         print(rows[-1], flush=True)
+        if tool == "onnxruntime" and args.budget:
+            budget = round(measured[tool]["error"] * args.budget, 4)
+            tools.append(
+                (
+                    f"rewrite --error-budget {budget:g}",
+                    lambda s, d, b=budget: quantize_ours(
+                        s, d, "--error-budget", str(b), "--calibration", str(cal)
+                    ),
+                )
+            )
     return rows
 
 
@@ -189,6 +206,15 @@ def main(argv=None) -> int:
     ap.add_argument("--exporters", nargs="+", default=list(M.EXPORTERS), choices=M.EXPORTERS)
     ap.add_argument("--runs", type=int, default=30, help="paired latency runs (default 30)")
     ap.add_argument("--inputs", type=int, default=8, help="inputs for the error (default 8)")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=0.5,
+        metavar="F",
+        help="also run `rewrite quantize --error-budget` at F times onnxruntime's measured error "
+        "(default 0.5; 0 skips it), calibrated on --calibration inputs of other seeds",
+    )
+    ap.add_argument("--calibration", type=int, default=8, help="calibration inputs (default 8)")
     ap.add_argument("--kernels", action="store_true", help="time the int8 kernels and stop")
     args = ap.parse_args(argv)
     if args.kernels:
