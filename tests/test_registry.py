@@ -535,6 +535,20 @@ def test_gemm_dynamic_bound_adds_the_bias_rounding():
     assert np.all(err <= b) and np.all(b >= matmul(x, w) + 2.0**-22 * np.abs(c))
 
 
+def test_gemm_dynamic_per_column_bound_adds_the_bias_rounding_per_column():
+    rng = np.random.default_rng(2)
+    gemm = covers("gemm-dynamic-7bit-per-column").fn
+    per_column = registry.BOUNDS["matmul-dynamic-7bit-per-column"].fn
+    x = rng.normal(0, 1, (4, 16))
+    w = rng.normal(0, 0.1, (16, 8)) * rng.uniform(0.01, 1, 8)  # columns of unlike scales
+    c = rng.normal(0, 1e4, 8)
+    err = _dynamic_int8_error(x, w, np.abs(w).max(axis=0) / 63)
+    b = gemm(x, w, c)
+    assert np.all(err <= b) and np.all(b >= per_column(x, w) + 2.0**-22 * np.abs(c))
+    # tighter than one scale per tensor where a column's weights are small
+    assert np.all(b <= covers("gemm-dynamic-7bit").fn(x, w, c) + 1e-12)
+
+
 def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS) | set(registry.BOUNDS)
     missing = sorted(names - TESTED)

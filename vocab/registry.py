@@ -804,15 +804,27 @@ def matmul_dynamic_7bit(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return _matmul_int8_bound(x, w, np.abs(w.astype(np.float64)).max(initial=0.0) / WEIGHT_LEVELS)
 
 
-@bound("gemm-dynamic-7bit", TERM, TERM, TERM)
-def gemm_dynamic_7bit(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """The error of Gemm(x, w, c) = x @ w + c with x @ w quantized as in `matmul-dynamic-7bit`:
-    that bound, plus the float32 rounding of adding c on each side (2^-23 of |c| and of the
-    products' magnitudes)."""
-    err = matmul_dynamic_7bit(x, w)
-    w_step = np.abs(w.astype(np.float64)).max(initial=0.0) / WEIGHT_LEVELS
+def _gemm_int8_bound(x: np.ndarray, w: np.ndarray, c: np.ndarray, w_step) -> np.ndarray:
+    """|Gemm(x, w, c) - (dq(x) @ dq(w) + c)| per output element: the MatMul's bound
+    (`_matmul_int8_bound`), plus the float32 rounding of adding c on each side (2^-23 of |c|
+    and of the products' magnitudes)."""
+    err = _matmul_int8_bound(x, w, w_step)
     big = (np.abs(x.astype(np.float64)) + 1) @ (np.abs(w.astype(np.float64)) + w_step)
     return err + 2.0**-22 * (np.abs(c.astype(np.float64)) + big)
+
+
+@bound("gemm-dynamic-7bit", TERM, TERM, TERM)
+def gemm_dynamic_7bit(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The error of Gemm(x, w, c) = x @ w + c with x @ w quantized as in `matmul-dynamic-7bit`
+    (see `_gemm_int8_bound`)."""
+    return _gemm_int8_bound(x, w, c, np.abs(w.astype(np.float64)).max(initial=0.0) / WEIGHT_LEVELS)
+
+
+@bound("gemm-dynamic-7bit-per-column", TERM, TERM, TERM)
+def gemm_dynamic_7bit_per_column(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The same with one weight scale per output column, max_k |w_kj| / 63."""
+    w_step = np.abs(w.astype(np.float64)).max(axis=0, initial=0.0) / WEIGHT_LEVELS
+    return _gemm_int8_bound(x, w, c, w_step)
 
 
 @bound("matmul-dynamic-7bit-per-column", TERM, TERM)
