@@ -131,7 +131,7 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
     measured: dict[str, dict] = {}
     while tools:
         tool, fn = tools.pop(0)
-        dst = work / f"{tool.split(' --error')[0].replace(' --', '-')}.onnx"
+        dst = work / f"{tool.split(' ')[0]}{''.join(w[1:] for w in tool.split()[1:2])}.onnx"
         seconds = fn(src, dst)
         q = session(dst)
         e = measured[tool] = errors(name, ref, q, args.inputs)
