@@ -176,7 +176,9 @@ def _quantize_parser(sub) -> None:
         description="Quantize an ONNX model: `rewrite optimize` with the quant rules of the mode "
         "(patterns/quant/) allowed beside the rest of the library, so the output is also the "
         "smallest graph. Each quant rule states its error bound, which `rewrite verify` checks; "
-        "the output check allows 10% of each output's largest magnitude (--rtol to change).",
+        "the output check allows 10% of each output's largest magnitude (--rtol to change; with "
+        "--error-budget E, E on the calibration inputs). The summary lists the nodes kept in "
+        "float and why; --report has every node's choice.",
     )
     q.add_argument("input", metavar="IN.onnx", help="the model to quantize")
     q.add_argument("output", metavar="OUT.onnx", help="where to write it (may be IN.onnx)")
