@@ -162,6 +162,7 @@ def _optimize_parser(sub) -> None:
         func=cmd_optimize,
         quantize=None,
         per_channel=False,
+        bits=None,
         keep_float=[],
         op_types=[],
         error_budget=None,
@@ -189,12 +190,21 @@ def _quantize_parser(sub) -> None:
         default="dynamic",
         help="the quantization mode; dynamic, the default: MatMuls by constant float weights "
         "become int8 MatMulInteger with the activations quantized to uint8 at run time "
-        "(onnxruntime fuses them into DynamicQuantizeMatMul)",
+        "(onnxruntime fuses them into DynamicQuantizeMatMul); weight-only (with --target "
+        "onnxruntime): the weights stored in 4 bits, blocks of 32, in onnxruntime's "
+        "MatMulNBits, the product in float (8x smaller weights, about the same speed)",
     )
     q.add_argument(
         "--per-channel",
         action="store_true",
         help="one weight scale per output column instead of one per weight",
+    )
+    q.add_argument(
+        "--bits",
+        type=int,
+        choices=(4, 8),
+        help="weight-only: the weights' width (default 4: 8x smaller; 8: 4x smaller and 16x "
+        "more precise)",
     )
     q.add_argument(
         "--keep-float",
@@ -629,6 +639,7 @@ def cmd_optimize(args) -> int:
             target=args.target,
             quantize=args.quantize,
             per_channel=args.per_channel,
+            bits=args.bits,
             keep_float=args.keep_float,
             op_types=args.op_types,
             error_budget=args.error_budget,

@@ -1,6 +1,7 @@
 """One unit test per registered guard and builder (and a check that none is left untested)."""
 
 import numpy as np
+import pytest
 from onnx import TensorProto as TP
 
 from vocab import registry
@@ -547,6 +548,41 @@ def test_gemm_dynamic_per_column_bound_adds_the_bias_rounding_per_column():
     assert np.all(err <= b) and np.all(b >= per_column(x, w) + 2.0**-22 * np.abs(c))
     # tighter than one scale per tensor where a column's weights are small
     assert np.all(b <= covers("gemm-dynamic-7bit").fn(x, w, c) + 1e-12)
+
+
+def test_whole_blocks_and_dim():
+    blocks, dim = covers("whole-blocks").fn, covers("dim").fn
+    x = t(4, 64)
+    assert blocks(x, t(64, 8), 32) and blocks(x, t(32, 1), 32)
+    assert not blocks(x, t(48, 8), 32) and not blocks(x, t(16, 8), 32)
+    assert not blocks(x, t(64, 0), 32) and not blocks(x, t("k", 8), 32)
+    assert not blocks(x, t(2, 32, 8), 32) and not blocks(x, t(64, 8), 0)
+    assert dim(t(64, 8), 0) == 64 and dim(t(64, 8), -1) == 8
+    assert dim(t("k", 8), 0) is None and dim(t(64, 8), 2) is None
+    assert dim(ClassInfo(TensorType(F32, None)), 0) is None
+
+
+def _blockwise_error(x, w, levels):
+    """|x @ w - x @ dq(q(w))| with w quantized per block of 32 along K, in float64."""
+    k, n = w.shape
+    s = np.abs(w).reshape(k // 32, 32, n).max(axis=1) / levels
+    s = np.repeat(np.where(s == 0, 1, s), 32, axis=0)
+    return np.abs(x @ w - x @ (np.round(w / s) * s))
+
+
+@pytest.mark.parametrize("bits, levels", [(4, 7), (8, 127)])
+def test_weight_only_bounds_hold_and_are_not_loose(bits, levels):
+    f = covers(f"matmul-weight-{bits}bit-block32").fn
+    rng = np.random.default_rng(bits)
+    ratios = []
+    for _ in range(200):
+        k, n = 32 * int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        x = rng.normal(0, 1, (int(rng.integers(1, 4)), k))
+        w = rng.normal(0, 1, (k, n)) * rng.uniform(0.01, 1, n)
+        err, b = _blockwise_error(x, w, levels), f(x, w)
+        assert np.all(err <= b)
+        ratios.append(float((err / b).max()))
+    assert max(ratios) > 0.2  # attained within a small factor somewhere
 
 
 def test_every_registered_function_has_a_test():

@@ -44,6 +44,7 @@ Requests:
 | `DtypeFrom(x, y, f)`     | x's dtype is in `f(dtype of y)`                                |
 | `IdentityPerm(p)`        | attribute p is the identity permutation of its length          |
 | `SpatialPads(p)`         | Pad's pads p are non-negative and 0 on the first two axes      |
+| `DimMultiple(x, a, m)`   | x's dimension a is a positive multiple of m                    |
 | `PartOfConcat(s)`        | a Slice's starts s (and ends) take one input's part of the    |
 |                          | Concat it slices                                              |
 """
@@ -199,6 +200,14 @@ class SpatialPads(Request):
     """Attribute capture `name` (Pad's pads) is non-negative and 0 on the first two axes."""
 
 
+@dataclass(frozen=True)
+class DimMultiple(Request):
+    """Dimension `axis` of `name` is a positive multiple of `m` (`whole-blocks`)."""
+
+    axis: int = 0
+    m: int = 1
+
+
 HINTS: dict[str, Callable[..., list[Request]]] = {}
 VIOLATIONS: dict[str, Callable[..., list[Request]]] = {}
 
@@ -301,6 +310,12 @@ def _rank(x: Arg, n: Arg) -> list[Request]:
 @hint("accumulates-in-int32")
 def _accumulates_in_int32(w: Arg) -> list[Request]:
     return []  # drawn weights have a few rows: K * 255 * 127 is far below 2^31 for all of them
+
+
+@hint("whole-blocks")
+def _whole_blocks(x: Arg, w: Arg, block: Arg) -> list[Request]:
+    m = int(block.value) if block.value is not None else 1
+    return [Rank(w.name, 2), DimMultiple(x.name, -1, m), DimMultiple(w.name, 0, m)]
 
 
 @hint("rank-at-least")

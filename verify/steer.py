@@ -1,10 +1,11 @@
 """Steering a drawn leaf by the guards' requests (`verify.hints`).
 
 `Steer.finalize` runs when a sampler has proposed a leaf's shape: it fixes the rank
-(`Rank`, `RankAtLeast`), then the leaf's relations to captures drawn before it (`Within`,
-`Beyond`, `KeepType`), then its own shape (`OneElement`, `Many`, `ChannelOf`, `CopyValues`)
-and role (`Const`, `Input`, `Fill`). A request whose other capture is not drawn yet is applied
-when that one is drawn, from its side. `verify.draw.Gen` mixes this in.
+(`Rank`, `RankAtLeast`) and a dimension's multiple (`DimMultiple`), then the leaf's relations
+to captures drawn before it (`Within`, `Beyond`, `KeepType`), then its own shape
+(`OneElement`, `Many`, `ChannelOf`, `CopyValues`) and role (`Const`, `Input`, `Fill`). A
+request whose other capture is not drawn yet is applied when that one is drawn, from its side.
+`verify.draw.Gen` mixes this in.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ class Steer:
             shape = self._with_rank(shape, rank.n)
         if H.OneElement in mine:
             shape = (1,) * len(shape)
+        multiple = mine.get(H.DimMultiple)
+        if multiple is not None and shape:
+            shape = list(shape)
+            axis = multiple.axis % len(shape)
+            shape[axis] = multiple.m * max(1, round(shape[axis] / multiple.m))
+            shape = tuple(shape)
         shape = self._relations(leaf, shape, reqs, ones=H.OneElement in mine)
         if H.Many in mine and math.prod(shape) <= 1:
             shape = self._many(

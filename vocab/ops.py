@@ -320,6 +320,9 @@ _COST = {
     "EyeLike": "movement",
     "OneHot": "movement",
 }
+# ops of other domains whose cost class is known (the rest are `kernel`): MatMulNBits computes
+# a float product of its first input [..., K] by its dequantized weight (onnxruntime's spec)
+_CONTRIB_COST = {"com.microsoft.MatMulNBits": "matmul"}
 # the cost classes `engine.cost` prices (`OpSpec.cost`); an op declaration names one
 COST_CLASSES = (
     "elementwise",
@@ -586,7 +589,9 @@ def _specs_of(versions: list[_Schema], floor: int, ceiling: int) -> list[OpSpec]
         name=newest.name,
         inputs=inputs,
         attrs=tuple(attrs[k] for k in sorted(attrs)),
-        cost=_cost(newest.name, families) if domain in ("", "ai.onnx.ml") else "kernel",
+        cost=_cost(newest.name, families)
+        if domain in ("", "ai.onnx.ml")
+        else _CONTRIB_COST.get(f"{domain}.{newest.name}", "kernel"),
         random="RANDOM" in families,
         commutative="COMMUTATIVE" in families,
         domain=domain,

@@ -833,3 +833,59 @@ def matmul_dynamic_7bit_per_column(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return _matmul_int8_bound(
         x, w, np.abs(w.astype(np.float64)).max(axis=0, initial=0.0) / WEIGHT_LEVELS
     )
+
+
+# ---- weight-only quantization (onnxruntime's MatMulNBits) ---------------------------------------
+# com.microsoft.MatMulNBits (onnxruntime contrib op spec): B holds the weight transposed, [N, K],
+# in blocks of `block_size` along K, each block q * scale with q in [0, 2^bits) and the zero
+# point 2^(bits - 1) when none is given; the product runs in float32 (accuracy_level 0). A block
+# quantized symmetrically to 4 bits by round-to-nearest has scale max|w_block| / 7 and each
+# weight within half a scale.
+
+
+@guard("whole-blocks", TERM, TERM, ATTR)
+def whole_blocks(x: ClassInfo, w: ClassInfo, block: int) -> bool:
+    """True if `w` is a rank-2 [K, N] weight whose K (static) is a positive multiple of
+    `block`, so its columns split into whole blocks along K; `x` is the activation it
+    multiplies (its last dimension is K, or MatMul(x, w) would not type-check)."""
+    shape = w.type.shape
+    if shape is None or len(shape) != 2 or not all(isinstance(d, int) for d in shape):
+        return False
+    return shape[0] >= block > 0 and shape[0] % block == 0 and shape[1] > 0
+
+
+@builder("dim", TERM, ATTR)
+def dim(x: ClassInfo, axis: int) -> int | None:
+    """Dimension `axis` of `x` when it is a static int (an attribute such as MatMulNBits' K and
+    N), else None."""
+    shape = x.type.shape
+    if shape is None or not -len(shape) <= axis < len(shape):
+        return None
+    d = shape[axis]
+    return d if isinstance(d, int) else None
+
+
+def _blockwise_bound(x: np.ndarray, w: np.ndarray, levels: int) -> np.ndarray:
+    """|x @ w - x @ dq(w)| per output element for w quantized symmetrically to 2 `levels` + 1
+    values in blocks of 32 along K, one scale max|w_block| / levels per block and column:
+    sum_k |x_k| s_kn / 2 (the rounding) plus the float32 rounding of both sides' sums
+    ((K + 8) 2^-23 of |x| @ (|w| + s / 2))."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    k, n = w.shape
+    blocks = np.abs(w).reshape(k // 32, 32, n).max(axis=1, initial=0.0) / levels
+    step = np.repeat(blocks, 32, axis=0)  # [K, N]: each weight's scale
+    ax = np.abs(x)
+    return ax @ (step / 2) + (k + 8) * 2.0**-23 * (ax @ (np.abs(w) + step / 2))
+
+
+@bound("matmul-weight-4bit-block32", TERM, TERM)
+def matmul_weight_4bit_block32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The error of MatMul(x, w) computed with w in 4 bits (q - 8 in [-7, 7]), blocks of 32
+    along K (`_blockwise_bound`)."""
+    return _blockwise_bound(x, w, 7)
+
+
+@bound("matmul-weight-8bit-block32", TERM, TERM)
+def matmul_weight_8bit_block32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The same with w in 8 bits (q - 128 in [-127, 127])."""
+    return _blockwise_bound(x, w, 127)

@@ -42,13 +42,15 @@ from frontends.onnx.quantize import (
 from vocab.ops import OPS, TARGETS
 
 NUMERIC_CLASSES = FP_CLASSES[1:]  # beyond `exact`, which always runs
-# quantization modes: (mode, per_channel) -> the ruleset of patterns/quant/ that runs; the
-# other quant rulesets are skipped
+# quantization modes: (mode, per_channel, weight bits) -> the ruleset of patterns/quant/ that
+# runs; the other quant rulesets are skipped. The first bits listed for a mode is its default.
 QUANT_RULESETS = {
-    ("dynamic", False): "quant-dynamic",
-    ("dynamic", True): "quant-dynamic-per-channel",
+    ("dynamic", False, 8): "quant-dynamic",
+    ("dynamic", True, 8): "quant-dynamic-per-channel",
+    ("weight-only", False, 4): "quant-weight-only-4bit",
+    ("weight-only", False, 8): "quant-weight-only-8bit",
 }
-QUANT_MODES = tuple(dict.fromkeys(m for m, _ in QUANT_RULESETS))
+QUANT_MODES = tuple(dict.fromkeys(m for m, *_ in QUANT_RULESETS))
 
 
 class OptionError(ValueError):
@@ -91,9 +93,11 @@ class Options:
         optimize it with the rules whose ops exist there; None converts only a model older
         than the op table's forms (see `frontends.onnx.optimize_model`).
     quantize: a quantization mode (`QUANT_MODES`: `dynamic`, int8 weights and activations
-        quantized at run time) or None. It allows the `quant` class and runs that mode's
-        ruleset (`QUANT_RULESETS`) beside the rest of the library; `per_channel` picks the
-        ruleset with one weight scale per output column.
+        quantized at run time; `weight-only`, 4-bit block-wise weights in onnxruntime's
+        MatMulNBits, for `target` onnxruntime) or None. It allows the `quant` class and runs
+        that mode's ruleset (`QUANT_RULESETS`) beside the rest of the library; `per_channel`
+        picks the dynamic ruleset with one weight scale per output column; `bits` the
+        weight-only ruleset's width (4, the default, or 8).
     keep_float: node-name globs (fnmatch) whose nodes stay in float; op_types: the ops to
         quantize (`MatMul`, `Gemm`; empty: all the mode covers); error_budget: the largest
         max|q - ref| / max|ref| allowed per float output over the calibration inputs (the
@@ -120,6 +124,7 @@ class Options:
     target: str = "onnx"
     quantize: str | None = None
     per_channel: bool = False
+    bits: int | None = None
     keep_float: tuple[str, ...] = ()
     op_types: tuple[str, ...] = ()
     error_budget: float | None = None
@@ -157,13 +162,21 @@ class Options:
         rulesets of other modes skipped (no change when `quantize` is None)."""
         if self.quantize is None:
             return self
-        keep = QUANT_RULESETS[(self.quantize, bool(self.per_channel))]
+        keep = QUANT_RULESETS[self._quant_key]
         others = [f"ruleset:{r}" for r in QUANT_RULESETS.values() if r != keep]
         allow = self.allow if "quant" in self.allow else (*self.allow, "quant")
         out = replace(self, allow=allow, skip=(*self.skip, *others))
         if self.error_budget is not None and self.rtol is None and self.atol is None:
             out = replace(out, rtol=self.error_budget, atol=0.0)  # the check holds the budget
         return out
+
+    @property
+    def _quant_key(self) -> tuple:
+        """(mode, per_channel, bits) of `QUANT_RULESETS`, bits defaulting to the mode's first."""
+        bits = self.bits
+        if bits is None:
+            bits = next((b for m, _, b in QUANT_RULESETS if m == self.quantize), None)
+        return (self.quantize, bool(self.per_channel), bits)
 
     @property
     def plan(self) -> Plan:
@@ -176,8 +189,20 @@ class Options:
             raise OptionError(
                 f"quantize: unknown mode {self.quantize!r} (choose from {', '.join(QUANT_MODES)})"
             )
+        if self.quantize is not None and self._quant_key not in QUANT_RULESETS:
+            if self.per_channel and (self.quantize, True, self._quant_key[2]) not in QUANT_RULESETS:
+                raise OptionError(f"per-channel does not apply to mode {self.quantize}")
+            bits = sorted({b for m, _, b in QUANT_RULESETS if m == self.quantize})
+            raise OptionError(
+                f"bits: mode {self.quantize} takes {' or '.join(map(str, bits))}, not {self.bits}"
+            )
+        if self.quantize == "weight-only" and self.target != "onnxruntime":
+            raise OptionError(
+                "weight-only writes onnxruntime's com.microsoft.MatMulNBits: give target "
+                "onnxruntime (the standard-ONNX DequantizeLinear block_size form is not done)"
+            )
         if self.quantize is None:
-            for name in ("keep_float", "op_types", "error_budget", "calibration"):
+            for name in ("keep_float", "op_types", "error_budget", "calibration", "bits"):
                 if getattr(self, name):
                     raise OptionError(f"{name.replace('_', '-')} needs a quantization mode")
         if self.error_budget is not None and not 0 < self.error_budget:
