@@ -3,6 +3,7 @@
     python bench/quant.py                               # BERT-base, both exporters
     python bench/quant.py --models bert gpt2 llama vit --exporters torchscript
     python bench/quant.py --kernels                     # the cost model's int8 factor
+    python bench/quant.py --mode weight-only --models llama --exporters torchscript
 
 Models are bench/models.py's full-size ones (bench/.models/, generated when missing). For each
 model, five files: the float original, onnxruntime's
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -65,6 +67,29 @@ def quantize_ort(src: Path, dst: Path) -> float:
     code = (
         "import sys; from onnxruntime.quantization import quantize_dynamic; "
         "quantize_dynamic(sys.argv[1], sys.argv[2])"
+    )
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, str(src), str(dst)], check=True)
+    return time.perf_counter() - start
+
+
+def quantize_ours_weight_only(src: Path, dst: Path) -> float:
+    """Seconds of `rewrite quantize SRC DST --mode weight-only --target onnxruntime` (4-bit
+    weights, blocks of 32, symmetric)."""
+    start = time.perf_counter()
+    cmd = ["rewrite", "quantize", str(src), str(dst), "--mode", "weight-only"]
+    subprocess.run([*cmd, "--target", "onnxruntime", "--no-check", "-q"], check=True)
+    return time.perf_counter() - start
+
+
+def quantize_ort_weight_only(src: Path, dst: Path) -> float:
+    """Seconds of onnxruntime's `MatMulNBitsQuantizer` at the same settings as ours (4 bits,
+    blocks of 32, symmetric), in a subprocess."""
+    code = (
+        "import sys, onnx; "
+        "from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer; "
+        "q = MatMulNBitsQuantizer(onnx.load(sys.argv[1]), block_size=32, is_symmetric=True); "
+        "q.process(); onnx.save(q.model.model, sys.argv[2])"
     )
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", code, str(src), str(dst)], check=True)
@@ -128,10 +153,15 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         ("rewrite", quantize_ours),
         ("rewrite --per-channel", quantize_ours_per_channel),
     ]
+    if args.mode == "weight-only":
+        tools = [
+            ("onnxruntime MatMulNBits", quantize_ort_weight_only),
+            ("rewrite --mode weight-only", quantize_ours_weight_only),
+        ]
     measured: dict[str, dict] = {}
     while tools:
         tool, fn = tools.pop(0)
-        dst = work / f"{tool.split(' ')[0]}{''.join(w[1:] for w in tool.split()[1:2])}.onnx"
+        dst = work / f"{re.sub(r'[^A-Za-z0-9.]+', '-', tool)}.onnx"
         seconds = fn(src, dst)
         q = session(dst)
         e = measured[tool] = errors(name, ref, q, args.inputs)
@@ -143,7 +173,7 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
             f"| {seconds:.1f} | {mb:.0f} |"
         )
         print(rows[-1], flush=True)
-        if tool == "onnxruntime" and args.budget:
+        if tool == "onnxruntime" and args.budget and args.mode == "dynamic":
             budget = round(measured[tool]["error"] * args.budget, 4)
             tools.append(
                 (
@@ -213,6 +243,13 @@ def main(argv=None) -> int:
         metavar="F",
         help="also run `rewrite quantize --error-budget` at F times onnxruntime's measured error "
         "(default 0.5; 0 skips it), calibrated on --calibration inputs of other seeds",
+    )
+    ap.add_argument(
+        "--mode",
+        choices=("dynamic", "weight-only"),
+        default="dynamic",
+        help="dynamic (default) or weight-only: ours against onnxruntime's MatMulNBitsQuantizer, "
+        "both 4-bit, blocks of 32, symmetric",
     )
     ap.add_argument("--calibration", type=int, default=8, help="calibration inputs (default 8)")
     ap.add_argument("--kernels", action="store_true", help="time the int8 kernels and stop")
