@@ -304,3 +304,33 @@ def test_weight_only_4bit_matmul_stays_within_its_bound_on_onnxruntime():
 def test_weight_only_options_that_cannot_be_used(options, message):
     with pytest.raises(OptionError, match=message):
         rewrite.optimize_model(named_mlp(), **options)
+
+
+def embedding() -> onnx.ModelProto:
+    """ids[4, 8] -> Gather of a trained-like table E[1000, 64] (rows of unlike scales)."""
+    rng = np.random.default_rng(3)
+    table = (rng.normal(0, 0.05, (1000, 64)) * rng.uniform(0.1, 2.0, (1000, 1))).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["E", "ids"], ["y"])],
+        "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8, 64])],
+        [numpy_helper.from_array(table, "E")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def test_an_embedding_table_is_stored_in_int8_with_a_scale_per_row():
+    model = embedding()
+    q, report = rewrite.optimize_model(model, quantize="dynamic")
+    assert report.fired.get("quantize-gather-embedding") == 1
+    tables = [i for i in q.graph.initializer if i.data_type == TensorProto.INT8]
+    assert [tuple(t.dims) for t in tables] == [(1000, 64)]  # 4x smaller than the float table
+    assert np.abs(numpy_helper.to_array(tables[0])).max() == 127  # the full int8 range
+    table = numpy_helper.to_array(model.graph.initializer[0])
+    s = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seed in range(3):
+        ids = np.random.default_rng(seed).integers(-1000, 1000, (4, 8))
+        got = s.run(None, {"ids": ids})[0]
+        err = np.abs(got - table[ids % 1000])
+        assert np.all(err <= BOUNDS["gather-8bit-per-row"].fn(table, ids)) and err.max() > 0

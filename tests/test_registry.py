@@ -585,6 +585,21 @@ def test_weight_only_bounds_hold_and_are_not_loose(bits, levels):
     assert max(ratios) > 0.2  # attained within a small factor somewhere
 
 
+def test_gather_8bit_per_row_bound_holds_and_is_not_loose():
+    f = covers("gather-8bit-per-row").fn
+    rng = np.random.default_rng(5)
+    w = rng.normal(0, 1, (6, 16)) * rng.uniform(0.01, 1, (6, 1))
+    w[2] = 0  # a row of zeros quantizes exactly
+    i = np.array([[0, -1, 2], [5, 3, -6]])
+    s = np.abs(w).max(axis=1, keepdims=True) / 127
+    s[2] = 1
+    err = np.abs(w - np.round(w / s) * s)[i % 6]
+    b = f(w, i)
+    assert b.shape == (2, 3, 16) and np.all(err <= b) and np.all(b[0, 2] == 0)
+    assert (err / np.where(b > 0, b, 1)).max() > 0.5
+    assert f(np.zeros((0, 4)), np.zeros((0,), np.int64)).shape == (0, 4)
+
+
 def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS) | set(registry.BOUNDS)
     missing = sorted(names - TESTED)

@@ -1,5 +1,5 @@
-"""Samplers for Slice and Pad (see `verify.draw`), whose shape-like inputs interact, and for
-Concat and Split (its projections `Split#K` too).
+"""Samplers for Slice and Pad (see `verify.draw`), whose shape-like inputs interact, for
+Concat and Split (its projections `Split#K` too), and for Gather.
 
 Under `keep_type` (a `same-type` guard) they are drawn so that the output keeps the input's
 shape, which includes the cases that are *not* no-ops: a Slice over a whole axis with step -1
@@ -133,6 +133,23 @@ def _pads(ctx, d: int, mode: str, non_negative: bool = False) -> tuple[int, int]
         return begin, ctx.draw(ints(max(lo, -d - begin), 2), "end")
     hi = max(0, min(2, d - 1 if mode == "reflect" else d))
     return ctx.draw(ints(0, hi), "begin"), ctx.draw(ints(0, hi), "end")
+
+
+@sampler("Gather")
+def _gather(ctx) -> None:
+    """Data of rank >= 1 whose gathered axis has at least 2 entries, and indices of rank 0 to
+    2, drawn in [-2, 1] (`verify.values.VALUE_DOMAINS`: valid on such an axis, negative
+    indices included)."""
+    shape = list(ctx.gen.sub_shape() or (ctx.gen.dim(),))
+    rank = len(shape)
+    axis = ctx.attr("axis", lambda: ctx.draw(ints(-rank, rank - 1), "axis"))
+    if not -rank <= axis < rank:
+        return  # the drawn example is not a valid Gather: it is rejected
+    shape[axis % rank] = max(shape[axis % rank], 2)
+    x = ctx.put(0, tuple(shape))  # the guards' requests may change it (a `rank`)
+    if x is None or x.shape is None or not -x.rank <= axis < x.rank or x.shape[axis] < 2:
+        return  # indices in [-2, 1] are out of range: the example is rejected
+    ctx.put(1, tuple(ctx.gen.dim() for _ in range(ctx.draw(ints(0, 2), "index rank"))))
 
 
 @sampler("Concat")

@@ -29,6 +29,7 @@ VALUE_DOMAINS = {
     ("BatchNormalization", 4): "nonneg",
     ("Div", 1): "nonzero",
     ("Mod", 1): "nonzero",
+    ("Gather", 1): "index",  # within an axis of 2 or more (`verify.ops_movement._gather`)
 }
 
 
@@ -121,6 +122,8 @@ def elements(dtype: int, mode: str, domains: frozenset):
     info = np.iinfo(dt)
     if "exponent" in domains:
         return st.integers(0, 3)
+    if "index" in domains:
+        return st.integers(-2, 1)
     lo = 0 if "nonneg" in domains else int(info.min)
     s = st.integers(lo, int(info.max))
     return s.filter(lambda v: v != 0) if "nonzero" in domains else s

@@ -835,6 +835,19 @@ def matmul_dynamic_7bit_per_column(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     )
 
 
+@bound("gather-8bit-per-row", TERM, TERM)
+def gather_8bit_per_row(w: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """The error of Gather(w, i) (axis 0) from w stored as int8 with one scale per row,
+    s_v = max_d |w_vd| / 127: half a step per element, plus the float32 rounding of the
+    rescale (2^-23 of |w| + s / 2). Shape: i's shape + (D,)."""
+    w, i = w.astype(np.float64), np.asarray(i, dtype=np.int64)
+    if w.shape[0] == 0:  # no row to gather: only an empty Gather is valid
+        return np.zeros(i.shape + w.shape[1:])
+    rows = np.take(w, i % w.shape[0], axis=0)  # ONNX counts negative indices from the end
+    step = np.abs(rows).max(axis=-1, keepdims=True, initial=0.0) / 127
+    return step / 2 + 2.0**-23 * (np.abs(rows) + step / 2)
+
+
 # ---- weight-only quantization (onnxruntime's MatMulNBits) ---------------------------------------
 # com.microsoft.MatMulNBits (onnxruntime contrib op spec): B holds the weight transposed, [N, K],
 # in blocks of `block_size` along K, each block q * scale with q in [0, 2^bits) and the zero

@@ -42,13 +42,13 @@ from frontends.onnx.quantize import (
 from vocab.ops import OPS, TARGETS
 
 NUMERIC_CLASSES = FP_CLASSES[1:]  # beyond `exact`, which always runs
-# quantization modes: (mode, per_channel, weight bits) -> the ruleset of patterns/quant/ that
-# runs; the other quant rulesets are skipped. The first bits listed for a mode is its default.
+# quantization modes: (mode, per_channel, weight bits) -> the rulesets of patterns/quant/ that
+# run; the other quant rulesets are skipped. The first bits listed for a mode is its default.
 QUANT_RULESETS = {
-    ("dynamic", False, 8): "quant-dynamic",
-    ("dynamic", True, 8): "quant-dynamic-per-channel",
-    ("weight-only", False, 4): "quant-weight-only-4bit",
-    ("weight-only", False, 8): "quant-weight-only-8bit",
+    ("dynamic", False, 8): ("quant-dynamic", "quant-embedding"),
+    ("dynamic", True, 8): ("quant-dynamic-per-channel", "quant-embedding"),
+    ("weight-only", False, 4): ("quant-weight-only-4bit",),
+    ("weight-only", False, 8): ("quant-weight-only-8bit",),
 }
 QUANT_MODES = tuple(dict.fromkeys(m for m, *_ in QUANT_RULESETS))
 
@@ -163,7 +163,8 @@ class Options:
         if self.quantize is None:
             return self
         keep = QUANT_RULESETS[self._quant_key]
-        others = [f"ruleset:{r}" for r in QUANT_RULESETS.values() if r != keep]
+        every = dict.fromkeys(r for rs in QUANT_RULESETS.values() for r in rs)
+        others = [f"ruleset:{r}" for r in every if r not in keep]
         allow = self.allow if "quant" in self.allow else (*self.allow, "quant")
         out = replace(self, allow=allow, skip=(*self.skip, *others))
         if self.error_budget is not None and self.rtol is None and self.atol is None:
