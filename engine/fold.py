@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from onnx.reference.ops.op_topk import TopK_11
 
 from engine.extract import small_enough_to_fold
 from vocab.graph import ABSENT, Node, TermGraph, prune
@@ -131,6 +132,32 @@ def _shape_value(n: Node, t: TensorType) -> np.ndarray:
     return shape[start:end]
 
 
+class TopK(TopK_11):
+    """The reference TopK, with a fast path for k = 1 over NaN-free floats (the column and
+    block maxima of the quant rules' scales): argmax / argmin, which take the lowest index
+    among ties as the ONNX spec says, instead of sorting every row (the reference's way:
+    ~0.14 s per BERT weight, most of a quantization's time). `ReferenceEvaluator(new_ops=...)`
+    finds it by its class name, the op's."""
+
+    op_domain = ""
+
+    def _run(self, data, ink, axis=None, largest=None, sorted=None):
+        k = np.asarray(ink).ravel()
+        a = -1 if axis is None else int(axis)
+        if (
+            k.size == 1
+            and int(k[0]) == 1
+            and data.ndim
+            and data.shape[a] > 0
+            and np.issubdtype(data.dtype, np.floating)
+            and not np.isnan(data).any()
+        ):
+            pick = np.argmin if largest == 0 else np.argmax
+            idx = pick(data, axis=a, keepdims=True)
+            return np.take_along_axis(data, idx, axis=a), idx.astype(np.int64)
+        return super()._run(data, ink, axis=axis, largest=largest, sorted=sorted)
+
+
 def _evaluate(nodes: list[Node], g: TermGraph, consts: dict) -> dict[int, np.ndarray]:
     name = lambda v: "" if v == ABSENT else g.values[v].name  # noqa: E731
     # a payload that is not an ONNX node (the fx frontend's) is not a proto to copy; canonical
@@ -150,5 +177,5 @@ def _evaluate(nodes: list[Node], g: TermGraph, consts: dict) -> dict[int, np.nda
         protos, "fold", [], [helper.make_value_info(name(o), onnx.TypeProto()) for o in outs], inits
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.opset)])
-    results = ReferenceEvaluator(model).run(None, {})
+    results = ReferenceEvaluator(model, new_ops=[TopK]).run(None, {})
     return {o: np.asarray(r) for o, r in zip(outs, results)}
