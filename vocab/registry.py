@@ -878,27 +878,34 @@ def dim(x: ClassInfo, axis: int) -> int | None:
     return d if isinstance(d, int) else None
 
 
-def _blockwise_bound(x: np.ndarray, w: np.ndarray, levels: int) -> np.ndarray:
-    """|x @ w - x @ dq(w)| per output element for w quantized symmetrically to 2 `levels` + 1
-    values in blocks of 32 along K, one scale max|w_block| / levels per block and column:
-    sum_k |x_k| s_kn / 2 (the rounding) plus the float32 rounding of both sides' sums
-    ((K + 8) 2^-23 of |x| @ (|w| + s / 2))."""
+def _blockwise_bound(x: np.ndarray, w: np.ndarray, half: int) -> np.ndarray:
+    """|x @ w - x @ dq(w)| per output element for w quantized to the 2 `half` values
+    [-half, half - 1] in blocks of 32 along K, one scale per block and column s = m / -half,
+    m the block's weight of the largest magnitude, sign kept (so m itself is -half exactly,
+    and every level is used: onnxruntime's own symmetric blocks). A weight w = t s rounds to
+    within s / 2, but where t > half - 1/2 (only -m's neighbourhood) it saturates at half - 1,
+    within (t - half + 1) |s| <= |s|. Plus the float32 rounding of both sides' sums
+    ((K + 8) 2^-23 of |x| @ (|w| + |s|))."""
     x, w = x.astype(np.float64), w.astype(np.float64)
     k, n = w.shape
-    blocks = np.abs(w).reshape(k // 32, 32, n).max(axis=1, initial=0.0) / levels
-    step = np.repeat(blocks, 32, axis=0)  # [K, N]: each weight's scale
+    blocks = w.reshape(k // 32, 32, n)
+    hi, lo = blocks.max(axis=1, initial=-np.inf), blocks.min(axis=1, initial=np.inf)
+    m = np.where(hi >= -lo, hi, lo)
+    scale = np.abs(np.repeat(np.where(m == 0, 1.0, m / -half), 32, axis=0))  # [K, N]
+    t = w / np.repeat(np.where(m == 0, 1.0, m / -half), 32, axis=0)
+    err = np.where(t > half - 0.5, (t - half + 1) * scale, scale / 2)
     ax = np.abs(x)
-    return ax @ (step / 2) + (k + 8) * 2.0**-23 * (ax @ (np.abs(w) + step / 2))
+    return ax @ err + (k + 8) * 2.0**-23 * (ax @ (np.abs(w) + scale))
 
 
 @bound("matmul-weight-4bit-block32", TERM, TERM)
 def matmul_weight_4bit_block32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The error of MatMul(x, w) computed with w in 4 bits (q - 8 in [-7, 7]), blocks of 32
+    """The error of MatMul(x, w) computed with w in 4 bits (q - 8 in [-8, 7]), blocks of 32
     along K (`_blockwise_bound`)."""
-    return _blockwise_bound(x, w, 7)
+    return _blockwise_bound(x, w, 8)
 
 
 @bound("matmul-weight-8bit-block32", TERM, TERM)
 def matmul_weight_8bit_block32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The same with w in 8 bits (q - 128 in [-127, 127])."""
-    return _blockwise_bound(x, w, 127)
+    """The same with w in 8 bits (q - 128 in [-128, 127])."""
+    return _blockwise_bound(x, w, 128)
