@@ -606,6 +606,18 @@ def test_gather_8bit_per_row_bound_holds_and_is_not_loose():
     assert f(np.zeros((0, 4)), np.zeros((0,), np.int64)).shape == (0, 4)
 
 
+def test_exact_scale():
+    f = covers("exact-scale").fn
+
+    def c(v, dtype=np.float32):
+        return ClassInfo(TensorType(F32, ()), np.asarray(v, dtype))
+
+    assert f(c(0.02)) and f(c(-3.5)) and f(c(2.0**-100)) and f(c(2.0**100))
+    assert not f(c(0.0)) and not f(c(np.nan)) and not f(c(np.inf)) and not f(c(2.0**-101))
+    assert not f(c(0.02, np.float64)) and not f(c([0.1, 0.2]))
+    assert not f(ClassInfo(TensorType(F32, ())))  # not a constant
+
+
 def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS) | set(registry.BOUNDS)
     missing = sorted(names - TESTED)

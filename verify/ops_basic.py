@@ -220,6 +220,15 @@ def _tile(ctx) -> None:
         ctx.put(1, (x.rank,), reps)
 
 
+@sampler("DequantizeLinear", "QuantizeLinear")
+def _affine_quantization(ctx) -> None:
+    """x of any shape, one scale and one zero point (per-tensor quantization: scalars); the
+    dtypes are the op's type constraints' (x and zero point one 8-bit type)."""
+    ctx.put(0, ctx.gen.sub_shape())
+    ctx.put(1, ())
+    ctx.put(2, ())
+
+
 @sampler("Shape", "Size")
 def _shape(ctx) -> None:
     x = ctx.put(0, ctx.gen.sub_shape())

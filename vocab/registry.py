@@ -848,6 +848,18 @@ def gather_8bit_per_row(w: np.ndarray, i: np.ndarray) -> np.ndarray:
     return step / 2 + 2.0**-23 * (np.abs(rows) + step / 2)
 
 
+@guard("exact-scale", TERM)
+def exact_scale(s: ClassInfo) -> bool:
+    """True if `s` is a one-element float32 constant whose magnitude lies in [2^-100, 2^100]:
+    a quantization scale with which (x - zp) * s / s rounds back to x - zp for every 8-bit
+    x - zp (|x - zp| <= 255: the product and quotient stay normal float32, within a few ulps
+    of exact, far from the 0.5 a rounding error would need)."""
+    if s.value is None or s.value.size != 1 or s.value.dtype != np.float32:
+        return False
+    v = abs(float(s.value.reshape(())))
+    return 2.0**-100 <= v <= 2.0**100
+
+
 # ---- weight-only quantization (onnxruntime's MatMulNBits) ---------------------------------------
 # com.microsoft.MatMulNBits (onnxruntime contrib op spec): B holds the weight transposed, [N, K],
 # in blocks of `block_size` along K, each block q * scale with q in [0, 2^bits) and the zero

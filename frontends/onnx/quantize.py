@@ -162,7 +162,7 @@ class Chooser:
         of `engine.optimize`): a site the chooser left free may still be float when the cost
         model finds its quantized form no cheaper (a small product)."""
         taken = set(quantized or ())
-        for row, index in zip(self.record.get("sites", ()), range(len(self.record["sites"]))):
+        for index, row in enumerate(self.record.get("sites", ())):
             if row["quantized"] and index not in taken:
                 row["quantized"] = False
                 row["why"] = "float: the cost model found the quantized form no cheaper"
