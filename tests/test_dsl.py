@@ -388,6 +388,10 @@ def test_shipped_library_checks():
         "layout",
         "quant-dynamic",
         "quant-dynamic-per-channel",
+        "quant-embedding",
+        "quant-weight-only-4bit",
+        "quant-weight-only-8bit",
+        "qdq-canonical",
     }
     assert any(r.kind == "equal" for r in ruleset.rules)
     assert dsl.load_rules([dsl.shipped_rules_dir()]).names() == names
