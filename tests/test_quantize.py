@@ -199,6 +199,8 @@ def test_an_error_budget_holds_on_the_calibration_inputs(tmp_path):
     assert 0 < measured_error(q, xs) <= budget
     assert record["calibration_error"]["y"] <= budget
     assert record["calibration_samples"] == 8 and "warning" not in record
+    search = {step["kept_float"]: step["error"] for step in record["search"]}
+    assert search[1] <= budget < search[0]  # one kept in float fits, none does not
     found = sites(report)
     assert sum(s["quantized"] for s in found.values()) == 1  # one layer kept in float
     kept = next(s for s in found.values() if not s["quantized"])

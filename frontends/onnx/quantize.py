@@ -136,6 +136,11 @@ class Chooser:
             keep |= {s.index for s in order[:lo]}
             errors = error(lo)
             self.record["evaluations"] = len(measured)
+            # the search: how many sites were kept in float, and the worst output's error
+            self.record["search"] = [
+                {"kept_float": k, "error": max(e.values(), default=0.0)}
+                for k, e in sorted(measured.items())
+            ]
             self.record["calibration_samples"] = len(self.calibration)
         self.record["budget"] = self.plan.error_budget
         self.record["calibration_error"] = errors
