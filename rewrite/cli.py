@@ -758,11 +758,17 @@ def _mismatch(args, done, src: Path, start: float) -> int:
         _write_report(Path(args.report), report, done.diffs)
     bad = ", ".join(d.name for d in done.diffs if not d.ok)
     budget = getattr(args, "error_budget", None)
+    worst = max((d.max_rel for d in done.diffs if not d.ok), default=0.0)
     if budget is not None:  # quantization error, not a wrong rule: nothing to bisect
-        worst = max(d.max_rel for d in done.diffs)
         return _fail(
             f"measured error {100 * worst:.2f}% of {bad} exceeds --error-budget "
             f"{100 * budget:.2f}% on the calibration inputs; nothing written"
+        )
+    if report.fp == "quant":  # the quant rules' error, each within its verified bound
+        return _fail(
+            f"measured error {100 * worst:.2f}% of {bad} exceeds the output check's tolerance "
+            "for quantized models (--rtol R to accept more, --error-budget E to keep nodes "
+            "in float until it fits, --keep-float NAME to choose them); nothing written"
         )
     culprit = _bisect_failure(args, done.original, done.rules, report, done.folder, start)
     return _fail(f"output check failed for {bad}; nothing written{culprit}")

@@ -386,3 +386,16 @@ def test_qdq_canonicalization_moves_a_transpose_before_dequantize_and_drops_q_of
     for got, want in zip(s.run(None, {"x": x}), r.run(None, {"x": x})):
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_cli_a_quantized_model_over_the_check_tolerance_is_not_written(tmp_path, capsys):
+    # 4-bit weights of unlike column scales: more than the 10% the check allows by default
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(named_mlp(), src)
+    args = ["quantize", str(src), str(dst), "--mode", "weight-only", "--target", "onnxruntime"]
+    assert main([*args, "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "exceeds the output check's tolerance for quantized models" in err
+    assert len(err.splitlines()) == 1 and "bisect" not in err
+    assert not dst.exists()
+    assert main([*args, "-q", "--rtol", "0.5"]) == 0 and dst.exists()
