@@ -312,6 +312,12 @@ def _accumulates_in_int32(w: Arg) -> list[Request]:
     return []  # drawn weights have a few rows: K * 255 * 127 is far below 2^31 for all of them
 
 
+@hint("exact-scale")
+def _exact_scale(s: Arg) -> list[Request]:
+    # float32 (element type 1); drawn values are mostly in [-8, 8], a 0 is rejected
+    return [Const(s.name), OneElement(s.name), DtypeIn(s.name, frozenset({1}))]
+
+
 @hint("whole-blocks")
 def _whole_blocks(x: Arg, w: Arg, block: Arg) -> list[Request]:
     m = int(block.value) if block.value is not None else 1
