@@ -713,10 +713,16 @@ def _missing(paths) -> str:
 
 
 def _print_excluded(report, kept, quiet: bool) -> None:
-    """How many rules --skip/--only left out (stderr), from the reasons in `report.skipped`;
+    """How many rules --skip/--only left out (stderr), from the reasons in `report.skipped`
+    (not the other quantization modes' rulesets, which `rewrite quantize` skips itself);
     `kept`: the RuleSet they left."""
+    from frontends.onnx.api import QUANT_RULESETS
+
+    mode = {f"--skip ruleset:{r}" for rs in QUANT_RULESETS.values() for r in rs}
     names = sorted(
-        r for r, why in report.skipped.items() if why.startswith(("--skip", "not in --only"))
+        r
+        for r, why in report.skipped.items()
+        if why.startswith(("--skip", "not in --only")) and why not in mode
     )
     if names and not quiet:
         shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")

@@ -101,8 +101,10 @@ def test_cli_quantize(tmp_path, capsys):
     src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
     onnx.save(mlp(), src)
     assert main(["quantize", str(src), str(dst)]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "quantize-matmul-dynamic" in out and "quant rules fired" in out
+    assert "--skip" not in captured.err  # the other modes' rulesets are not the user's skips
     assert "MatMulInteger" in ops(onnx.load(dst))
     bad = tmp_path / "bad.onnx"
     assert main(["quantize", str(src), str(bad), "--mode", "static"]) == 1
