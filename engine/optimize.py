@@ -225,7 +225,8 @@ def optimize(
     fired) and `build(keep)`, which extracts and folds the graph with the sites whose indexes
     are in the frozenset `keep` in float (a TermGraph, no provenance); returns the indexes to
     keep. The extraction that follows forbids the kept sites' quantized e-nodes;
-    `report.extra["quantized_sites"]` lists the indexes of the sites it took quantized.
+    `report.extra["quantized_sites"]` lists the indexes of the sites it took quantized (when
+    there were sites).
 
     Returns the optimized graph (or `graph` itself when nothing cheaper was found) and a
     Report. Raises `engine.egraph.EGraphError` if egglog rejects the compiled rules and
@@ -329,7 +330,7 @@ def optimize(
     )
     if unexplained:
         report.extra["provenance_unexplained"] = unexplained
-    if quantized is not None:
+    if quantized is not None and found:
         report.extra["quantized_sites"] = quantized if cheaper else []
     return out, report
 

@@ -618,6 +618,18 @@ def test_exact_scale():
     assert not f(ClassInfo(TensorType(F32, ())))  # not a constant
 
 
+def test_accumulates_in_int32_transposed_and_its_bound():
+    f = covers("accumulates-in-int32-transposed").fn
+    assert f(t(3072, 768)) and f(t(8, 66311)) and not f(t(8, 66312)) and not f(t(8, 0))
+    assert not f(t(8, "k")) and not f(t(2, 3, 4))
+    bound = covers("gemm-dynamic-7bit-transposed").fn
+    rng = np.random.default_rng(4)
+    x, w, c = rng.normal(0, 1, (4, 16)), rng.normal(0, 0.1, (8, 16)), rng.normal(0, 1, 8)
+    np.testing.assert_array_equal(
+        bound(x, w, c), registry.BOUNDS["gemm-dynamic-7bit"].fn(x, w.T, c)
+    )
+
+
 def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS) | set(registry.BOUNDS)
     missing = sorted(names - TESTED)

@@ -308,6 +308,7 @@ def _rank(x: Arg, n: Arg) -> list[Request]:
 
 
 @hint("accumulates-in-int32")
+@hint("accumulates-in-int32-transposed")
 def _accumulates_in_int32(w: Arg) -> list[Request]:
     return []  # drawn weights have a few rows: K * 255 * 127 is far below 2^31 for all of them
 

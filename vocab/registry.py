@@ -780,6 +780,16 @@ def accumulates_in_int32(w: ClassInfo) -> bool:
     return 1 <= shape[0] and shape[0] * U8_TIMES_S8 <= INT32_MAX
 
 
+@guard("accumulates-in-int32-transposed", TERM)
+def accumulates_in_int32_transposed(w: ClassInfo) -> bool:
+    """`accumulates-in-int32` for a weight stored transposed, [N, K] (Gemm's transB = 1): K is
+    its second dimension."""
+    shape = w.type.shape
+    if shape is None or len(shape) != 2 or not isinstance(shape[1], int):
+        return False
+    return 1 <= shape[1] and shape[1] * U8_TIMES_S8 <= INT32_MAX
+
+
 def _matmul_int8_bound(x: np.ndarray, w: np.ndarray, w_step: np.ndarray) -> np.ndarray:
     """|x @ w - dq(x) @ dq(w)| per output element, for weight steps `w_step` (a scalar, or one
     per output column): sum_k |x_k| s_w / 2 (the weight's rounding) + s_x sum_k |w_k| + s_w / 2
@@ -818,6 +828,12 @@ def gemm_dynamic_7bit(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray
     """The error of Gemm(x, w, c) = x @ w + c with x @ w quantized as in `matmul-dynamic-7bit`
     (see `_gemm_int8_bound`)."""
     return _gemm_int8_bound(x, w, c, np.abs(w.astype(np.float64)).max(initial=0.0) / WEIGHT_LEVELS)
+
+
+@bound("gemm-dynamic-7bit-transposed", TERM, TERM, TERM)
+def gemm_dynamic_7bit_transposed(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """`gemm-dynamic-7bit` for Gemm(x, w, c) with transB = 1: x @ w^T + c, w stored [N, K]."""
+    return gemm_dynamic_7bit(x, np.swapaxes(w, 0, 1), c)
 
 
 @bound("gemm-dynamic-7bit-per-column", TERM, TERM, TERM)

@@ -164,7 +164,8 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
     the result is at `opset` even when no rule made it cheaper. Raises OpsetError when it
     cannot be converted. Without it, a model older than the op table's forms (opset < 13) is
     converted to `UPGRADE_OPSET` so that the rules apply, and kept only if that made it
-    cheaper with no more nodes (else the original comes back, at its own opset); if the
+    cheaper with no more nodes (cheaper is enough when `fp` allows `quant`: quantizing adds
+    nodes) (else the original comes back, at its own opset); if the
     converter fails, the model is optimized at its own opset (rules needing a newer one do not
     fire). `report.extra["opset"]` says what was done: `input`, `output`, `converted`, and
     `note` (why not) when an automatic conversion was dropped.
@@ -204,7 +205,9 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
     else:
         result, report = _optimize_model(work, rules, **kw)
     if opset is None and info["converted"]:
-        if not report.changed or len(result.graph.node) > len(model.graph.node):
+        # quantizing adds nodes (DynamicQuantizeLinear, the rescale) by design: cheaper is enough
+        more_ok = "quant" in kw.get("fp", ())
+        if not report.changed or (not more_ok and len(result.graph.node) > len(model.graph.node)):
             result, why = model, "no cheaper graph with no more nodes at the new opset"
             info.update(output=source, converted=False, note=why)
             report = replace(report, changed=False, provenance={}, cost_after=report.cost_before)
@@ -269,7 +272,12 @@ def _merge_reports(first, then):
         cost_before=first.cost_before,
         fp=fp,
         changed=True,
-        extra={**then.extra, "first_round": {"fired": first.fired}},
+        # the quantization sites are those of the round that had some (the first, usually)
+        extra={
+            **{k: v for k, v in first.extra.items() if k == "quantized_sites"},
+            **then.extra,
+            "first_round": {"fired": first.fired},
+        },
     )
 
 

@@ -109,6 +109,8 @@ class Chooser:
         """The indexes of the sites to keep in float (see the module docstring); `build(keep)`
         extracts the graph with those in float. Raises CheckError when onnxruntime cannot run
         a candidate."""
+        if not sites and self.record.get("sites"):
+            return frozenset()  # a later round (`frontends.onnx._rounds`): nothing left to choose
         keep = {s.index for s in sites if self._why_float(s)}
         free = [s for s in sites if s.index not in keep]
         estimates: dict[int, float | None] = {}
