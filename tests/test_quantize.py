@@ -403,7 +403,8 @@ def test_cli_a_quantized_model_over_the_check_tolerance_is_not_written(tmp_path,
     assert main([*args, "-q", "--rtol", "0.5"]) == 0 and dst.exists()
 
 
-def test_an_old_opset_linear_layer_gemm_with_transposed_weight_is_quantized():
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_an_old_opset_linear_layer_gemm_with_transposed_weight_is_quantized(per_channel):
     # nn.Linear at opset 9 (and the model zoo's fc layers): Gemm(x, W[N, K], b, transB=1); the
     # model is converted to a newer opset for the rules, and kept there though it has more nodes
     rng = np.random.default_rng(6)
@@ -417,10 +418,11 @@ def test_an_old_opset_linear_layer_gemm_with_transposed_weight_is_quantized():
         [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=4)
-    q, report = rewrite.optimize_model(model, quantize="dynamic")
+    q, report = rewrite.optimize_model(model, quantize="dynamic", per_channel=per_channel)
     assert "MatMulInteger" in ops(q) and report.extra["opset"]["converted"]
     assert [s["quantized"] for s in report.extra["quantize"]["sites"]] == [True]
     for seed in range(3):
         x = np.random.default_rng(seed).normal(0, 1, (64, 512)).astype(np.float32)
         err = np.abs(run(q, x) - run(model, x))
-        assert np.all(err <= BOUNDS["gemm-dynamic-7bit-transposed"].fn(x, w, b)) and err.max() > 0
+        name = "gemm-dynamic-7bit-transposed" + ("-per-column" if per_channel else "")
+        assert np.all(err <= BOUNDS[name].fn(x, w, b)) and err.max() > 0

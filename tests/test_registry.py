@@ -628,6 +628,9 @@ def test_accumulates_in_int32_transposed_and_its_bound():
     np.testing.assert_array_equal(
         bound(x, w, c), registry.BOUNDS["gemm-dynamic-7bit"].fn(x, w.T, c)
     )
+    per_column = covers("gemm-dynamic-7bit-transposed-per-column").fn
+    want = registry.BOUNDS["gemm-dynamic-7bit-per-column"].fn(x, w.T, c)
+    np.testing.assert_array_equal(per_column(x, w, c), want)
 
 
 def test_every_registered_function_has_a_test():

@@ -843,6 +843,14 @@ def gemm_dynamic_7bit_per_column(x: np.ndarray, w: np.ndarray, c: np.ndarray) ->
     return _gemm_int8_bound(x, w, c, w_step)
 
 
+@bound("gemm-dynamic-7bit-transposed-per-column", TERM, TERM, TERM)
+def gemm_dynamic_7bit_transposed_per_column(
+    x: np.ndarray, w: np.ndarray, c: np.ndarray
+) -> np.ndarray:
+    """`gemm-dynamic-7bit-per-column` for Gemm with transB = 1 (w stored [N, K])."""
+    return gemm_dynamic_7bit_per_column(x, np.swapaxes(w, 0, 1), c)
+
+
 @bound("matmul-dynamic-7bit-per-column", TERM, TERM)
 def matmul_dynamic_7bit_per_column(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The same with one weight scale per output column, max_k |w_kj| / 63."""
