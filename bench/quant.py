@@ -47,13 +47,17 @@ import models as M  # noqa: E402  (bench/models.py, beside this file)
 OUT = BENCH / "out" / "quant"
 
 
-def quantize_ours(src: Path, dst: Path, *extra: str) -> float:
-    """Seconds of `rewrite quantize SRC DST --mode dynamic --no-check EXTRA...` (a
-    subprocess)."""
+def _seconds(cmd: list[str]) -> float:
+    """Wall-clock seconds of running `cmd` (a subprocess: each quantizer pays its imports)."""
     start = time.perf_counter()
-    cmd = ["rewrite", "quantize", str(src), str(dst), "--mode", "dynamic", "--no-check", "-q"]
-    subprocess.run([*cmd, *extra], check=True)
+    subprocess.run(cmd, check=True)
     return time.perf_counter() - start
+
+
+def quantize_ours(src: Path, dst: Path, *extra: str) -> float:
+    """Seconds of `rewrite quantize SRC DST --no-check EXTRA...` (`--mode dynamic` unless
+    EXTRA gives another)."""
+    return _seconds(["rewrite", "quantize", str(src), str(dst), "--no-check", "-q", *extra])
 
 
 def quantize_ours_per_channel(src: Path, dst: Path) -> float:
@@ -61,39 +65,31 @@ def quantize_ours_per_channel(src: Path, dst: Path) -> float:
     return quantize_ours(src, dst, "--per-channel")
 
 
+def quantize_ours_weight_only(src: Path, dst: Path) -> float:
+    """`rewrite quantize --mode weight-only --target onnxruntime` (4-bit weights, blocks of
+    32, symmetric)."""
+    return quantize_ours(src, dst, "--mode", "weight-only", "--target", "onnxruntime")
+
+
 def quantize_ort(src: Path, dst: Path) -> float:
-    """Seconds of onnxruntime's `quantize_dynamic(SRC, DST)` with its defaults (a subprocess,
-    like ours, so that both pay their imports)."""
+    """Seconds of onnxruntime's `quantize_dynamic(SRC, DST)` with its defaults."""
     code = (
         "import sys; from onnxruntime.quantization import quantize_dynamic; "
         "quantize_dynamic(sys.argv[1], sys.argv[2])"
     )
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code, str(src), str(dst)], check=True)
-    return time.perf_counter() - start
-
-
-def quantize_ours_weight_only(src: Path, dst: Path) -> float:
-    """Seconds of `rewrite quantize SRC DST --mode weight-only --target onnxruntime` (4-bit
-    weights, blocks of 32, symmetric)."""
-    start = time.perf_counter()
-    cmd = ["rewrite", "quantize", str(src), str(dst), "--mode", "weight-only"]
-    subprocess.run([*cmd, "--target", "onnxruntime", "--no-check", "-q"], check=True)
-    return time.perf_counter() - start
+    return _seconds([sys.executable, "-c", code, str(src), str(dst)])
 
 
 def quantize_ort_weight_only(src: Path, dst: Path) -> float:
     """Seconds of onnxruntime's `MatMulNBitsQuantizer` at the same settings as ours (4 bits,
-    blocks of 32, symmetric), in a subprocess."""
+    blocks of 32, symmetric)."""
     code = (
         "import sys, onnx; "
         "from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer; "
         "q = MatMulNBitsQuantizer(onnx.load(sys.argv[1]), block_size=32, is_symmetric=True); "
         "q.process(); onnx.save(q.model.model, sys.argv[2])"
     )
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code, str(src), str(dst)], check=True)
-    return time.perf_counter() - start
+    return _seconds([sys.executable, "-c", code, str(src), str(dst)])
 
 
 def session(path: Path) -> ort.InferenceSession:

@@ -130,8 +130,8 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
             names_i = (*raw[i][2], *raw[i][3])
             site_names += [n for n in names_i if n not in site_names and not n.startswith("@")]
         first = fs[0]
-        lhs = matched(snap, first) or ()
         imported = [op_of[n] for i in group for n in raw[i][3] if n in op_of]
+        lhs = () if imported else matched(snap, first) or ()  # the root's op, as a fallback
         rule = by_name[first.name.removesuffix(" (reverse)")]
         bound = None
         if rule.bound is not None:
