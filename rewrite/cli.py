@@ -167,6 +167,8 @@ def _optimize_parser(sub) -> None:
         op_types=[],
         error_budget=None,
         calibration=None,
+        calibrate="minmax",
+        symmetric=False,
     )
 
 
@@ -192,7 +194,10 @@ def _quantize_parser(sub) -> None:
         "become int8 MatMulInteger with the activations quantized to uint8 at run time "
         "(onnxruntime fuses them into DynamicQuantizeMatMul); weight-only (with --target "
         "onnxruntime): the weights stored in 4 bits, blocks of 32, in onnxruntime's "
-        "MatMulNBits, the product in float (8x smaller weights, about the same speed)",
+        "MatMulNBits, the product in float (8x smaller weights, about the same speed); "
+        "static: activations quantized with ranges measured on --calibration inputs, weights "
+        "per output channel, Convs lowered to QLinearConv chained in uint8 (with --target "
+        "onnxruntime, residual Adds to QLinearAdd too)",
     )
     q.add_argument(
         "--per-channel",
@@ -235,8 +240,23 @@ def _quantize_parser(sub) -> None:
     q.add_argument(
         "--calibration",
         metavar="FILE.npz",
-        help="calibration inputs for --error-budget: one array per graph input, named as "
-        "the input, its first axis the samples (default: 8 drawn at random, with a warning)",
+        help="calibration inputs for --error-budget and --mode static: one array per graph "
+        "input, named as the input, its first axis the samples (default: 8 drawn at random, "
+        "with a warning)",
+    )
+    q.add_argument(
+        "--calibrate",
+        choices=("minmax", "percentile"),
+        default="minmax",
+        help="static: how an activation's range is taken from the calibration values "
+        "(minmax, the default: smallest to largest; percentile: the 0.001th to the 99.999th "
+        "percentile, outliers clipped)",
+    )
+    q.add_argument(
+        "--symmetric",
+        action="store_true",
+        help="static: int8 activations with ranges symmetric around 0 (zero point 0) instead "
+        "of uint8 ones spanning each range",
     )
     _add_optimize_options(q)
     q.set_defaults(func=cmd_optimize)
@@ -644,6 +664,8 @@ def cmd_optimize(args) -> int:
             op_types=args.op_types,
             error_budget=args.error_budget,
             calibration=args.calibration,
+            calibrate=args.calibrate,
+            symmetric=args.symmetric,
         )
     except OptionError as e:
         return _fail(str(e))

@@ -245,6 +245,12 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "CONV": tuple("Conv ConvInteger ConvTranspose DeformConv QLinearConv".split()),
     "MATMUL": tuple("Einsum Gemm MatMul MatMulInteger QLinearMatMul".split()),
     "QUANTIZATION": tuple("DequantizeLinear DynamicQuantizeLinear QuantizeLinear".split()),
+    # the output's elements are some of the first input's (a Pad's also its constant, zero by
+    # default): an activation quantized on its way in keeps its scale on the way out
+    "SELECTING": tuple(
+        "DepthToSpace Flatten GlobalMaxPool Identity MaxPool Pad Reshape Slice SpaceToDepth "
+        "Squeeze Transpose Unsqueeze".split()
+    ),
     "SHAPE": tuple("Shape Size".split()),
     "RANDOM": tuple(
         "Bernoulli Multinomial RandomNormal RandomNormalLike RandomUniform "

@@ -945,3 +945,137 @@ def matmul_weight_4bit_block32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def matmul_weight_8bit_block32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The same with w in 8 bits (q - 128 in [-128, 127])."""
     return _blockwise_bound(x, w, 128)
+
+
+# ---- static quantization (patterns/quant/static.rules) ------------------------------------------
+# QuantizeLinear (ONNX operator spec): q = saturate(round(x / s) + zp), rounding half to even,
+# saturating to the zero point's type; DequantizeLinear: (q - zp) * s. Activations carry a scale
+# and zero point from calibration; weights get one scale per output channel, max |w_c| / 63 (7
+# bits, as in the dynamic rules); QLinearConv adds an int32 bias in units of s_x * s_w[c] to its
+# integer sums and requantizes the total to the output's scale.
+
+_EIGHT_BIT = {2: np.uint8, 3: np.int8}  # ONNX element types uint8, int8
+
+
+@guard("eight-bit", TERM)
+def eight_bit(x: ClassInfo) -> bool:
+    """True if `x`'s element type is uint8 or int8 (what QLinearConv and QLinearAdd take)."""
+    return x.type.dtype in _EIGHT_BIT
+
+
+@guard("positive-scale", TERM)
+def positive_scale(s: ClassInfo) -> bool:
+    """True if `s` is a one-element float32 constant in [2^-100, 2^100]: a scale with which
+    QuantizeLinear is non-decreasing and (x - zp) * s / s rounds back (see `exact-scale`)."""
+    if s.value is None or s.value.size != 1 or s.value.dtype != np.float32:
+        return False
+    return 2.0**-100 <= float(s.value.reshape(())) <= 2.0**100
+
+
+@guard("zero-point-at-min", TERM)
+def zero_point_at_min(z: ClassInfo) -> bool:
+    """True if `z` is a one-element 8-bit constant equal to its type's lowest value (uint8 0,
+    int8 -128): QuantizeLinear with a positive scale then maps every x <= 0 to it."""
+    v = z.value
+    if v is None or v.size != 1 or z.type.dtype not in _EIGHT_BIT:
+        return False
+    return int(v.reshape(())) == np.iinfo(_EIGHT_BIT[z.type.dtype]).min
+
+
+def _level(s: float, z: int, v: float) -> float:
+    """v / s + z, the real level QuantizeLinear rounds."""
+    return float(np.float64(v) / np.float64(s)) + z
+
+
+@guard("quantize-saturates", TERM, TERM, TERM, TERM)
+def quantize_saturates(s: ClassInfo, z: ClassInfo, lo: ClassInfo, hi: ClassInfo) -> bool:
+    """True if QuantizeLinear(., s, z) maps `lo` to the lowest and `hi` to the highest value of
+    z's 8-bit type, with 10^-3 of a level to spare (so no rounding tie decides): then it maps
+    everything below lo and above hi to those too, and Q(Clip(y, lo, hi)) = Q(y). All four
+    are one-element constants, s positive."""
+    if not positive_scale(s) or z.type.dtype not in _EIGHT_BIT:
+        return False
+    if any(v.value is None or v.value.size != 1 for v in (z, lo, hi)):
+        return False
+    info = np.iinfo(_EIGHT_BIT[z.type.dtype])
+    sc, zp = float(s.value.reshape(())), int(z.value.reshape(()))
+    low = _level(sc, zp, float(lo.value.reshape(())))
+    high = _level(sc, zp, float(hi.value.reshape(())))
+    return low <= info.min + 0.5 - 1e-3 and high >= info.max - 0.5 + 1e-3
+
+
+U8_TIMES_S7 = 255 * 63  # the largest |(x_q - zp_x) * w_q| with 7-bit weights
+BIAS_UNITS = 2**24  # the largest |bias| in units of s_x * s_w (exact in float32 before the cast)
+
+
+@guard("conv-accumulates-in-int32", TERM)
+def conv_accumulates_in_int32(w: ClassInfo) -> bool:
+    """True if a QLinearConv with this weight ([C_out, C_in / group, k...], static) sums its
+    K = prod(w.shape[1:]) products of at most 255 * 127, plus a bias of at most 2^24, in int32
+    without overflow (1 <= K <= 65,792)."""
+    shape = w.type.shape
+    if shape is None or len(shape) < 3 or not all(isinstance(d, int) for d in shape):
+        return False
+    k = int(np.prod(shape[1:]))
+    return shape[0] >= 1 and 1 <= k and k * U8_TIMES_S8 + BIAS_UNITS <= INT32_MAX
+
+
+def _channel_scales(w: np.ndarray) -> np.ndarray:
+    """One scale per output channel (axis 0) of weight `w`, max |w_c| / 63 in float32 as the
+    rule computes it (1 for a channel of zeros)."""
+    m = np.abs(w.astype(np.float32)).reshape(w.shape[0], -1).max(axis=1, initial=0.0)
+    return np.where(m == 0, np.float32(1.0), m / np.float32(WEIGHT_LEVELS)).astype(np.float32)
+
+
+@guard("bias-fits-int24", TERM, TERM, TERM)
+def bias_fits_int24(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> bool:
+    """True if the constant Conv bias `b` ([C_out]) is at most 2^24 in units of s_x * s_w[c]
+    (s_x the one-element input scale, s_w the per-channel weight scales of `w`): its int32
+    form is exact to the rounding and leaves the int32 sums room."""
+    if b.value is None or sx.value is None or w.value is None or sx.value.size != 1:
+        return False
+    if b.value.ndim != 1 or b.value.shape[0] != w.value.shape[0]:
+        return False
+    units = np.float64(sx.value.reshape(())) * _channel_scales(w.value).astype(np.float64)
+    ratio = np.abs(b.value.astype(np.float64)) / units
+    return bool(np.all(np.isfinite(ratio)) and np.all(ratio <= BIAS_UNITS))
+
+
+@bound("fake-quantize", TERM, TERM, TERM)
+def fake_quantize(x: np.ndarray, s: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """|x - DQ(Q(x, s, zp), s, zp)| per element: half a step inside the range the 8-bit type
+    covers, [(q_min - zp) s, (q_max - zp) s], plus the distance to it outside (saturation),
+    plus float32 rounding (2^-20 of |x| and of the range)."""
+    x = x.astype(np.float64)
+    sc, zp = abs(float(np.asarray(s).reshape(()))), int(np.asarray(z).reshape(()))
+    info = np.iinfo(np.asarray(z).dtype)
+    low, high = (info.min - zp) * sc, (info.max - zp) * sc
+    outside = np.maximum(0.0, np.maximum(low - x, x - high))
+    return outside + sc / 2 + 2.0**-20 * (np.abs(x) + 256 * sc)
+
+
+@bound("conv-static-7bit", TERM, TERM, TERM, TERM, TERM)
+def conv_static_7bit(
+    xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, sy: np.ndarray
+) -> np.ndarray:
+    """|Q(Conv(DQ(xq), w, b), s_y, zp_y) - QLinearConv(...)| in output levels, per output
+    channel (shape [C_out, 1, ...], broadcasting over the output): one level for the two
+    roundings, plus (over s_y) the weight's rounding, K max|x| s_w / 2 (K terms of at most
+    max|x| = max|xq - zp_x| s_x each), the bias's, s_x s_w / 2, and the float32 rounding of
+    both sums, 2^-20 K (max|x| sum|w_c| + 2^24 s_x s_w)."""
+    x_max = float(np.abs(xq.astype(np.float64) - float(np.asarray(zx).reshape(()))).max(initial=0))
+    sx_, sy_ = float(np.asarray(sx).reshape(())), abs(float(np.asarray(sy).reshape(())))
+    x_max *= sx_
+    sw = _channel_scales(w).astype(np.float64)
+    wc = np.abs(w.astype(np.float64)).reshape(w.shape[0], -1)
+    k = wc.shape[1]
+    real = k * x_max * sw / 2 + sx_ * sw / 2
+    real += 2.0**-20 * k * (x_max * wc.sum(axis=1) + BIAS_UNITS * sx_ * sw)
+    return (1 + real / sy_).reshape((w.shape[0],) + (1,) * (w.ndim - 2))
+
+
+@bound("one-level", TERM, TERM)
+def one_level(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """One level of the 8-bit output, per element of the broadcast of `a` and `b`: an integer
+    kernel that rounds its exact result once where the float form rounds once too."""
+    return np.ones(np.broadcast_shapes(np.shape(a), np.shape(b)))

@@ -33,11 +33,14 @@ from frontends.onnx.check import CheckError, compare
 from frontends.onnx.importer import default_opset
 from frontends.onnx.opset import auto_target
 from frontends.onnx.quantize import (
+    CALIBRATION_METHODS,
     CalibrationError,
     Chooser,
     Plan,
+    calibrate,
     drawn_calibration,
     load_calibration,
+    observe,
 )
 from vocab.ops import OPS, TARGETS
 
@@ -49,6 +52,7 @@ QUANT_RULESETS = {
     ("dynamic", True, 8): ("quant-dynamic-per-channel", "quant-embedding"),
     ("weight-only", False, 4): ("quant-weight-only-4bit",),
     ("weight-only", False, 8): ("quant-weight-only-8bit",),
+    ("static", True, 8): ("quant-static", "quant-static-onnxruntime"),
 }
 QUANT_MODES = tuple(dict.fromkeys(m for m, *_ in QUANT_RULESETS))
 
@@ -97,15 +101,19 @@ class Options:
         MatMulNBits, for `target` onnxruntime) or None. It allows the `quant` class and runs
         that mode's ruleset (`QUANT_RULESETS`) beside the rest of the library; `per_channel`
         picks the dynamic ruleset with one weight scale per output column; `bits` the
-        weight-only ruleset's width (4, the default, or 8).
+        weight-only ruleset's width (4, the default, or 8). `static`: activations quantized
+        with ranges calibrated ahead of time (`calibration`, or inputs drawn at random with a
+        warning; `calibrate` is `minmax` or `percentile`, `symmetric` int8 ranges around 0
+        instead of uint8 ones), weights per output channel (always), Convs lowered to
+        QLinearConv (and, for target onnxruntime, residual Adds to QLinearAdd).
     keep_float: node-name globs (fnmatch) whose nodes stay in float; op_types: the ops to
         quantize (`MatMul`, `Gemm`; empty: all the mode covers); error_budget: the largest
         max|q - ref| / max|ref| allowed per float output over the calibration inputs (the
         extraction keeps the nodes of the largest estimated error in float until it holds,
         and the output check then allows exactly that); calibration: an `.npz` path with one
         array per graph input, its first axis the samples (default: drawn at random, with a
-        warning). See `frontends.onnx.quantize`; the choices are in the report's
-        `extra["quantize"]`.
+        warning; for `static`, the activations' ranges too). See
+        `frontends.onnx.quantize`; the choices are in the report's `extra["quantize"]`.
     """
 
     rules: object = None
@@ -129,6 +137,8 @@ class Options:
     op_types: tuple[str, ...] = ()
     error_budget: float | None = None
     calibration: str | None = None
+    calibrate: str = "minmax"
+    symmetric: bool = False
 
     @classmethod
     def from_keywords(cls, keywords: dict) -> Options:
@@ -177,7 +187,9 @@ class Options:
         bits = self.bits
         if bits is None:
             bits = next((b for m, _, b in QUANT_RULESETS if m == self.quantize), None)
-        return (self.quantize, bool(self.per_channel), bits)
+        # static mode quantizes weights per output channel always (QLinearConv takes it)
+        per_channel = bool(self.per_channel) or self.quantize == "static"
+        return (self.quantize, per_channel, bits)
 
     @property
     def plan(self) -> Plan:
@@ -208,8 +220,15 @@ class Options:
                     raise OptionError(f"{name.replace('_', '-')} needs a quantization mode")
         if self.error_budget is not None and not 0 < self.error_budget:
             raise OptionError(f"error-budget must be a number > 0, not {self.error_budget}")
-        if self.calibration is not None and self.error_budget is None:
-            raise OptionError("calibration inputs are used by error-budget only (give both)")
+        if self.calibration is not None and self.error_budget is None and self.quantize != "static":
+            raise OptionError("calibration inputs are used by error-budget and mode static only")
+        if self.quantize != "static" and (self.symmetric or self.calibrate != "minmax"):
+            raise OptionError("symmetric and calibrate apply to mode static only")
+        if self.calibrate not in CALIBRATION_METHODS:
+            raise OptionError(
+                f"calibrate: unknown method {self.calibrate!r} "
+                f"(choose from {', '.join(CALIBRATION_METHODS)})"
+            )
         unknown = [op for op in self.op_types if op not in OPS]
         if unknown:
             raise OptionError(f"op-types: {unknown[0]!r} is not an ONNX op")
@@ -447,6 +466,7 @@ def run(
         and auto_target(model) is None
         and not any(True for _ in external.external_tensors(model))
         and time.perf_counter() < options.limits(start).deadline
+        and options.quantize != "static"  # calibration runs the model with its weights
     )
     choose = None
     if options.quantize is not None:
@@ -455,27 +475,45 @@ def run(
                 load_calibration(options.calibration, model)
                 if options.calibration
                 else drawn_calibration(model)
-                if options.error_budget is not None
+                if options.error_budget is not None or options.quantize == "static"
                 else []
             )
         except CalibrationError as e:
             raise OptionError(str(e)) from None
         choose = Chooser(options.plan, feeds, None if folder is None else str(folder))
-        if options.error_budget is not None and not options.calibration:
+        if feeds and not options.calibration:
             choose.record["warning"] = (
                 f"no calibration inputs given: {len(feeds)} drawn from the input types (random "
-                "floats, token ids 0 and 1); the error budget holds on those, which may not be "
-                "the data the model sees"
+                "floats, token ids 0 and 1); "
+                + (
+                    "the activations' ranges come from those"
+                    if options.quantize == "static"
+                    else "the error budget holds on those"
+                )
+                + ", which may not be the data the model sees"
             )
+    engine_input = model
+    if options.quantize == "static":
+        with stage("calibrating activation ranges under onnxruntime"):
+            if folder is not None:
+                with_weights(model, folder)
+            ranges = calibrate(model, feeds, options.calibrate)
+            engine_input = observe(model, ranges, options.symmetric)
+            choose.record["calibration"] = {
+                "method": options.calibrate,
+                "samples": len(feeds),
+                "symmetric": options.symmetric,
+                "activations": len(ranges),
+            }
     with stage("optimizing (import, saturate, extract, fold)"):
         kw = {} if choose is None else {"choose": choose}
         if lean:
             graph = import_model(model, folder)
-            model = structure(model)
+            model = engine_input = structure(model)
             kw["graph"] = replace(graph, meta=model)
             del graph
         result, report = optimize_engine(
-            model,
+            engine_input,
             rules,
             limits=options.limits(start),
             fp=options.fp,

@@ -34,9 +34,13 @@ from engine.quantize import Site
 from frontends.onnx.check import random_inputs, run, session
 from frontends.onnx.exporter import export_model
 from vocab.graph import TermGraph
+from vocab.ops import FAMILIES
 from vocab.registry import BOUNDS
 
 DRAWN_SAMPLES = 8  # calibration inputs drawn when the user gives none
+OBSERVED = ("rewrite", "Observed")  # patterns/quant/static.rules' activation mark
+CALIBRATION_METHODS = ("minmax", "percentile")
+PERCENTILE = 99.999  # the percentile method's range: [the 0.001th, the 99.999th] percentile
 
 
 class CalibrationError(ValueError):
@@ -246,3 +250,154 @@ def _estimate(s: Site, values: list[dict]) -> float | None:
         out = float(np.abs(got[value]).max(initial=0.0))
         worst = max(worst, float(bound.max(initial=0.0)) / out if out else 0.0)
     return worst
+
+
+@dataclass(frozen=True)
+class Range:
+    """The calibrated range of one activation, lo <= 0 <= hi (float, the activation's units)."""
+
+    lo: float
+    hi: float
+
+    def params(self, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(scale, zero point) of QuantizeLinear for this range: uint8 asymmetric, s = (hi -
+        lo) / 255 and zp = round(-lo / s), so that 0 is a level (a padded zero, a ReLU's floor
+        are exact); or int8 symmetric (`symmetric`), s = max(|lo|, |hi|) / 127, zp = 0. A
+        range of one point gets s = 1. Scalars: float32 and uint8 or int8."""
+        if symmetric:
+            big = max(-self.lo, self.hi)
+            s = np.float32(big / 127 if big > 0 else 1.0)
+            return np.array(s, np.float32), np.array(0, np.int8)
+        width = self.hi - self.lo
+        s = np.float32(width / 255 if width > 0 else 1.0)
+        zp = np.clip(np.rint(-self.lo / float(s)), 0, 255)
+        return np.array(s, np.float32), np.array(zp, np.uint8)
+
+
+def calibrate(
+    model: onnx.ModelProto, feeds: list[dict], method: str = "minmax"
+) -> dict[str, Range]:
+    """The range of every float32 activation of `model` (graph inputs and node outputs that
+    depend on an input; not constants) over the calibration `feeds`, run under onnxruntime
+    with its optimizations off (every node's output is there to read): `minmax` takes the
+    smallest and largest value seen, `percentile` the PERCENTILE-th percentiles of all values
+    seen (outliers clipped, as onnxruntime's percentile calibrator does). Both widened to
+    include 0. Raises CheckError when onnxruntime cannot run the model, ValueError for an
+    unknown method."""
+    if method not in CALIBRATION_METHODS:
+        raise ValueError(f"unknown calibration method {method!r}")
+    g = model.graph
+    inits = {i.name for i in g.initializer}
+    varying = {i.name for i in g.input if i.name not in inits}
+    for n in g.node:  # topological order (ONNX requires it)
+        if any(i in varying for i in n.input):
+            varying.update(o for o in n.output if o)
+    outs = [o.name for o in g.output]
+    extra = [o for n in g.node for o in n.output if o in varying and o not in outs]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in extra)
+    sess = session(probe)
+    names = [o.name for o in sess.get_outputs()]
+    inputs = [i for i in varying if i in feeds[0]] if feeds else []
+    lo: dict[str, float] = {}
+    hi: dict[str, float] = {}
+    seen: dict[str, list[np.ndarray]] = {}
+    for f in feeds:
+        got = dict(zip(names, run(sess, f)))
+        got.update({i: np.asarray(f[i]) for i in inputs})
+        for name, v in got.items():
+            if name not in varying or v.dtype != np.float32 or v.size == 0:
+                continue
+            finite = v[np.isfinite(v)]
+            if finite.size == 0:
+                continue
+            if method == "percentile":
+                seen.setdefault(name, []).append(finite.ravel())
+            lo[name] = min(lo.get(name, 0.0), float(finite.min()))
+            hi[name] = max(hi.get(name, 0.0), float(finite.max()))
+    if method == "percentile":
+        for name, parts in seen.items():
+            every = np.concatenate(parts)
+            a, b = np.percentile(every, [100 - PERCENTILE, PERCENTILE])
+            lo[name], hi[name] = min(float(a), 0.0), max(float(b), 0.0)
+    return {n: Range(lo[n], hi[n]) for n in lo}
+
+
+def observe(
+    model: onnx.ModelProto, ranges: dict[str, Range], symmetric: bool = False
+) -> onnx.ModelProto:
+    """A copy of `model` in which every activation with a calibrated range that some node
+    reads is read through `rewrite.Observed(x, scale, zero point)` (patterns/quant/
+    static.rules), the parameters of `Range.params`, shared as initializers among activations
+    of equal parameters. The output of an op of family SELECTING (MaxPool, Pad, Reshape, ...:
+    its elements are some of its input's) takes its input's parameters, so that no
+    requantization lies between them. Graph outputs stay as they are."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    params: dict[str, tuple[np.ndarray, np.ndarray]] = {
+        n: r.params(symmetric) for n, r in ranges.items()
+    }
+    for n in g.node:
+        if n.op_type in FAMILIES["SELECTING"] and not n.domain and n.input and n.input[0] in params:
+            for o in n.output[:1]:
+                if o in params:
+                    params[o] = params[n.input[0]]
+    used = {i for n in g.node for i in n.input}
+    taken = {i.name for i in g.initializer} | {v for n in g.node for v in n.output}
+    taken |= {i.name for i in g.input}
+    shared: dict[tuple, tuple[str, str]] = {}
+    renamed: dict[str, str] = {}
+    marks = []
+    for name, (s, zp) in params.items():
+        if name not in used:
+            continue
+        key = (s.tobytes(), zp.tobytes(), zp.dtype.str)
+        if key not in shared:
+            k = len(shared)
+            shared[key] = (_fresh(f"observed_scale_{k}", taken), _fresh(f"observed_zp_{k}", taken))
+            g.initializer.extend(
+                [
+                    numpy_helper.from_array(s, shared[key][0]),
+                    numpy_helper.from_array(zp, shared[key][1]),
+                ]
+            )
+        renamed[name] = _fresh(f"{name}_observed", taken)
+        marks.append(
+            helper.make_node(
+                OBSERVED[1],
+                [name, *shared[key]],
+                [renamed[name]],
+                name=_fresh(f"{name}/observed", taken),
+                domain=OBSERVED[0],
+            )
+        )
+    if not marks:
+        return out
+    for n in g.node:
+        for i, v in enumerate(n.input):
+            if v in renamed:
+                n.input[i] = renamed[v]
+    # each mark right after its value is made: the graph stays in topological order
+    by_value = {m.input[0]: m for m in marks}
+    made = {o for n in g.node for o in n.output}
+    nodes = [m for m in marks if m.input[0] not in made]  # graph inputs' marks first
+    for n in g.node:
+        nodes.append(n)
+        nodes.extend(by_value[o] for o in n.output if o in by_value)
+    del g.node[:]
+    g.node.extend(nodes)
+    if not any(o.domain == OBSERVED[0] for o in out.opset_import):
+        out.opset_import.append(helper.make_opsetid(OBSERVED[0], 1))
+    return out
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    """`name`, or `name_K` for the first K that is not in `taken`; added to `taken`."""
+    pick, k = name, 0
+    while pick in taken:
+        k += 1
+        pick = f"{name}_{k}"
+    taken.add(pick)
+    return pick
