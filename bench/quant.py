@@ -1,9 +1,10 @@
-"""Dynamic int8 quantization: `rewrite quantize` against onnxruntime's `quantize_dynamic`.
+"""int8 quantization: `rewrite quantize` against onnxruntime's quantizers.
 
     python bench/quant.py                               # BERT-base, both exporters
     python bench/quant.py --models bert gpt2 llama vit --exporters torchscript
     python bench/quant.py --kernels                     # the cost model's int8 factor
     python bench/quant.py --mode weight-only --models llama --exporters torchscript
+    python bench/quant.py --mode static --models resnet50 mobilenetv2
 
 Models are bench/models.py's full-size ones (bench/.models/, generated when missing). For each
 model, five files: the float original, onnxruntime's
@@ -21,6 +22,12 @@ model:
   max |q - ref| / max |ref| per output, the worst output shown, and for language models the
   share of positions whose argmax over the last axis agrees with the original's;
 * seconds to quantize (one process call each, model load and save included) and file MB.
+
+`--mode static` compares onnxruntime's `quantize_static` (QDQ format, per-channel weights,
+its defaults otherwise: int8 activations and weights, MinMax) with `rewrite quantize --mode
+static --target onnxruntime`, both calibrated on the same `--calibration` inputs. For image
+models the argmax agreement is over the channels of the pooled output (which feature is
+largest, what a classifier head would read).
 
 `--kernels` times onnxruntime's MatMulInteger (uint8 by int8) against float32 MatMul at BERT's
 shapes, 1 thread, and prints the ratio that `engine.cost.INT8_FLOP_FACTOR` stands for.
@@ -71,6 +78,31 @@ def quantize_ours_weight_only(src: Path, dst: Path) -> float:
     return quantize_ours(src, dst, "--mode", "weight-only", "--target", "onnxruntime")
 
 
+def quantize_ours_static(src: Path, dst: Path, cal: Path) -> float:
+    """`rewrite quantize --mode static --target onnxruntime --calibration CAL`."""
+    return quantize_ours(
+        src, dst, "--mode", "static", "--target", "onnxruntime", "--calibration", str(cal)
+    )
+
+
+def quantize_ort_static(src: Path, dst: Path, cal: Path) -> float:
+    """Seconds of onnxruntime's `quantize_static(SRC, DST, reader)` over the calibration
+    file's inputs, QDQ format, per-channel weights."""
+    code = (
+        "import sys, numpy as np\n"
+        "from onnxruntime.quantization import CalibrationDataReader, QuantFormat, "
+        "quantize_static\n"
+        "data = np.load(sys.argv[3])\n"
+        "feeds = [{k: data[k][i] for k in data.files} for i in range(len(data[data.files[0]]))]\n"
+        "class Reader(CalibrationDataReader):\n"
+        "    def __init__(self): self.it = iter(feeds)\n"
+        "    def get_next(self): return next(self.it, None)\n"
+        "quantize_static(sys.argv[1], sys.argv[2], Reader(), quant_format=QuantFormat.QDQ, "
+        "per_channel=True)\n"
+    )
+    return _seconds([sys.executable, "-c", code, str(src), str(dst), str(cal)])
+
+
 def quantize_ort(src: Path, dst: Path) -> float:
     """Seconds of onnxruntime's `quantize_dynamic(SRC, DST)` with its defaults."""
     code = (
@@ -102,7 +134,8 @@ def session(path: Path) -> ort.InferenceSession:
 
 def errors(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, n: int) -> dict:
     """Worst max|q - ref| / max|ref| over outputs and `n` inputs, and the argmax agreement over
-    the last axis of the first output (a share of positions)."""
+    the last axis of the first output (a share of positions); for image models over the
+    channels of the last output (the pooled features, [N, C, 1, 1])."""
     worst, agree, total = 0.0, 0, 0
     for seed in range(n):
         feeds = M.make_inputs(name, seed=seed)
@@ -111,7 +144,11 @@ def errors(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, n: int
             if np.issubdtype(w.dtype, np.floating) and w.size:
                 scale = float(np.abs(w).max()) or 1.0
                 worst = max(worst, float(np.abs(g - w).max()) / scale)
-        a, b = want[0].argmax(-1), got[0].argmax(-1)
+        if M.SPECS[name].kind == "image":
+            a = want[-1].reshape(len(want[-1]), -1).argmax(-1)
+            b = got[-1].reshape(len(got[-1]), -1).argmax(-1)
+        else:
+            a, b = want[0].argmax(-1), got[0].argmax(-1)
         agree, total = agree + int((a == b).sum()), total + a.size
     return {"error": worst, "argmax": agree / total}
 
@@ -149,6 +186,11 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         ("rewrite", quantize_ours),
         ("rewrite --per-channel", quantize_ours_per_channel),
     ]
+    if args.mode == "static":
+        tools = [
+            ("onnxruntime quantize_static", lambda s, d: quantize_ort_static(s, d, cal)),
+            ("rewrite --mode static", lambda s, d: quantize_ours_static(s, d, cal)),
+        ]
     if args.mode == "weight-only":
         tools = [
             ("onnxruntime MatMulNBits", quantize_ort_weight_only),
@@ -163,7 +205,7 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         e = measured[tool] = errors(name, ref, q, args.inputs)
         lat = latency(name, ref, q, args.runs)
         mb = dst.stat().st_size / 2**20
-        argmax = f"{100 * e['argmax']:.1f}%" if M.SPECS[name].kind != "image" else "-"
+        argmax = f"{100 * e['argmax']:.1f}%"
         rows.append(
             f"| {name}.{exporter} | {tool} | {lat:.3f}x | {100 * e['error']:.1f}% | {argmax} "
             f"| {seconds:.1f} | {mb:.0f} |"
@@ -242,10 +284,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument(
         "--mode",
-        choices=("dynamic", "weight-only"),
+        choices=("dynamic", "weight-only", "static"),
         default="dynamic",
-        help="dynamic (default) or weight-only: ours against onnxruntime's MatMulNBitsQuantizer, "
-        "both 4-bit, blocks of 32, symmetric",
+        help="dynamic (default); weight-only: ours against onnxruntime's MatMulNBitsQuantizer, "
+        "both 4-bit, blocks of 32, symmetric; static: against quantize_static (QDQ, "
+        "per-channel), both calibrated on the same inputs",
     )
     ap.add_argument("--calibration", type=int, default=8, help="calibration inputs (default 8)")
     ap.add_argument("--kernels", action="store_true", help="time the int8 kernels and stop")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from dsl.ir import Rule
 from engine.egraph import Snapshot
 from engine.provenance import Firing, matched, original_names
@@ -83,15 +85,36 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
         grouped.setdefault(f.root, []).append(f)
     order = {c: i for i, c in enumerate(_graph_order(snap))}
     op_of = {n.name or snap.graph.values[n.outputs[0]].name: n.op for n in snap.graph.nodes}
-    constant = {snap.handle[v] for v in snap.graph.constants if v in snap.handle}
+    # the weights: constants of more than one element (a scale or zero point shared by many
+    # activations ties nothing together)
+    constant = {
+        snap.handle[v]
+        for v in snap.graph.constants
+        if v in snap.handle and np.size(snap.graph.constants[v]) > 1
+    }
+    # imported nodes that rewriting proved equal to their first input (an identity, such as
+    # the marks of patterns/quant/static.rules): they compute nothing, so a site is not tied to
+    # another through one, nor named by one's op
+    marks = {
+        n.name or snap.graph.values[n.outputs[0]].name
+        for n in snap.graph.nodes
+        if n.inputs
+        and n.outputs
+        and snap.handle.get(n.outputs[0]) is not None
+        and snap.handle.get(n.outputs[0]) == snap.handle.get(n.inputs[0])
+    }
     raw = []  # per root e-class: (root, firings, display names, names the left sides matched)
     for root in sorted(grouped, key=lambda c: order.get(c, len(order))):
         fs = grouped[root]
         matched_names: list[str] = []
         for f in fs:
             for e in matched(snap, f) or ():
-                matched_names += [n for n in origins.of(e) if n not in matched_names]
+                matched_names += [
+                    n for n in origins.of(e) if n not in matched_names and n not in marks
+                ]
         weights = [f"@{c}" for f in fs for c in f.terms.values() if c in constant]
+        if not matched_names and not weights and marks.intersection(computed.get(root, ())):
+            continue  # a mark quantized alone: a step of other sites' rewrites, not a choice
         raw.append((root, fs, computed.get(root, []), matched_names + weights))
     # Sites that rewrite a common imported node or read a common constant (the weight) are one
     # site: MatMul + Add fused into a Gemm is quantized at the Gemm's e-class and at the

@@ -391,6 +391,8 @@ def test_shipped_library_checks():
         "quant-embedding",
         "quant-weight-only-4bit",
         "quant-weight-only-8bit",
+        "quant-static",
+        "quant-static-onnxruntime",
         "qdq-canonical",
     }
     assert any(r.kind == "equal" for r in ruleset.rules)

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from vocab import registry
 from vocab.types import ClassInfo, TensorType
@@ -631,6 +633,109 @@ def test_accumulates_in_int32_transposed_and_its_bound():
     per_column = covers("gemm-dynamic-7bit-transposed-per-column").fn
     want = registry.BOUNDS["gemm-dynamic-7bit-per-column"].fn(x, w.T, c)
     np.testing.assert_array_equal(per_column(x, w, c), want)
+
+
+def _q(v, dtype):
+    """A constant ClassInfo of numpy value `v` in `dtype`."""
+    return c(np.asarray(v, dtype))
+
+
+def test_static_quantization_scale_and_zero_point_guards():
+    per_tensor, positive = covers("per-tensor").fn, covers("positive-scale").fn
+    eight, at_min = covers("eight-bit").fn, covers("zero-point-at-min").fn
+    assert per_tensor(_q(0.5, np.float32)) and per_tensor(_q([0.5], np.float32))
+    assert not per_tensor(_q([[0.5]], np.float32)) and not per_tensor(_q([1, 2], np.float32))
+    assert not per_tensor(t())  # not a constant
+    assert positive(_q(0.02, np.float32)) and not positive(_q(-0.02, np.float32))
+    assert not positive(_q(0.0, np.float32)) and not positive(_q(0.02, np.float64))
+    assert not positive(_q([[0.02]], np.float32))  # per axis to onnxruntime
+    assert eight(t(2, dtype=TP.UINT8)) and eight(t(2, dtype=TP.INT8)) and not eight(t(2))
+    assert at_min(_q(0, np.uint8)) and at_min(_q(-128, np.int8))
+    assert not at_min(_q(1, np.uint8)) and not at_min(_q(0, np.int8))
+    assert not at_min(_q([0, 0], np.uint8))
+
+
+def test_quantize_saturates_only_when_both_ends_saturate_with_room():
+    f = covers("quantize-saturates").fn
+    z = _q(0, np.uint8)
+    lo, hi = _q(0.0, np.float32), _q(6.0, np.float32)
+    assert f(_q(6 / 255, np.float32), z, lo, hi)  # 6 / s = 255: the top level exactly
+    assert not f(_q(6 / 250, np.float32), z, lo, hi)  # Q(6) = 250 < 255
+    assert not f(_q(6 / 255, np.float32), _q(3, np.uint8), lo, hi)  # Q(0) = 3
+    assert f(_q(0.1, np.float32), _q(-128, np.int8), _q(-1.0, np.float32), _q(30.0, np.float32))
+    assert not f(_q(-0.1, np.float32), z, lo, hi)
+
+
+def test_scale_ratio_and_requantization_range():
+    ratio = covers("scale-ratio").fn
+    s = _q(0.01, np.float32)
+    assert ratio(s, _q(0.02, np.float32)) and ratio(s, _q(0.01 * 2.0**14, np.float32))
+    assert not ratio(s, _q(0.01 * 2.0**15, np.float32)) and not ratio(s, _q(1e-15, np.float32))
+    f = covers("requantizes-in-range").fn
+    w = c(np.full((4, 3, 3, 3), 0.63, np.float32))  # s_w = 0.01, K = 27
+    top = 27 * 255 * 127 + 2**24
+    assert f(_q(1.0, np.float32), w, _q(0.01 * top / 2.0**30, np.float32))
+    assert not f(_q(1.0, np.float32), w, _q(0.01 * top / 2.0**31, np.float32))
+    assert not f(_q(1.0, np.float32), c(np.ones((4, 3), np.float32)), _q(1.0, np.float32))
+
+
+def test_conv_accumulates_in_int32_and_bias_fits_int24():
+    f = covers("conv-accumulates-in-int32").fn
+    k = (2**31 - 1 - 2**24) // (255 * 127)
+    assert f(t(64, 64, 3, 3)) and f(t(8, k, 1, 1)) and not f(t(8, k + 1, 1, 1))
+    assert not f(t(8, 3)) and not f(t(8, "c", 3, 3)) and not f(t(8, 0, 3, 3))
+    fits = covers("bias-fits-int24").fn
+    w = np.full((2, 1, 1, 1), 6.3, np.float32)  # s_w = 0.1
+    sx = _q(0.5, np.float32)  # a unit of the bias: 0.05
+    assert fits(c(np.array([0.05 * 2**24, -1.0], np.float32)), sx, c(w))
+    assert not fits(c(np.array([0.05 * 2**24 * 1.01, 0.0], np.float32)), sx, c(w))
+    assert not fits(c(np.zeros(3, np.float32)), sx, c(w))  # not one per output channel
+    assert not fits(c(np.zeros(2, np.float32)), _q(0.0, np.float32), c(w))  # no unit
+
+
+def test_fake_quantize_bound_holds_and_is_tight_inside_the_range():
+    f = covers("fake-quantize").fn
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 3, 2000).astype(np.float32)
+    s, zp = np.float32(0.02), np.uint8(100)  # covers [-2.0, 3.1]
+    q = np.clip(np.rint(x / s) + zp, 0, 255)
+    err = np.abs(x - (q - float(zp)) * s)
+    b = f(x, np.array(s), np.array(zp))
+    assert np.all(err <= b)
+    inside = (x > -2.0) & (x < 3.1)
+    assert (err[inside] / b[inside]).max() > 0.95  # half a step, reached
+    assert np.all(b[~inside] >= np.abs(x[~inside]) - 3.1)
+
+
+def test_conv_static_bound_holds_on_a_quantized_convolution():
+    f = covers("conv-static-7bit").fn
+    rng = np.random.default_rng(6)
+    xq = rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)
+    w = rng.normal(0, 0.2, (4, 3, 3, 3)).astype(np.float32)
+    sx, zx, sy = np.float32(0.05), np.uint8(128), np.float32(0.1)  # zp_y 120
+    x = (xq.astype(np.float32) - 128) * sx
+    sw = np.abs(w).reshape(4, -1).max(axis=1) / 63
+    wq = np.clip(np.rint(w / sw[:, None, None, None]), -63, 63)
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    g = helper.make_graph(
+        [conv],
+        "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    ref = ReferenceEvaluator(helper.make_model(g))
+    exact = ref.run(
+        None,
+        {"x": x},
+    )[0]
+    quantized = ref.run(None, {"x": x, "w": (wq * sw[:, None, None, None]).astype(np.float32)})[0]
+    lhs = np.clip(np.rint(exact / sy) + 120, 0, 255)
+    rhs = np.clip(np.rint(quantized / sy) + 120, 0, 255)
+    b = f(xq, np.array(sx), np.array(zx), w, np.array(sy))
+    assert np.abs(lhs - rhs).max() >= 1  # the weights' rounding shows
+    assert b.shape == (4, 1, 1) and np.all(np.abs(lhs - rhs) <= b)
+    assert covers("one-level").fn(np.zeros((1, 4)), np.zeros((3, 1))).tolist() == [[1.0] * 4] * 3
 
 
 def test_every_registered_function_has_a_test():

@@ -87,7 +87,11 @@ def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance, scale: float = 0.
         g, w = got.astype(object).ravel(), want.astype(object).ravel()  # exact, no overflow
         errs = [abs(a - b) for a, b in zip(g, w)]
         rel = max(e / max(abs(a), abs(b)) for e, a, b in zip(errs, g, w) if e)
-        return Diff(False, float(max(errs)), float(rel), "values differ")
+        ok = False
+        if tol.limit is not None:  # a quant rule's bound on integer outputs: in levels
+            bound = np.broadcast_to(np.asarray(tol.limit, np.float64), want.shape).ravel()
+            ok = all(float(e) <= b for e, b in zip(errs, bound))
+        return Diff(ok, float(max(errs)), float(rel), "" if ok else "values differ")
     g, w = got.astype(np.float64), want.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         equal = (g == w) | (np.isnan(g) & np.isnan(w))

@@ -319,6 +319,55 @@ def _exact_scale(s: Arg) -> list[Request]:
     return [Const(s.name), OneElement(s.name), DtypeIn(s.name, frozenset({1}))]
 
 
+@hint("per-tensor")
+def _per_tensor(x: Arg) -> list[Request]:
+    return [Const(x.name), OneElement(x.name), Rank(x.name, 0)]
+
+
+@hint("positive-scale")
+def _positive_scale(s: Arg) -> list[Request]:
+    # float32; drawn values are mostly in [-8, 8], where half are positive
+    return [Const(s.name), OneElement(s.name), Rank(s.name, 0), DtypeIn(s.name, frozenset({1}))]
+
+
+@hint("eight-bit")
+def _eight_bit(x: Arg) -> list[Request]:
+    return [DtypeIn(x.name, frozenset({2, 3}))]
+
+
+@hint("zero-point-at-min")
+def _zero_point_at_min(z: Arg) -> list[Request]:
+    return [Const(z.name), Rank(z.name, 0), DtypeIn(z.name, frozenset({2})), Fill(z.name, 0)]
+
+
+@hint("quantize-saturates")
+def _quantize_saturates(s: Arg, z: Arg, lo: Arg, hi: Arg) -> list[Request]:
+    # ReLU6 quantized over [0, 6]: s = 6 / 256, zp = 0 (uint8), so Q(0) = 0 and Q(6) = 255
+    return [
+        *_zero_point_at_min(z),
+        *_positive_scale(s),
+        Fill(s.name, 6.0 / 256),
+        *(
+            r
+            for v, x in ((lo, 0.0), (hi, 6.0))
+            for r in (
+                Const(v.name),
+                Rank(v.name, 0),
+                DtypeIn(v.name, frozenset({1})),
+                Fill(v.name, x),
+            )
+        ),
+    ]
+
+
+@hint("conv-accumulates-in-int32")
+@hint("bias-fits-int24")
+@hint("requantizes-in-range")
+@hint("scale-ratio")
+def _holds_for_drawn_sizes(*args: Arg) -> list[Request]:
+    return []  # drawn tensors are small and their values moderate: these hold for most draws
+
+
 @hint("whole-blocks")
 def _whole_blocks(x: Arg, w: Arg, block: Arg) -> list[Request]:
     m = int(block.value) if block.value is not None else 1

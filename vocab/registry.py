@@ -963,13 +963,35 @@ def eight_bit(x: ClassInfo) -> bool:
     return x.type.dtype in _EIGHT_BIT
 
 
+@guard("per-tensor", TERM)
+def per_tensor(x: ClassInfo) -> bool:
+    """True if `x` is a constant scalar or one-element vector: the only shapes QuantizeLinear
+    and the QLinear ops read as one scale or zero point for the whole tensor (a [1, 1, 1, 1]
+    one is per axis to onnxruntime, and refused)."""
+    return x.value is not None and x.value.size == 1 and x.value.ndim <= 1
+
+
 @guard("positive-scale", TERM)
 def positive_scale(s: ClassInfo) -> bool:
-    """True if `s` is a one-element float32 constant in [2^-100, 2^100]: a scale with which
+    """True if `s` is a `per-tensor` float32 constant in [2^-100, 2^100]: a scale with which
     QuantizeLinear is non-decreasing and (x - zp) * s / s rounds back (see `exact-scale`)."""
-    if s.value is None or s.value.size != 1 or s.value.dtype != np.float32:
+    if not per_tensor(s) or s.value.dtype != np.float32:
         return False
     return 2.0**-100 <= float(s.value.reshape(())) <= 2.0**100
+
+
+SCALE_RATIO = 2.0**14  # the largest ratio of an input's scale to the output's, or its inverse
+
+
+@guard("scale-ratio", TERM, TERM)
+def scale_ratio(a: ClassInfo, b: ClassInfo) -> bool:
+    """True if positive scales `a` and `b` are within a factor 2^14 of each other: an integer
+    kernel that rescales 8-bit values by a / b (onnxruntime's QLinearAdd) stays far from
+    int32's range (`verify` found QLinearAdd wrong at a ratio of 10^15)."""
+    if not (positive_scale(a) and positive_scale(b)):
+        return False
+    r = float(a.value.reshape(())) / float(b.value.reshape(()))
+    return 1 / SCALE_RATIO <= r <= SCALE_RATIO
 
 
 @guard("zero-point-at-min", TERM)
@@ -1023,7 +1045,8 @@ def conv_accumulates_in_int32(w: ClassInfo) -> bool:
 def _channel_scales(w: np.ndarray) -> np.ndarray:
     """One scale per output channel (axis 0) of weight `w`, max |w_c| / 63 in float32 as the
     rule computes it (1 for a channel of zeros)."""
-    m = np.abs(w.astype(np.float32)).reshape(w.shape[0], -1).max(axis=1, initial=0.0)
+    m = np.abs(w.astype(np.float32)).reshape(w.shape[0], int(np.prod(w.shape[1:])))
+    m = m.max(axis=1, initial=0.0)
     return np.where(m == 0, np.float32(1.0), m / np.float32(WEIGHT_LEVELS)).astype(np.float32)
 
 
@@ -1037,8 +1060,24 @@ def bias_fits_int24(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> bool:
     if b.value.ndim != 1 or b.value.shape[0] != w.value.shape[0]:
         return False
     units = np.float64(sx.value.reshape(())) * _channel_scales(w.value).astype(np.float64)
+    if not np.all(np.isfinite(units) & (units > 0)):
+        return False
     ratio = np.abs(b.value.astype(np.float64)) / units
     return bool(np.all(np.isfinite(ratio)) and np.all(ratio <= BIAS_UNITS))
+
+
+@guard("requantizes-in-range", TERM, TERM, TERM)
+def requantizes_in_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
+    """True if QLinearConv's rescale of its int32 sums, s_x * s_w[c] / s_y, keeps the largest
+    sum (K * 255 * 127 + 2^24, see `conv-accumulates-in-int32`) within 2^30: the float
+    product then converts to an integer before it saturates to 8 bits (a larger one
+    overflows the conversion)."""
+    if not (positive_scale(sx) and positive_scale(sy)) or w.value is None or w.value.ndim < 3:
+        return False
+    k = int(np.prod(w.value.shape[1:]))
+    ratio = float(sx.value.reshape(())) * float(_channel_scales(w.value).max(initial=0.0))
+    ratio /= float(sy.value.reshape(()))
+    return (k * U8_TIMES_S8 + BIAS_UNITS) * ratio <= 2.0**30
 
 
 @bound("fake-quantize", TERM, TERM, TERM)
@@ -1067,7 +1106,7 @@ def conv_static_7bit(
     sx_, sy_ = float(np.asarray(sx).reshape(())), abs(float(np.asarray(sy).reshape(())))
     x_max *= sx_
     sw = _channel_scales(w).astype(np.float64)
-    wc = np.abs(w.astype(np.float64)).reshape(w.shape[0], -1)
+    wc = np.abs(w.astype(np.float64)).reshape(w.shape[0], int(np.prod(w.shape[1:])))
     k = wc.shape[1]
     real = k * x_max * sw / 2 + sx_ * sw / 2
     real += 2.0**-20 * k * (x_max * wc.sum(axis=1) + BIAS_UNITS * sx_ * sw)

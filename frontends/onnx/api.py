@@ -175,7 +175,10 @@ class Options:
         keep = QUANT_RULESETS[self._quant_key]
         every = dict.fromkeys(r for rs in QUANT_RULESETS.values() for r in rs)
         others = [f"ruleset:{r}" for r in every if r not in keep]
-        allow = self.allow if "quant" in self.allow else (*self.allow, "quant")
+        # static mode folds BatchNormalization into the Conv before it (class reassoc), as
+        # onnxruntime's quantization pre-processing does: a QuantizeLinear then meets the Conv
+        wanted = ("quant", "reassoc") if self.quantize == "static" else ("quant",)
+        allow = (*self.allow, *(c for c in wanted if c not in self.allow))
         out = replace(self, allow=allow, skip=(*self.skip, *others))
         if self.error_budget is not None and self.rtol is None and self.atol is None:
             out = replace(out, rtol=self.error_budget, atol=0.0)  # the check holds the budget
