@@ -20,6 +20,7 @@ import numpy as np
 from dsl.ir import Rule
 from engine.egraph import Snapshot
 from engine.provenance import Firing, matched, original_names
+from vocab.registry import EXACT_BOUNDS
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
     graph's nodes."""
     by_name = {r.name: r for r in rules}
     quant = [f for f in firings if by_name.get(f.name.removesuffix(" (reverse)")) is not None]
-    quant = [f for f in quant if by_name[f.name.removesuffix(" (reverse)")].fp == "quant"]
+    quant = [f for f in quant if _chooses(by_name[f.name.removesuffix(" (reverse)")])]
     if not quant:
         return []
     index = {(c, n): i for i, (c, n) in enumerate(snap.nodes)}
@@ -203,6 +204,13 @@ class _Origins:
                 out += [n for n in self.of(m, seen) if n not in out]
         self.memo[e] = out
         return out
+
+
+def _chooses(rule: Rule) -> bool:
+    """True for a `quant` rule whose result is a choice: one that may err (a bound that is not
+    `vocab.registry.EXACT_BOUNDS`'), not a rewrite exact on finite values that is `quant` only
+    for how it treats NaN."""
+    return rule.fp == "quant" and (rule.bound is None or rule.bound.fn not in EXACT_BOUNDS)
 
 
 def forbidden(chosen: list[Site], keep: frozenset[int]) -> frozenset[int]:

@@ -393,6 +393,7 @@ def test_shipped_library_checks():
         "quant-weight-only-8bit",
         "quant-static",
         "quant-static-onnxruntime",
+        "quant-qdq",
         "qdq-canonical",
     }
     assert any(r.kind == "equal" for r in ruleset.rules)

@@ -230,7 +230,10 @@ def test_an_error_budget_without_calibration_draws_inputs_and_warns():
     [
         ({"keep_float": ["fc1/*"]}, "keep-float needs a quantization mode"),
         ({"quantize": "dynamic", "error_budget": 0}, "error-budget must be a number > 0"),
-        ({"quantize": "dynamic", "calibration": "c.npz"}, "used by error-budget only"),
+        (
+            {"quantize": "dynamic", "calibration": "c.npz"},
+            "used by error-budget and mode static only",
+        ),
         ({"quantize": "dynamic", "op_types": ["Matmul"]}, "'Matmul' is not an ONNX op"),
     ],
 )

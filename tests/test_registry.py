@@ -649,6 +649,8 @@ def test_static_quantization_scale_and_zero_point_guards():
     assert positive(_q(0.02, np.float32)) and not positive(_q(-0.02, np.float32))
     assert not positive(_q(0.0, np.float32)) and not positive(_q(0.02, np.float64))
     assert not positive(_q([[0.02]], np.float32))  # per axis to onnxruntime
+    assert positive(_q(2.0**-24, np.float32)) and not positive(_q(2.0**-25, np.float32))
+    assert positive(_q(2.0**24, np.float32)) and not positive(_q(2.0**25, np.float32))
     assert eight(t(2, dtype=TP.UINT8)) and eight(t(2, dtype=TP.INT8)) and not eight(t(2))
     assert at_min(_q(0, np.uint8)) and at_min(_q(-128, np.int8))
     assert not at_min(_q(1, np.uint8)) and not at_min(_q(0, np.int8))
@@ -736,6 +738,12 @@ def test_conv_static_bound_holds_on_a_quantized_convolution():
     assert np.abs(lhs - rhs).max() >= 1  # the weights' rounding shows
     assert b.shape == (4, 1, 1) and np.all(np.abs(lhs - rhs) <= b)
     assert covers("one-level").fn(np.zeros((1, 4)), np.zeros((3, 1))).tolist() == [[1.0] * 4] * 3
+
+
+def test_exact_when_finite_is_a_zero_bound():
+    f = covers("exact-when-finite").fn
+    assert f(np.ones((2, 3))).tolist() == [[0.0] * 3] * 2
+    assert "exact-when-finite" in registry.EXACT_BOUNDS
 
 
 def test_every_registered_function_has_a_test():

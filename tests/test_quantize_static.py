@@ -1,0 +1,230 @@
+"""Static int8 quantization as rules: `rewrite quantize --mode static` (calibrated activation
+ranges as `rewrite.Observed` marks, patterns/quant/static.rules, the QDQ moves of
+patterns/quant/qdq.rules). The rules' bounds are verified like every shipped rule (the pytest
+plugin); here the whole path on a small CNN with trained-like values: calibration, the chain
+of integer Convs the extraction picks, onnxruntime running it, and the error it measures."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import rewrite
+from frontends.onnx.api import OptionError
+from frontends.onnx.quantize import OBSERVED, Range, calibrate, drawn_calibration, observe
+from rewrite.cli import main
+
+RNG = np.random.default_rng(11)
+
+
+def _conv(name: str, cin: int, cout: int, k: int = 3) -> list:
+    """A Conv's weight (He-scaled, as trained layers are) and a nonzero bias."""
+    w = RNG.normal(0, np.sqrt(2 / (cin * k * k)), (cout, cin, k, k)).astype(np.float32)
+    b = RNG.normal(0, 0.2, cout).astype(np.float32)
+    return [numpy_helper.from_array(w, f"{name}.w"), numpy_helper.from_array(b, f"{name}.b")]
+
+
+def cnn() -> onnx.ModelProto:
+    """x[1, 3, 16, 16] -> conv1 -> Relu -> MaxPool -> conv2 -> Relu -> conv3 -> + (residual)
+    -> Relu -> GlobalAveragePool: ResNet's pieces, at opset 18, static shapes."""
+    nodes = [
+        helper.make_node("Conv", ["x", "conv1.w", "conv1.b"], ["c1"], pads=[1] * 4, name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "conv2.w", "conv2.b"], ["c2"], pads=[1] * 4, name="conv2"),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "conv3.w", "conv3.b"], ["c3"], pads=[1] * 4, name="conv3"),
+        helper.make_node("Add", ["c3", "p1"], ["a"], name="residual"),
+        helper.make_node("Relu", ["a"], ["r3"], name="relu3"),
+        helper.make_node("GlobalAveragePool", ["r3"], ["y"], name="pool"),
+    ]
+    inits = _conv("conv1", 3, 16) + _conv("conv2", 16, 16) + _conv("conv3", 16, 16)
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 1, 1])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+MODEL = cnn()
+
+
+def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, {"x": x})[0]
+
+
+def ops(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cal") / "cal.npz"
+    np.savez(path, x=np.random.default_rng(3).normal(0, 1, (8, 1, 3, 16, 16)).astype(np.float32))
+    return path
+
+
+def held_out(n: int = 4) -> list[np.ndarray]:
+    rng = np.random.default_rng(99)
+    return [rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32) for _ in range(n)]
+
+
+def test_the_reference_outputs_are_not_degenerate():
+    outs = np.stack([run(MODEL, x).ravel() for x in held_out()])
+    assert outs.std(axis=1).min() > 0.05 * np.abs(outs).max()  # features differ from each other
+    assert np.abs(outs[0] - outs[1]).max() > 0.05 * np.abs(outs).max()  # and between inputs
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnxruntime"])
+def test_static_mode_chains_integer_convs_that_onnxruntime_runs(calibration, target):
+    q, report = rewrite.optimize_model(
+        MODEL, quantize="static", calibration=str(calibration), target=target
+    )
+    found = ops(q)
+    # every Conv is a QLinearConv; the Relus between them are absorbed by their outputs'
+    # quantization, the MaxPool runs on uint8; one QuantizeLinear in
+    assert found.count("QLinearConv") == 3 and "Conv" not in found
+    assert found.count("QuantizeLinear") == 1
+    if target == "onnxruntime":  # the residual Add in uint8 too, and the Relu after it
+        assert "com.microsoft" in {n.domain for n in q.graph.node if n.op_type == "QLinearAdd"}
+        assert "Add" not in found and "Relu" not in found
+    else:  # standard ONNX has no integer Add: it runs in float on the dequantized branches
+        assert "QLinearAdd" not in found and found.count("Add") == found.count("Relu") == 1
+    assert not any(n.domain == OBSERVED[0] for n in q.graph.node)  # no mark left
+    conv = next(n for n in q.graph.node if n.op_type == "QLinearConv")
+    inits = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}
+    w, sw = inits[conv.input[3]], inits[conv.input[4]]
+    assert w.dtype == np.int8 and np.abs(w).max() == 63 and sw.shape == (16,)  # 7 bits/channel
+    assert inits[conv.input[8]].dtype == np.int32  # the bias, in units of s_x * s_w
+    errors = []
+    for x in held_out():
+        want, got = run(MODEL, x), run(q, x)
+        errors.append(np.abs(got - want).max() / np.abs(want).max())
+    assert 0 < max(errors) < 0.05  # quantized (not exact), and close
+    record = report.extra["quantize"]
+    assert record["calibration"] == {
+        "method": "minmax",
+        "samples": 8,
+        "symmetric": False,
+        "activations": 10,
+    }
+    assert "warning" not in record
+
+
+def test_keep_float_keeps_a_conv_in_float(calibration):
+    q, report = rewrite.optimize_model(
+        MODEL, quantize="static", calibration=str(calibration), keep_float=["conv2"]
+    )
+    assert ops(q).count("QLinearConv") == 2 and ops(q).count("Conv") == 1
+    sites = {s["node"]: s for s in report.extra["quantize"]["sites"]}
+    assert sites["conv2"]["why"] == "--keep-float conv2 matches conv2"
+    assert sites["conv1"]["quantized"] and sites["conv3"]["quantized"]
+    assert all(s["op"] != "Observed" and "observed" not in s["node"] for s in sites.values())
+
+
+def test_symmetric_quantizes_activations_to_int8_and_percentile_clips_outliers(calibration):
+    q, report = rewrite.optimize_model(
+        MODEL,
+        quantize="static",
+        calibration=str(calibration),
+        symmetric=True,
+        calibrate="percentile",
+    )
+    qlinear = [n for n in q.graph.node if n.op_type == "QLinearConv"]
+    inits = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}
+    # the inner Convs at least (the cost model may keep the 3-channel first one in float: its
+    # input's quantization costs about what its int8 product saves); a Relu between two int8
+    # Convs is a Max with the zero point (quantize-of-relu-as-max), 0 not being int8's lowest
+    assert len(qlinear) >= 2 and "Max" in ops(q)
+    assert all(inits[n.input[2]].dtype == np.int8 and inits[n.input[2]] == 0 for n in qlinear)
+    assert report.extra["quantize"]["calibration"]["method"] == "percentile"
+    x = held_out()[0]
+    assert np.abs(run(q, x) - run(MODEL, x)).max() < 0.1 * np.abs(run(MODEL, x)).max()
+
+
+def test_without_calibration_inputs_static_draws_them_and_warns():
+    _, report = rewrite.optimize_model(MODEL, quantize="static")
+    assert "the activations' ranges come from those" in report.extra["quantize"]["warning"]
+
+
+def test_calibrate_measures_every_activation_and_includes_zero():
+    feeds = drawn_calibration(MODEL, 4)
+    ranges = calibrate(MODEL, feeds)
+    assert set(ranges) == {"x", "c1", "r1", "p1", "c2", "r2", "c3", "a", "r3", "y"}
+    assert all(r.lo <= 0 <= r.hi for r in ranges.values())
+    assert ranges["r1"].lo == 0 and ranges["c1"].lo < 0  # a ReLU's floor; a Conv's negatives
+    xs = np.stack([f["x"] for f in feeds])
+    assert ranges["x"] == Range(float(xs.min()), float(xs.max()))
+    clipped = calibrate(MODEL, feeds, "percentile")["x"]
+    assert ranges["x"].lo < clipped.lo <= 0 <= clipped.hi < ranges["x"].hi
+    with pytest.raises(ValueError, match="unknown calibration method"):
+        calibrate(MODEL, feeds, "entropy")
+
+
+def test_range_params_are_onnx_quantization_parameters():
+    s, zp = Range(-1.0, 3.0).params(symmetric=False)
+    assert s.dtype == np.float32 and zp.dtype == np.uint8 and s.shape == zp.shape == ()
+    assert s == np.float32(4 / 255) and zp == 64  # round(1 / (4 / 255)) = round(63.75)
+    s, zp = Range(-1.0, 3.0).params(symmetric=True)
+    assert s == np.float32(3 / 127) and zp.dtype == np.int8 and zp == 0
+    assert Range(0.0, 0.0).params(False)[0] == 1  # one point: any scale; 1
+
+
+def test_observe_marks_what_nodes_read_and_shares_parameters_through_selecting_ops():
+    ranges = calibrate(MODEL, drawn_calibration(MODEL, 2))
+    marked = observe(MODEL, ranges)
+    marks = {n.input[0]: n for n in marked.graph.node if n.domain == OBSERVED[0]}
+    # y is only a graph output; the rest are read by a node, through their mark
+    assert set(marks) == set(ranges) - {"y"}
+    readers = {i for n in marked.graph.node if n.domain != OBSERVED[0] for i in n.input}
+    assert not readers & set(marks) and all(m.output[0] in readers for m in marks.values())
+    assert marked.graph.output[0].name == "y"
+    # MaxPool's output p1 is quantized with r1's parameters: no requantization between them
+    assert marks["p1"].input[1:] == marks["r1"].input[1:]
+    assert marks["c1"].input[1:] != marks["r1"].input[1:]
+    # topological order: each mark after its value is made
+    made = {"x"} | {i.name for i in marked.graph.initializer}
+    for n in marked.graph.node:
+        assert all(i in made for i in n.input if i)
+        made.update(n.output)
+    assert ("rewrite", 1) in {(o.domain, o.version) for o in marked.opset_import}
+    assert len(MODEL.graph.node) == 9  # the input is not changed
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"quantize": "dynamic", "symmetric": True}, "apply to mode static only"),
+        ({"quantize": "static", "calibrate": "kl"}, "calibrate: unknown method 'kl'"),
+    ],
+)
+def test_static_options_that_cannot_be_used(options, message):
+    with pytest.raises(OptionError, match=message):
+        rewrite.optimize_model(MODEL, **options)
+
+
+def test_cli_quantize_static(tmp_path, calibration, capsys):
+    src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn.int8.onnx"
+    onnx.save(MODEL, src)
+    code = main(
+        [
+            "quantize",
+            str(src),
+            str(dst),
+            "--mode",
+            "static",
+            "--calibration",
+            str(calibration),
+            "--target",
+            "onnxruntime",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "QLinearConv" in out and "quantize-conv-static" in out
+    assert ops(onnx.load(dst)).count("QLinearConv") == 3
+    assert main(["quantize", str(src), str(dst), "--mode", "static", "--calibrate", "kl"]) == 2
