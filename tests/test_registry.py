@@ -746,6 +746,17 @@ def test_exact_when_finite_is_a_zero_bound():
     assert "exact-when-finite" in registry.EXACT_BOUNDS
 
 
+def test_nonempty():
+    f = covers("nonempty").fn
+    assert (
+        f(t(3, 4))
+        and f(t())
+        and not f(t(1, 0))
+        and not f(t(2, "n"))
+        and not f(ClassInfo(TensorType(F32, None)))
+    )
+
+
 def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS) | set(registry.BOUNDS)
     missing = sorted(names - TESTED)

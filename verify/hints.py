@@ -29,6 +29,7 @@ Requests:
 |--------------------------|---------------------------------------------------------------|
 | `Const(x)` / `Input(x)`  | x is an initializer / a graph input                           |
 | `Fill(x, v)`             | x is a constant whose every element is v                      |
+| `Positive(x)`            | x's elements are drawn >= 0 (a scale: 0 is rare, and refused) |
 | `OneElement(x)`          | x is a constant of shape (1, ..., 1) or ()                    |
 | `Many(x)`                | x has more than one element                                   |
 | `Within(z, x)`           | z's shape broadcasts into x's (`broadcasts-into z x`)         |
@@ -127,6 +128,11 @@ class CopyValues(Request):
     """`name` is a constant equal to `source` (`same-values`)."""
 
     source: str = ""
+
+
+@dataclass(frozen=True)
+class Positive(Request):
+    """`name`'s elements are drawn non-negative (a quantization scale)."""
 
 
 @dataclass(frozen=True)
@@ -326,8 +332,14 @@ def _per_tensor(x: Arg) -> list[Request]:
 
 @hint("positive-scale")
 def _positive_scale(s: Arg) -> list[Request]:
-    # float32; drawn values are mostly in [-8, 8], where half are positive
-    return [Const(s.name), OneElement(s.name), Rank(s.name, 0), DtypeIn(s.name, frozenset({1}))]
+    # float32, drawn in [0, 8] (a zero is refused by the guard)
+    return [
+        Const(s.name),
+        OneElement(s.name),
+        Rank(s.name, 0),
+        DtypeIn(s.name, frozenset({1})),
+        Positive(s.name),
+    ]
 
 
 @hint("eight-bit")
@@ -360,6 +372,7 @@ def _quantize_saturates(s: Arg, z: Arg, lo: Arg, hi: Arg) -> list[Request]:
     ]
 
 
+@hint("nonempty")
 @hint("conv-accumulates-in-int32")
 @hint("bias-fits-int24")
 @hint("requantizes-in-range")

@@ -74,6 +74,7 @@ class Leaf:
     value: np.ndarray | None = None
     uses: list[tuple[str, int]] = field(default_factory=list)
     copy_of: str | None = None
+    domains: tuple[str, ...] = ()  # value domains requested for it (`hints.Positive`)
 
     @property
     def type(self) -> TensorType:

@@ -133,7 +133,7 @@ def _reshape(ctx) -> None:
     zero_ok = allowzero == 0 and not ctx.wants(1, H.NoZero)
     copies = [i for i in range(min(len(target), len(src))) if target[i] == src[i]]
     for i in copies:
-        if zero_ok and ctx.draw(ints(0, 3), "copy dim") == 3:
+        if zero_ok and ctx.draw(ints(0, 2), "copy dim") == 2:
             target[i] = 0  # 0 copies the input's dimension i (allowzero=0)
     if zero_ok and copies and ctx.wants(1, H.Zero) and 0 not in target:
         target[ctx.pick(copies, "copy dim")] = 0

@@ -82,6 +82,8 @@ class Steer:
         type is inferred from them)."""
         if H.Fill in mine:
             leaf.value = self.filled(leaf, mine[H.Fill].value)
+        if H.Positive in mine:
+            leaf.domains = ("nonneg",)
         if H.Const in mine or H.Fill in mine or leaf.copy_of:
             leaf.const = True
         if H.Input in mine and leaf.value is None:

@@ -61,8 +61,8 @@ class Values:
 
     def array(self, leaf):
         """Strategy for the values of `leaf` (its dtype, shape and the value domains of the
-        slots it feeds, `VALUE_DOMAINS`)."""
-        domains = frozenset({VALUE_DOMAINS.get(u) for u in leaf.uses} - {None})
+        slots it feeds, `VALUE_DOMAINS`, and those its requests give it)."""
+        domains = frozenset({VALUE_DOMAINS.get(u) for u in leaf.uses} - {None} | set(leaf.domains))
         return _arrays(leaf.dtype, leaf.shape, self.values_mode, domains)
 
 

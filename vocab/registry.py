@@ -500,6 +500,14 @@ def merge_pads(pads: ClassInfo, p: tuple[int, ...] | None, x: ClassInfo) -> tupl
     )
 
 
+@guard("nonempty", TERM)
+def nonempty(x: ClassInfo) -> bool:
+    """True if `x` has a static shape with every dimension >= 1 (an op over it, a TopK along
+    any axis say, has an element to take)."""
+    xs = x.type.shape
+    return xs is not None and all(isinstance(d, int) and d >= 1 for d in xs)
+
+
 @guard("static-nonempty-features", TERM)
 def static_nonempty_features(x: ClassInfo) -> bool:
     """True if `x` (N, C, spatial...) has a static size >= 1 on every axis but the batch
