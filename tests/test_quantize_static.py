@@ -9,9 +9,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
 import rewrite
 from frontends.onnx.api import OptionError
+from frontends.onnx.check import run as run_plain
 from frontends.onnx.quantize import OBSERVED, Range, calibrate, drawn_calibration, observe
 from rewrite.cli import main
 
@@ -228,3 +230,34 @@ def test_cli_quantize_static(tmp_path, calibration, capsys):
     assert code == 0 and "QLinearConv" in out and "quantize-conv-static" in out
     assert ops(onnx.load(dst)).count("QLinearConv") == 3
     assert main(["quantize", str(src), str(dst), "--mode", "static", "--calibrate", "kl"]) == 2
+
+
+def test_the_exact_qdq_rules_clean_onnxruntimes_own_quantize_static_output(tmp_path):
+    # a model we did not quantize: onnxruntime's QDQ file, optimized without any quantization
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter({"x": x} for x in held_out(8))
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    src, qdq = tmp_path / "cnn.onnx", tmp_path / "cnn.qdq.onnx"
+    onnx.save(MODEL, src)
+    quantize_static(str(src), str(qdq), Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+    model = onnx.load(qdq)
+    out, report = rewrite.optimize_model(model)
+    before, after = ops(model), ops(out)
+    assert report.fp == "exact" and "MaxPool" in before
+    # the MaxPool runs on int8 between the Q/DQ pair onnxruntime wrote around it with one
+    # scale, and the pair goes (onnxruntime's file has no Relu left to drop: it folded them)
+    assert after.count("QuantizeLinear") == before.count("QuantizeLinear") - 1
+    assert after.count("DequantizeLinear") == before.count("DequantizeLinear") - 1
+    fired = report.fired
+    assert fired.get("quantize-of-dequantize") and fired.get("maxpool-before-dequantize")
+    maxpool = next(n for n in out.graph.node if n.op_type == "MaxPool")
+    producer = next(n for n in out.graph.node if maxpool.input[0] in n.output)
+    assert producer.op_type == "QuantizeLinear"  # int8 in
+    # bit for bit: the rules are exact (onnxruntime's own optimizations off: at full
+    # optimization it fuses the two graphs' QDQ groups into different kernels)
+    for x in held_out(2):
+        np.testing.assert_array_equal(run_plain(out, {"x": x})[0], run_plain(model, {"x": x})[0])

@@ -24,6 +24,7 @@ from dsl.ir import OpNode, Rule, RuleSet
 from engine.apply import SAME_ROOTS, UnsoundRuleError
 from engine.optimize import FP_CLASSES
 from frontends.onnx import optimize_model
+from frontends.onnx.check import run
 from verify.check import Outcome, run_both
 from vocab.ops import OPS
 
@@ -59,6 +60,8 @@ def run_engine(
     except UnsoundRuleError as e:
         return EngineResult(f"the engine's type tripwire: {e}", {})
     except Exception as e:  # any engine error on a valid model is a finding
+        if not _valid(model, feeds):  # a drawn left side ONNX refuses (a guard violated)
+            return EngineResult(None, {}, rejected="not a valid ONNX model")
         return EngineResult(
             f"the engine raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", {}
         )
@@ -143,3 +146,15 @@ def _pairwise(xs, ys) -> set[int] | None:
             return None
         acc |= s
     return acc
+
+
+def _valid(model, feeds) -> bool:
+    """True if `model` passes onnx's checker and onnxruntime runs it on `feeds` (a drawn
+    example that violates a guard may not: a per-axis scale of the wrong length, which the
+    checker lets through, say)."""
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        run(model, feeds)
+    except Exception:  # ValidationError, InferenceError, CheckError
+        return False
+    return True

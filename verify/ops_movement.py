@@ -27,6 +27,8 @@ def _slice(ctx) -> None:
     if not any(ctx.free(i) for i in (1, 2, 3, 4)):
         return
     r = x.rank
+    if not r:
+        return  # a scalar drawn below (a DequantizeLinear's) has nothing to slice: rejected
     # a slot drawn before (a capture shared with another Slice) fixes how many axes are
     # sliced and, for axes and steps, which and how
     known = {i: ctx.value(i) for i in (1, 2, 3, 4) if ctx.present(i) and not ctx.free(i)}
@@ -101,6 +103,8 @@ def _pad(ctx) -> None:
     shape = ctx.gen.sub_shape()
     x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
     r = x.rank
+    if not r:
+        return  # a scalar drawn below has nothing to pad: rejected
     axes = list(range(r))
     if ctx.free(3) and ctx.gen.opset >= 18:  # Pad-13 has no axes input
         axes = ctx.draw(st.permutations(range(r)), "axes")[: ctx.draw(ints(1, r), "k")]
@@ -159,6 +163,9 @@ def _concat(ctx) -> None:
     known = next((s for s in map(ctx.shape, slots) if s is not None), None)
     base = known if known is not None else (ctx.gen.sub_shape() or (ctx.gen.dim(),))
     rank = len(base)
+    if not rank:  # a scalar drawn below cannot be concatenated: rejected
+        ctx.attr("axis", 0)
+        return
     axis = ctx.attr("axis", lambda: ctx.draw(ints(-rank, rank - 1), "axis"))
     equal = ctx.draw(BOOLS, "equal parts")  # equal parts let `same-type` hold
     for i in slots:
