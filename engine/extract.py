@@ -25,7 +25,7 @@ from engine.cost import CostModel
 from engine.egraph import ENode, Snapshot
 from engine.rebuild import build_graph
 from vocab.graph import ABSENT, TermGraph
-from vocab.ops import OPS, decode_attr
+from vocab.ops import KEPT_UNFOLDED, OPS, decode_attr
 from vocab.types import TensorType
 
 FOLD_MAX_ELEMENTS = 1 << 16  # a computed constant larger than this (and its inputs) stays an op
@@ -105,7 +105,7 @@ class _Costs:
         c, n = self.enodes[i]
         if n.op == "Leaf":
             return n.leaf in self.snap.graph.constants
-        if n.op == "Absent" or OPS.get(n.op).random:
+        if n.op == "Absent" or OPS.get(n.op).random or n.op in KEPT_UNFOLDED:
             return False
         if n.op == "Dropout" and len(n.children) > 2 and not self.snap.is_absent(n.children[2]):
             return False  # may drop at random (training_mode), as engine.fold knows

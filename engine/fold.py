@@ -4,7 +4,8 @@ A node is folded when every input is a constant (or, for Shape/Size, the input's
 static) and its result is not much larger than its inputs (`FOLD_MAX_ELEMENTS`), the same
 test extraction used to price constant e-classes at zero. All foldable nodes are evaluated in
 one batch by `onnx.reference.ReferenceEvaluator` (the ONNX reference implementation), and their
-outputs become constants. Random ops and ops with subgraphs are never folded.
+outputs become constants. Random ops, ops with subgraphs and `vocab.ops.KEPT_UNFOLDED` (a
+DequantizeLinear of an 8-bit weight) are never folded.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from onnx.reference.ops.op_topk import TopK_11
 from engine.extract import small_enough_to_fold
 from vocab.graph import ABSENT, Node, TermGraph, prune
 from vocab.onnx_nodes import export_node
-from vocab.ops import OPS
+from vocab.ops import KEPT_UNFOLDED, OPS
 from vocab.types import TensorType, onnx_dtype
 
 _NEVER = {
@@ -107,7 +108,7 @@ def _original(n: Node) -> bool:
 
 
 def _foldable(n: Node, g: TermGraph, consts: dict) -> bool:
-    if n.op in _NEVER or (n.opaque and n.domain not in ("", "ai.onnx")):
+    if n.op in _NEVER or n.op in KEPT_UNFOLDED or (n.opaque and n.domain not in ("", "ai.onnx")):
         return False
     if n.opaque and n.payload is not None and any(a.type in (5, 10) for a in n.payload.attribute):
         return False  # graph-valued attributes

@@ -258,6 +258,12 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     ),
 }
 # unions, named too
+# Ops never folded into a constant, though their inputs are constants: a DequantizeLinear of
+# an 8-bit weight is the quantized model's point (a runtime fuses DQ(int8 weight) into its
+# integer kernel, PyTorch 2 export quantization's lowering too); folded, the weight is 4x the
+# bytes and the integer kernel is gone.
+KEPT_UNFOLDED = frozenset({"DequantizeLinear"})
+
 FAMILIES["BROADCASTING"] = (
     FAMILIES["BINARY_ARITHMETIC"]
     + FAMILIES["COMPARISON"]

@@ -15,6 +15,7 @@ import operator
 import numpy as np
 import onnx
 import torch
+import torch.ao.quantization.fx._decomposed  # registers the quantized_decomposed ops
 import torch.nn.functional as F
 
 from frontends.fx.tensors import torch_dtype
@@ -517,6 +518,50 @@ def constant(b):
     return b.own_constant()
 
 
+# QuantizeLinear / DequantizeLinear as PyTorch 2 export quantization's decomposed ops (see
+# `frontends.fx.spellings`' note on their semantics): one scale -> *_per_tensor with Python
+# numbers, a vector of scales -> *_per_channel with the scales and int64 zero points as buffers.
+_QD = torch.ops.quantized_decomposed
+
+
+def _quant_args(b) -> tuple[list, torch.dtype, bool]:
+    """(scale and zero point arguments, the 8-bit dtype, per channel) of a Q/DQ node whose
+    scale and zero point are constants."""
+    s = b.const(1)
+    z = np.zeros((), np.uint8) if b.absent(2) else b.const(2)
+    if s is None or z is None:
+        raise NoTorchForm(f"{b.node.op}: a scale or zero point that is not a constant")
+    dt = torch_dtype(onnx.helper.np_dtype_to_tensor_dtype(np.asarray(z).dtype))
+    if dt not in (torch.uint8, torch.int8) or np.asarray(s).dtype != np.float32:
+        raise NoTorchForm(f"{b.node.op}: a {dt} zero point or a scale that is not float32")
+    if np.size(s) == 1:
+        return [float(np.asarray(s).reshape(())), int(np.asarray(z).reshape(()))], dt, False
+    if np.ndim(s) != 1 or np.shape(z) != np.shape(s):
+        raise NoTorchForm(f"{b.node.op}: blocked quantization")
+    rank = _static_rank(b)
+    axis = (b.attr("axis") if b.attr("axis") is not None else 1) % rank
+    zp = b.ex.buffer(np.asarray(z, np.int64), b.node.inputs[2], b.node)
+    return [b.x(1), zp, axis], dt, True
+
+
+def quantize_linear(b):
+    """QuantizeLinear: quantized_decomposed.quantize_per_tensor / _per_channel."""
+    args, dt, per_channel = _quant_args(b)
+    info = torch.iinfo(dt)
+    op = _QD.quantize_per_channel.default if per_channel else _QD.quantize_per_tensor.default
+    return b.call(op, op, b.x(0), *args, info.min, info.max, dt)
+
+
+def dequantize_linear(b):
+    """DequantizeLinear (to float32): quantized_decomposed.dequantize_per_tensor / _per_channel."""
+    if b.out.dtype != onnx.TensorProto.FLOAT:
+        raise NoTorchForm("DequantizeLinear: an output that is not float32")
+    args, dt, per_channel = _quant_args(b)
+    info = torch.iinfo(dt)
+    op = _QD.dequantize_per_channel.default if per_channel else _QD.dequantize_per_tensor.default
+    return b.call(op, op, b.x(0), *args, info.min, info.max, dt)
+
+
 RAISE = {
     **{op: unary for op in _UNARY},
     **{op: binary for op in _BINARY},
@@ -555,6 +600,8 @@ RAISE = {
     "Gather": gather,
     "Pad": pad,
     "Constant": constant,
+    "QuantizeLinear": quantize_linear,
+    "DequantizeLinear": dequantize_linear,
 }
 
 # Ops with several outputs written as one torch call returning a tuple or list (named as the

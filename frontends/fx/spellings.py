@@ -691,3 +691,85 @@ def repeat(lo: Lowering, a: dict) -> None:
     if len(reps) != lo.rank(a["input"]):
         raise Unmapped("repeat adds axes")
     lo.emit("Tile", [lo.tensor(a["input"]), lo.ints(reps)])
+
+
+# ---- quantization: PyTorch 2 export quantization's decomposed ops ------------------------------
+# `quantize_pt2e` (torchao) leaves quantized_decomposed.quantize_per_tensor / dequantize_per_tensor
+# around activations and dequantize_per_channel on int8 weights. Their semantics (torch/ao/
+# quantization/fx/_decomposed.py): quantize = clamp(round(x * (1 / scale)) + zero_point, quant_min,
+# quant_max) in the 8-bit dtype, rounding half to even; dequantize = (q - zero_point) * scale in
+# float32. ONNX QuantizeLinear divides by the scale where torch multiplies by its inverse: the
+# two round apart at the rare x whose x / s lies within an ulp of a tie. The rules that rewrite a
+# QuantizeLinear (patterns/quant/qdq.rules) rest on what both forms have, that it is
+# non-decreasing and that Q(DQ(q)) = q, and export writes torch's op back.
+
+_QUANT_DTYPES = (torch.uint8, torch.int8)
+
+
+def _quant_dtype(a: dict) -> torch.dtype:
+    """The 8-bit dtype of a quantized_decomposed op, whose quant range must be that dtype's
+    whole range (ONNX saturates to the output type: a range such as [-127, 127] has no
+    QuantizeLinear form)."""
+    dt = a["dtype"]
+    if dt not in _QUANT_DTYPES:
+        raise Unmapped(f"quantized dtype {dt}")
+    info = torch.iinfo(dt)
+    if (a["quant_min"], a["quant_max"]) != (info.min, info.max):
+        raise Unmapped("a quant range narrower than its dtype's")
+    return dt
+
+
+def _scale(lo: Lowering, s) -> int:
+    """A scale: a Python float as a float32 constant (torch multiplies a float32 tensor by it in
+    float32), or a float32 tensor."""
+    if isinstance(s, float):
+        return lo.constant(np.asarray(s, dtype=np.float32))
+    if isinstance(s, fx.Node) and lo.dtype(s) == torch.float32:
+        return lo.tensor(s)
+    raise Unmapped("a scale that is not float32")
+
+
+def _zero_point(lo: Lowering, z, dt: torch.dtype) -> int:
+    """A zero point in the quantized dtype: a Python int as a constant, an integer tensor (int64
+    in PT2E graphs) cast to it (its values lie in the quant range)."""
+    np_dt = np.uint8 if dt == torch.uint8 else np.int8
+    if isinstance(z, int) and not isinstance(z, bool):
+        info = np.iinfo(np_dt)
+        if not info.min <= z <= info.max:
+            raise Unmapped("zero point outside the dtype")
+        return lo.constant(np.asarray(z, dtype=np_dt))
+    if isinstance(z, fx.Node) and lo.dtype(z) in (torch.int64, torch.int32):
+        return lo.emit("Cast", [lo.tensor(z)], {"to": elem(dt)})
+    raise Unmapped("zero point")
+
+
+def quantize(per_channel: bool):
+    """quantize_per_tensor / quantize_per_channel: QuantizeLinear of a float32 input."""
+
+    def lower(lo: Lowering, a: dict) -> None:
+        dt = _quant_dtype(a)
+        if lo.dtype(a["input"]) != torch.float32 or lo.out_dtype != dt:
+            raise Unmapped("input dtype")
+        scale = _scale(lo, a["scales" if per_channel else "scale"])
+        zp = _zero_point(lo, a["zero_points" if per_channel else "zero_point"], dt)
+        attrs = {"axis": a["axis"] % max(lo.rank(a["input"]), 1)} if per_channel else {}
+        lo.emit("QuantizeLinear", [lo.tensor(a["input"]), scale, zp], attrs)
+
+    return lower
+
+
+def dequantize(per_channel: bool):
+    """dequantize_per_tensor / dequantize_per_channel: DequantizeLinear to float32."""
+
+    def lower(lo: Lowering, a: dict) -> None:
+        dt = _quant_dtype(a)
+        if lo.dtype(a["input"]) != dt or a.get("out_dtype") not in (None, torch.float32):
+            raise Unmapped("dtypes")
+        if lo.out_dtype != torch.float32:
+            raise Unmapped("output dtype")
+        scale = _scale(lo, a["scales" if per_channel else "scale"])
+        zp = _zero_point(lo, a["zero_points" if per_channel else "zero_point"], dt)
+        attrs = {"axis": a["axis"] % max(lo.rank(a["input"]), 1)} if per_channel else {}
+        lo.emit("DequantizeLinear", [lo.tensor(a["input"]), scale, zp], attrs)
+
+    return lower

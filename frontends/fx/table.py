@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.ao.quantization.fx._decomposed  # registers the quantized_decomposed ops
 import torch.nn.functional as F
 from torch import nn
 
@@ -446,6 +447,21 @@ spell(
     torch.concatenate,
     aten.cat.default,
 )
+
+# PyTorch 2 export quantization (`quantize_pt2e`): the decomposed quantize/dequantize ops it
+# leaves in a graph (registered by torch.ao.quantization.fx._decomposed).
+_qd = torch.ops.quantized_decomposed
+_QT = "input scale zero_point quant_min quant_max dtype"
+_QC = "input scales zero_points axis quant_min quant_max dtype"
+spell(_QT, s.quantize(False), _qd.quantize_per_tensor.default, _qd.quantize_per_tensor.tensor)
+spell(f"{_QC}", s.quantize(True), _qd.quantize_per_channel.default)
+spell(
+    f"{_QT} out_dtype=None",
+    s.dequantize(False),
+    _qd.dequantize_per_tensor.default,
+    _qd.dequantize_per_tensor.tensor,
+)
+spell(f"{_QC} out_dtype=None", s.dequantize(True), _qd.dequantize_per_channel.default)
 
 # Ops returning a tuple or list of tensors, read through `getitem(node, k)`: when every use of
 # the node is such a getitem, each getitem is lowered with the node's arguments plus `item` = k,
