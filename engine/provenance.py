@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from dsl.ir import Absent, Capture, ListCapture, Literal, OpNode, Rule, Term, Wildcard
 from engine.egraph import ENode, Snapshot
 from engine.emit import captures, prov_relation
-from vocab.graph import ABSENT, Node, TermGraph
+from vocab.graph import ABSENT, Node, TermGraph, unique_name
 from vocab.ops import OPS, encode_attr
 
 KEY = "rewrite.rules"  # ONNX metadata_props key, fx node.meta key is "rewrite"
@@ -369,19 +369,10 @@ def attach(g: TermGraph, origins: tuple, just: Justification) -> tuple[TermGraph
         if tree is not None and tree["rule"] == "original" and "merged" in tree and n.provenance:
             tree = {**n.provenance, "merged": tree["merged"]}  # a node shape folding changed
         if tree is not None:
-            name = n.name or _free(g.values[n.outputs[0]].name, taken)
+            name = n.name or unique_name(g.values[n.outputs[0]].name, taken)
             n = replace(n, name=name, provenance=tree)
         nodes.append(n)
     return replace(g, nodes=tuple(nodes)), unexplained
-
-
-def _free(name: str, taken: set[str]) -> str:
-    stem, i = name, 0
-    while name in taken:
-        i += 1
-        name = f"{stem}_{i}"
-    taken.add(name)
-    return name
 
 
 def collect(g: TermGraph) -> dict[str, dict]:

@@ -99,3 +99,14 @@ def prune(g: TermGraph) -> TermGraph:
     nodes = tuple(reversed(keep))
     consts = {v: a for v, a in g.constants.items() if v in used}
     return TermGraph(g.values, nodes, g.inputs, g.outputs, consts, g.opset, g.meta)
+
+
+def unique_name(name: str, taken: set[str]) -> str:
+    """`name`, or `name_K` for the first K >= 1 that is not in `taken`; the result is added to
+    `taken` (a node or value name that no other in the graph has)."""
+    pick, k = name, 0
+    while pick in taken:
+        k += 1
+        pick = f"{name}_{k}"
+    taken.add(pick)
+    return pick

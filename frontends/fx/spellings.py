@@ -743,6 +743,15 @@ def _zero_point(lo: Lowering, z, dt: torch.dtype) -> int:
     raise Unmapped("zero point")
 
 
+def _quant_op(op: str, per_channel: bool, lo: Lowering, a: dict, dt: torch.dtype) -> None:
+    """Emit QuantizeLinear or DequantizeLinear of the input with the op's scale(s) and zero
+    point(s) (along `axis` for the per-channel ops)."""
+    scale = _scale(lo, a["scales" if per_channel else "scale"])
+    zp = _zero_point(lo, a["zero_points" if per_channel else "zero_point"], dt)
+    attrs = {"axis": a["axis"] % max(lo.rank(a["input"]), 1)} if per_channel else {}
+    lo.emit(op, [lo.tensor(a["input"]), scale, zp], attrs)
+
+
 def quantize(per_channel: bool):
     """quantize_per_tensor / quantize_per_channel: QuantizeLinear of a float32 input."""
 
@@ -750,10 +759,7 @@ def quantize(per_channel: bool):
         dt = _quant_dtype(a)
         if lo.dtype(a["input"]) != torch.float32 or lo.out_dtype != dt:
             raise Unmapped("input dtype")
-        scale = _scale(lo, a["scales" if per_channel else "scale"])
-        zp = _zero_point(lo, a["zero_points" if per_channel else "zero_point"], dt)
-        attrs = {"axis": a["axis"] % max(lo.rank(a["input"]), 1)} if per_channel else {}
-        lo.emit("QuantizeLinear", [lo.tensor(a["input"]), scale, zp], attrs)
+        _quant_op("QuantizeLinear", per_channel, lo, a, dt)
 
     return lower
 
@@ -767,9 +773,6 @@ def dequantize(per_channel: bool):
             raise Unmapped("dtypes")
         if lo.out_dtype != torch.float32:
             raise Unmapped("output dtype")
-        scale = _scale(lo, a["scales" if per_channel else "scale"])
-        zp = _zero_point(lo, a["zero_points" if per_channel else "zero_point"], dt)
-        attrs = {"axis": a["axis"] % max(lo.rank(a["input"]), 1)} if per_channel else {}
-        lo.emit("DequantizeLinear", [lo.tensor(a["input"]), scale, zp], attrs)
+        _quant_op("DequantizeLinear", per_channel, lo, a, dt)
 
     return lower

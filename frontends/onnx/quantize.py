@@ -33,7 +33,7 @@ from onnx import helper, numpy_helper
 from engine.quantize import Site
 from frontends.onnx.check import random_inputs, run, session
 from frontends.onnx.exporter import export_model
-from vocab.graph import TermGraph
+from vocab.graph import TermGraph, unique_name
 from vocab.ops import FAMILIES
 from vocab.registry import BOUNDS
 
@@ -356,20 +356,23 @@ def observe(
         key = (s.tobytes(), zp.tobytes(), zp.dtype.str)
         if key not in shared:
             k = len(shared)
-            shared[key] = (_fresh(f"observed_scale_{k}", taken), _fresh(f"observed_zp_{k}", taken))
+            shared[key] = (
+                unique_name(f"observed_scale_{k}", taken),
+                unique_name(f"observed_zp_{k}", taken),
+            )
             g.initializer.extend(
                 [
                     numpy_helper.from_array(s, shared[key][0]),
                     numpy_helper.from_array(zp, shared[key][1]),
                 ]
             )
-        renamed[name] = _fresh(f"{name}_observed", taken)
+        renamed[name] = unique_name(f"{name}_observed", taken)
         marks.append(
             helper.make_node(
                 OBSERVED[1],
                 [name, *shared[key]],
                 [renamed[name]],
-                name=_fresh(f"{name}/observed", taken),
+                name=unique_name(f"{name}/observed", taken),
                 domain=OBSERVED[0],
             )
         )
@@ -391,13 +394,3 @@ def observe(
     if not any(o.domain == OBSERVED[0] for o in out.opset_import):
         out.opset_import.append(helper.make_opsetid(OBSERVED[0], 1))
     return out
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    """`name`, or `name_K` for the first K that is not in `taken`; added to `taken`."""
-    pick, k = name, 0
-    while pick in taken:
-        k += 1
-        pick = f"{name}_{k}"
-    taken.add(pick)
-    return pick
