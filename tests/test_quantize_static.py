@@ -261,3 +261,70 @@ def test_the_exact_qdq_rules_clean_onnxruntimes_own_quantize_static_output(tmp_p
     # optimization it fuses the two graphs' QDQ groups into different kernels)
     for x in held_out(2):
         np.testing.assert_array_equal(run_plain(out, {"x": x})[0], run_plain(model, {"x": x})[0])
+
+
+def old_cnn() -> onnx.ModelProto:
+    """`cnn()` as an old exporter writes it: opset 9, IR 3 (initializers listed as graph
+    inputs), a BatchNormalization after each Conv with calibrated statistics and scales."""
+    m = cnn()
+    g = m.graph
+    nodes, extra = [], []
+    for n in g.node:
+        if n.op_type != "Conv":
+            nodes.append(n)
+            continue
+        raw = f"{n.output[0]}_raw"
+        bn = helper.make_node(
+            "BatchNormalization",
+            [raw, *(f"{n.name}.bn.{k}" for k in ("scale", "bias", "mean", "var"))],
+            [n.output[0]],
+            name=f"{n.name}.bn",
+        )
+        n.output[0] = raw
+        nodes += [n, bn]
+        c = 16
+        extra += [
+            numpy_helper.from_array(RNG.uniform(0.5, 1.5, c).astype(np.float32), bn.input[1]),
+            numpy_helper.from_array(RNG.normal(0, 0.1, c).astype(np.float32), bn.input[2]),
+            numpy_helper.from_array(RNG.normal(0, 0.2, c).astype(np.float32), bn.input[3]),
+            numpy_helper.from_array(RNG.uniform(0.5, 2.0, c).astype(np.float32), bn.input[4]),
+        ]
+    del g.node[:]
+    g.node.extend(nodes)
+    g.initializer.extend(extra)
+    g.input.extend(
+        helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in g.initializer
+    )
+    del m.opset_import[:]
+    m.opset_import.append(helper.make_opsetid("", 9))
+    m.ir_version = 3
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_static_mode_on_an_old_opset_model_with_batchnorm(calibration):
+    # converted to a current opset and BatchNorm folded before the marks go on, so the static
+    # rules see the Convs' weights as constants
+    old = old_cnn()
+    q, report = rewrite.optimize_model(old, quantize="static", calibration=str(calibration))
+    assert ops(q).count("QLinearConv") == 3 and "BatchNormalization" not in ops(q)
+    assert report.extra["quantize"].get("warning") is None
+    assert not any(n.domain == OBSERVED[0] for n in q.graph.node)
+    assert report.ops_before.get("BatchNormalization") == 3  # counted on the model given
+    errors = []
+    for x in held_out():
+        want, got = run_plain(old, {"x": x})[0], run(q, x)
+        errors.append(np.abs(got - want).max() / np.abs(want).max())
+    assert 0 < max(errors) < 0.05
+
+
+def test_marks_the_rules_leave_are_stripped_and_reported(calibration):
+    # the static rules skipped: every mark would be left; none reaches the output
+    q, report = rewrite.optimize_model(
+        MODEL, quantize="static", calibration=str(calibration), skip=["ruleset:quant-static"]
+    )
+    assert not any(n.domain == OBSERVED[0] for n in q.graph.node)
+    assert all(o.domain != OBSERVED[0] for o in q.opset_import)
+    assert "left in float" in report.extra["quantize"]["warning"]
+    x = held_out()[0]
+    np.testing.assert_allclose(run(q, x), run(MODEL, x), rtol=1e-5, atol=1e-6)

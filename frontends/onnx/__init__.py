@@ -45,6 +45,7 @@ __all__ = [
     "compare",
     "import_model",
     "export_model",
+    "onnx_counts",
 ]
 
 
@@ -213,7 +214,7 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
             report = replace(report, changed=False, provenance={}, cost_after=report.cost_before)
     report.extra["opset"] = info
     seconds = {"convert": t_convert, **report.seconds} if target is not None else report.seconds
-    return result, _onnx_counts(replace(report, seconds=seconds), model, result)
+    return result, onnx_counts(replace(report, seconds=seconds), model, result)
 
 
 MAX_ROUNDS = 3
@@ -295,13 +296,13 @@ def _optimize_model(model: onnx.ModelProto, rules, **kw):
         i.domain for i in model.opset_import if i.domain not in ("", "ai.onnx")
     }
     if clock > limits.deadline and graph is None:
-        return model, _onnx_counts(as_given(None, "time-limit", "load", {}), model, model)
+        return model, onnx_counts(as_given(None, "time-limit", "load", {}), model, model)
     if graph is None:
         graph = import_model(model, folder)
     t_import = time.perf_counter() - clock
     if time.perf_counter() > limits.deadline:
         given = export_model(graph) if _is_structure(model) else model
-        return given, _onnx_counts(
+        return given, onnx_counts(
             as_given(graph, "time-limit", "onnx-import", {"onnx-import": t_import}), model, given
         )
     out, report = optimize(graph, rules, limits=limits, **kw)
@@ -315,7 +316,7 @@ def _optimize_model(model: onnx.ModelProto, rules, **kw):
         onnx.checker.check_model(skeleton(result), full_check=True)
     t_check = time.perf_counter() - clock - t_export
     seconds = {"onnx-import": t_import, **report.seconds, "export": t_export, "checker": t_check}
-    return result, _onnx_counts(replace(report, seconds=seconds), model, result)
+    return result, onnx_counts(replace(report, seconds=seconds), model, result)
 
 
 _STRUCTURE = "rewrite.structure"  # metadata key marking a `structure` copy
@@ -356,7 +357,7 @@ def _is_structure(model: onnx.ModelProto) -> bool:
     return any(p.key == _STRUCTURE for p in model.metadata_props)
 
 
-def _onnx_counts(report, model: onnx.ModelProto, result: onnx.ModelProto):
+def onnx_counts(report, model: onnx.ModelProto, result: onnx.ModelProto):
     """`report` with nodes counted as the user sees them in ONNX (Constant nodes included)."""
     return replace(
         report,

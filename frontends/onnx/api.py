@@ -27,7 +27,7 @@ from dsl import shipped_rules_dir
 from engine.optimize import FP_CLASSES, Report
 from engine.saturate import Limits
 from engine.selection import pick_rules
-from frontends.onnx import ModelError, external, import_model, load_model, structure
+from frontends.onnx import ModelError, external, import_model, load_model, onnx_counts, structure
 from frontends.onnx import optimize_model as optimize_engine
 from frontends.onnx.check import CheckError, compare
 from frontends.onnx.importer import default_opset
@@ -41,6 +41,7 @@ from frontends.onnx.quantize import (
     drawn_calibration,
     load_calibration,
     observe,
+    strip_marks,
 )
 from vocab.ops import OPS, TARGETS
 
@@ -497,11 +498,26 @@ def run(
             )
     engine_input = model
     if options.quantize == "static":
+        if folder is not None:
+            with_weights(model, folder)
+        # the calibrated marks go on the graph the static rules will see: BatchNormalization
+        # folded into its Conv (a weight the rules can read as a constant) and a model of an
+        # old opset converted, by one optimization without the quant class first (what
+        # onnxruntime's quantizer asks of a model as "pre-processing")
+        with stage("optimizing before calibration (BatchNorm folding, opset conversion)"):
+            cleaned, _ = optimize_engine(
+                model,
+                rules,
+                limits=options.limits(start),
+                fp=tuple(c for c in options.fp if c != "quant"),
+                folder=folder,
+                provenance=False,
+                opset=options.opset,
+                target=options.target,
+            )
         with stage("calibrating activation ranges under onnxruntime"):
-            if folder is not None:
-                with_weights(model, folder)
-            ranges = calibrate(model, feeds, options.calibrate)
-            engine_input = observe(model, ranges, options.symmetric)
+            ranges = calibrate(cleaned, feeds, options.calibrate)
+            engine_input = observe(cleaned, ranges, options.symmetric)
             choose.record["calibration"] = {
                 "method": options.calibrate,
                 "samples": len(feeds),
@@ -527,6 +543,15 @@ def run(
             **kw,
         )
         kw.clear()  # the imported graph's arrays: the result holds the weights now
+    if options.quantize == "static":  # marks the rules did not consume never reach the output
+        result, left = strip_marks(result)
+        report = onnx_counts(report, model, result)  # counted against the user's model
+        if left:
+            note = report.extra.get("opset", {}).get("note", "")
+            choose.record["warning"] = (
+                f"{left} calibrated activations were left in float: the static rules did not "
+                "run on them" + (f" ({note})" if note else "")
+            )
     clock = time.perf_counter()
     source = stage_output(result, model) if stage_output is not None else None
     if source is None and folder is not None:  # the weights in the model the caller gets

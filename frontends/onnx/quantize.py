@@ -330,12 +330,20 @@ def observe(
     """A copy of `model` in which every activation with a calibrated range that some node
     reads is read through `rewrite.Observed(x, scale, zero point)` (patterns/quant/
     static.rules), the parameters of `Range.params`, shared as initializers among activations
-    of equal parameters. The output of an op of family SELECTING (MaxPool, Pad, Reshape, ...:
-    its elements are some of its input's) takes its input's parameters, so that no
-    requantization lies between them. Graph outputs stay as they are."""
+    of equal parameters, each mark's output declared with its input's type (shape inference
+    does not see through the mark). The output of an op of family SELECTING (MaxPool, Pad,
+    Reshape, ...: its elements are some of its input's) takes its input's parameters, so that
+    no requantization lies between them. Graph outputs stay as they are."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
+    # each mark's output has its input's type, declared: shape inference does not see through
+    # an op of a domain it does not know, and the cost model needs the shapes after it
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # InferenceError: the marks go without declared types
+        inferred = g
+    known = {v.name: v.type for v in (*inferred.value_info, *inferred.input, *inferred.output)}
     params: dict[str, tuple[np.ndarray, np.ndarray]] = {
         n: r.params(symmetric) for n, r in ranges.items()
     }
@@ -360,13 +368,20 @@ def observe(
                 unique_name(f"observed_scale_{k}", taken),
                 unique_name(f"observed_zp_{k}", taken),
             )
-            g.initializer.extend(
-                [
-                    numpy_helper.from_array(s, shared[key][0]),
-                    numpy_helper.from_array(zp, shared[key][1]),
-                ]
-            )
+            inits = [
+                numpy_helper.from_array(s, shared[key][0]),
+                numpy_helper.from_array(zp, shared[key][1]),
+            ]
+            g.initializer.extend(inits)
+            if out.ir_version < 4:  # IR 3: every initializer is a graph input too
+                g.input.extend(
+                    helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in inits
+                )
         renamed[name] = unique_name(f"{name}_observed", taken)
+        if name in known and known[name].tensor_type.elem_type:
+            info = onnx.ValueInfoProto(name=renamed[name])
+            info.type.CopyFrom(known[name])
+            g.value_info.append(info)
         marks.append(
             helper.make_node(
                 OBSERVED[1],
@@ -394,3 +409,36 @@ def observe(
     if not any(o.domain == OBSERVED[0] for o in out.opset_import):
         out.opset_import.append(helper.make_opsetid(OBSERVED[0], 1))
     return out
+
+
+def strip_marks(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """`model` without `rewrite.Observed` marks (each use of a mark's output reads its input
+    again; their scale and zero point initializers dropped when nothing else reads them), and
+    how many there were: the marks of activations the static rules could not quantize (a
+    model at an opset the rules do not run at, say). Changes `model` in place."""
+    g = model.graph
+    marks = [n for n in g.node if (n.domain, n.op_type) == OBSERVED]
+    if not marks:
+        return model, 0
+    source = {m.output[0]: m.input[0] for m in marks}
+    params = {i for m in marks for i in m.input[1:]}
+    kept = [n for n in g.node if (n.domain, n.op_type) != OBSERVED]
+    for n in kept:
+        for i, v in enumerate(n.input):
+            if v in source:
+                n.input[i] = source[v]
+    del g.node[:]
+    g.node.extend(kept)
+    read = {i for n in kept for i in n.input} | {o.name for o in g.output}
+    dead = params - read
+    inits = [t for t in g.initializer if t.name not in dead]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    inputs = [i for i in g.input if i.name not in dead]
+    del g.input[:]
+    g.input.extend(inputs)
+    if not any(n.domain == OBSERVED[0] for n in kept):
+        imports = [o for o in model.opset_import if o.domain != OBSERVED[0]]
+        del model.opset_import[:]
+        model.opset_import.extend(imports)
+    return model, len(marks)
