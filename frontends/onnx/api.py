@@ -548,10 +548,12 @@ def run(
         report = onnx_counts(report, model, result)  # counted against the user's model
         if left:
             note = report.extra.get("opset", {}).get("note", "")
-            choose.record["warning"] = (
+            warning = (
                 f"{left} calibrated activations were left in float: the static rules did not "
                 "run on them" + (f" ({note})" if note else "")
             )
+            earlier = choose.record.get("warning")
+            choose.record["warning"] = f"{earlier}; {warning}" if earlier else warning
     clock = time.perf_counter()
     source = stage_output(result, model) if stage_output is not None else None
     if source is None and folder is not None:  # the weights in the model the caller gets
