@@ -23,7 +23,7 @@ from verify.dtypes import plan_dtypes
 from verify.execute import NO_KERNEL, ExecError, hazard, run_ort, run_reference
 from verify.instance import instantiate, lowest_opset
 from verify.node import SAMPLERS
-from verify.runner import verify_rule
+from verify.runner import every_value, verify_rule
 from vocab.ops import OPS
 
 RULES = load_rules()
@@ -227,6 +227,35 @@ def test_shipped_rule_checks_include_the_companions():
         and "negative: negative-zeros (guard 1)" in names
     )
     assert res.status == "pass"
+
+
+def test_quantization_rules_are_checked_on_every_8_bit_value_with_ties_and_saturation():
+    # Q(Relu(y)) -> Q(y): y runs through the grid of quarters (x / s meets halves), the
+    # uint8 output saturates at 255
+    r = next(r for r in RULES.rules if r.name == "quantize-of-relu")
+    res = verify_rule(r, RULES, examples=5)
+    (sweep,) = [c for c in res.checks if c.name == "every value"]
+    assert res.status == "pass" and sweep.examples == 256
+    assert sweep.ties > 0 and sweep.saturated > 0
+    # DQ(q) moved after a Transpose: q, int8 or uint8, takes each of its 256 values
+    r = next(r for r in RULES.rules if r.name == "transpose-before-dequantize")
+    (sweep,) = [c for c in verify_rule(r, RULES, examples=5).checks if c.name == "every value"]
+    assert sweep.examples >= 1 and not sweep.failure and not sweep.unsat
+
+
+def test_every_value_catches_rounding_half_up_where_onnx_rounds_half_to_even():
+    # QuantizeLinear rounds ties to even (ONNX QuantizeLinear-21); Floor(x / s + 0.5) rounds
+    # them up: wrong on x / s = 0.5, 2.5, ... only
+    r = rule(
+        """(simplify quantize-half-up
+             (QuantizeLinear @x @s @z)
+             (if (positive-scale @s) (zero-point-at-min @z))
+             (Cast (Clip (Floor (Add (Div @x @s) (Constant :value_float 0.5)))
+                         (Constant :value_float 0.0) (Constant :value_float 255.0))
+                   :to 2))"""
+    )
+    res = every_value(r)
+    assert res.failure is not None and "swept inputs" in res.failure.text
 
 
 # ---- engine fixes found by the verifier ---------------------------------------------------

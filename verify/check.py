@@ -41,6 +41,8 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     tolerance: str = ""
     scale: float = 0.0
+    left_values: dict = field(default_factory=dict)  # the reference's values on the left side
+    right_values: dict = field(default_factory=dict)  # and on the right side
 
     @property
     def worst(self) -> Diff:
@@ -87,6 +89,7 @@ def _left(out: Outcome, lhs: onnx.ModelProto, feeds: dict, values: list) -> str 
     try:
         out.outputs[("left", "onnx.reference")], left_values = run_reference(lhs, feeds)
         values.append(left_values)
+        out.left_values = left_values
         why = hazard(lhs, left_values)
         if why:
             return why
@@ -112,6 +115,7 @@ def _right(out: Outcome, rhs: onnx.ModelProto, feeds: dict, values: list) -> str
         try:
             out.outputs[("right", "onnx.reference")], right_values = run_reference(rhs, feeds)
             values.append(right_values)
+            out.right_values = right_values
             why = hazard(rhs, right_values)
             if why:
                 return f"the right side has an {why} where the left side has none"

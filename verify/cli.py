@@ -161,6 +161,16 @@ def _print(results, seconds: float, args) -> None:
         f"({args.examples} examples per rule, seed {args.seed}, {seconds:.1f} s)",
         markup=False,
     )
+    swept = [c for r in results for c in r.checks if c.name.startswith("every value")]
+    if swept:
+        ran = [c for c in swept if c.examples]
+        out.print(
+            f"every value: {len(ran)} of {len(swept)} quantization checks swept 8-bit inputs "
+            f"over all 256 values and floats over a grid of ties ({sum(c.examples for c in ran)} "
+            f"inputs); QuantizeLinear met {sum(c.ties for c in ran)} rounding ties and "
+            f"saturated {sum(c.saturated for c in ran)} elements",
+            markup=False,
+        )
     notes = sum((r.notes for r in results), Counter())
     if notes:
         out.print(

@@ -37,6 +37,7 @@ _NO_KERNEL_RE = re.compile(
     r"(?:Could not find an implementation|Failed to find kernel) for (\w+)\(\d+\)"
 )
 _SESSIONS: OrderedDict[bytes, ort.InferenceSession] = OrderedDict()
+_EVALUATORS: OrderedDict[bytes, ReferenceEvaluator] = OrderedDict()  # the same, for onnx.reference
 _MAX_SESSIONS = 256
 _RUN_OPTIONS = ort.RunOptions()
 _RUN_OPTIONS.log_severity_level = 4  # failures are reported by the verifier, not logged
@@ -79,12 +80,18 @@ def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
 
 
 def run_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[list, dict]:
-    """(outputs, every intermediate value by name) of `model` under `onnx.reference`.
-    Raises ExecError."""
+    """(outputs, every intermediate value by name) of `model` under `onnx.reference`
+    (evaluators cached by model bytes, like onnxruntime's sessions). Raises ExecError."""
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # NaN from empty means etc. is what ONNX specifies
-            values = ReferenceEvaluator(_inlined(model)).run(None, feeds, intermediate=True)
+            key = model.SerializeToString()
+            evaluator = _EVALUATORS.get(key)
+            if evaluator is None:
+                evaluator = _EVALUATORS[key] = ReferenceEvaluator(_inlined(model))
+                if len(_EVALUATORS) > _MAX_SESSIONS:
+                    _EVALUATORS.popitem(last=False)
+            values = evaluator.run(None, feeds, intermediate=True)
     except Exception as e:  # the reference raises numpy and its own errors
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExecError("onnx.reference", "error", f"{type(e).__name__}: {msg}") from None

@@ -10,11 +10,17 @@ For each direction of a rule (two for an `equal` rule):
 | `multi-use`  | 1, 6 (if the match has inner ops) | the same, inner values also graph outputs |
 | `commuted`   | 1, 6 (for `:c` rules)             | the `:c` family fires on swapped operands |
 | `negative G` | 1, 12 per guard G                 | with only G violated, no firing           |
+| `every value`| 1, 32 (rules of quantization ops) | `numeric` on 8-bit inputs of every value, |
+|              |                                   | rounding ties and saturation              |
 
 A failing check is shrunk by Hypothesis to a minimal counterexample. The seed makes a run
 reproducible; under Hypothesis's `ci` profile (loaded when `CI` is set) runs are
 derandomized instead. A negative check that draws no example violating only its guard (the
-guards may imply each other) is a note, not a failure.
+guards may imply each other) is a note, not a failure. The `every value` check
+(`verify.sweep`) runs one drawn example on a series of inputs: every int8 / uint8 input takes
+all 256 values, float inputs a grid on which QuantizeLinear meets rounding ties and saturates;
+the ties and saturated elements it saw are counted in its result. Its examples are drawn at
+opset 19 or later, with 8-bit integer dtypes wherever the schemas allow them.
 """
 
 from __future__ import annotations
@@ -41,11 +47,13 @@ from verify.hints import requests
 from verify.instance import NotAMatch, instantiate, lhs_model, lowest_opset, op_names, reversed_rule
 from verify.node import sampler_of
 from verify.report import failure_text, graph_text
+from verify.sweep import quantize_events, sweep_feeds, sweepable, swept_text
 from verify.values import ints
+from vocab.ops import FAMILIES
 from vocab.registry import BOUNDS
 
 # (examples checked, examples drawn at most) of the companion checks
-ENGINE, COMPANION, NEGATIVE = (2, 10), (1, 6), (1, 12)
+ENGINE, COMPANION, NEGATIVE, SWEEP = (2, 10), (1, 6), (1, 12), (1, 32)
 
 
 @dataclass
@@ -73,6 +81,8 @@ class CheckResult:
     failure: Failure | None = None
     unsat: bool = False
     notes: Counter = field(default_factory=Counter)
+    ties: int = 0  # the `every value` check: rounding ties and saturated elements it saw
+    saturated: int = 0
 
 
 @dataclass
@@ -169,6 +179,14 @@ def verify_rules(
     return out
 
 
+def every_value(rule: Rule, seed: int = 0) -> CheckResult:
+    """Only the `every value` check of `rule` (a directed rule; see `verify.sweep`): its
+    result holds the steps run (`examples`), the ties and saturated elements seen, and the
+    shrunk counterexample if the rule is wrong."""
+    c = _Checker(rule, (), seed)
+    return c.hypothesis("every value", c.swept, c.every_value, *SWEEP)
+
+
 def repro_command(rule: Rule, seed: int, examples: int) -> str:
     """The shell command that reruns this rule's verification."""
     file = rule.span.file
@@ -180,6 +198,8 @@ def repro_command(rule: Rule, seed: int, examples: int) -> str:
     return f"{ci}rewrite verify {where}--rule {rule.name} --seed {seed} --examples {examples}"
 
 
+_QUANTIZED = frozenset(FAMILIES["QUANTIZED"])
+SWEPT_OPSET = 19  # the `every value` check's lowest opset
 MAX_LIST_ITEMS = 4  # items drawn per list capture: 0 to 4 (or fewer slots), at random
 
 
@@ -200,6 +220,10 @@ class _Checker:
         out = [self.hypothesis("numeric", positive, self.numeric, examples)]
         if out[0].failure:
             return out
+        if op_names(self.rule.lhs) & _QUANTIZED or op_names(self.rule.rhs) & _QUANTIZED:
+            out.append(self.hypothesis("every value", self.swept, self.every_value, *SWEEP))
+            if out[-1].failure:
+                return out
         out.append(self.hypothesis("engine", positive, self.engine(False, frozenset()), *ENGINE))
         if any(isinstance(a, OpNode) for a in self.rule.lhs.args):
             out.append(
@@ -324,6 +348,20 @@ class _Checker:
             reject()
         return inst
 
+    def swept(self, data):
+        """An instance whose guards all hold, its values from the `grid` mode
+        (`verify.values`: quarters, power-of-two scales), for the `every value` check."""
+        values, lo = self.values, self.lo
+        # onnx.reference has QuantizeLinear and DequantizeLinear from opset 19 only
+        self.values, self.lo = "grid", max(self.lo, SWEPT_OPSET)
+        try:
+            inst = self.positive(data)
+        finally:
+            self.values, self.lo = values, lo
+        if not sweepable(inst.example.leaves, inst.feeds):
+            reject()
+        return inst
+
     def violating(self, i: int):
         """Draws an instance whose guard i fails and whose other guards hold."""
 
@@ -345,6 +383,30 @@ class _Checker:
         self.count(res, out)
         if out.status == "fail":
             self.found(res, out.reason, inst, out)
+
+    def every_value(self, inst, res: CheckResult) -> None:
+        """`numeric` on each step of `verify.sweep.sweep_feeds` (each step counts as an
+        example; the bound, if any, is evaluated on each step's values); steps the left side
+        is not valid on are skipped."""
+        leaves = inst.example.leaves
+        checked = 0
+        for step in sweep_feeds(leaves, inst.feeds):
+            values = {name: step.get(name, leaf.value) for name, leaf in leaves.items()}
+            limit = _limit(self.rule, inst, values)
+            out = run_both(inst.lhs, inst.rhs, step, self.mode, self.rule.fp, limit)
+            if out.status == "reject":
+                continue
+            checked += 1
+            self.count(res, out)
+            if out.status == "fail":
+                self.found(res, out.reason, inst, out, swept_text(step, leaves))
+            if res.failure is None:  # QuantizeLinear's events on the left side, else the right
+                ties, saturated = quantize_events(inst.lhs, out.left_values)
+                if not any(n.op_type == "QuantizeLinear" for n in inst.lhs.graph.node):
+                    ties, saturated = quantize_events(inst.rhs, out.right_values)
+                res.ties, res.saturated = res.ties + ties, res.saturated + saturated
+        if not checked:
+            reject()
 
     def engine(self, multi_use: bool, swaps: frozenset):
         rules = self.members if swaps else (self.rule,)
@@ -371,14 +433,15 @@ class _Checker:
             self.found(res, got.problem, inst, got.outcome, _engine_extra(inst.lhs, got))
 
 
-def _limit(rule: Rule, inst):
+def _limit(rule: Rule, inst, values: dict | None = None):
     """A `quant` rule's bound on this instance: its `vocab.registry.BOUNDS` function over the
-    drawn values of its captures (leaves of the pattern), None for other rules."""
+    drawn values of its captures (leaves of the pattern; `values`, by name, in place of the
+    drawn ones), None for other rules."""
     if rule.bound is None:
         return None
     leaves = inst.example.leaves
-    values = [leaves[a.name].value for a in rule.bound.args]
-    return BOUNDS[rule.bound.fn].fn(*values)
+    got = values or {name: leaf.value for name, leaf in leaves.items()}
+    return BOUNDS[rule.bound.fn].fn(*(got[a.name] for a in rule.bound.args))
 
 
 _INVALID = object()  # a drawn instance that is not valid (a rejection while drawing)

@@ -5,9 +5,11 @@ Floats, `full`: 3 in 6 ordinary values (|v| <= 100), 1 in 6 any float of the wid
 -0.0: NaN is where most float rewrites go wrong. Floats, `bounded` (comparisons with a
 tolerance, where huge values make any regrouping of sums overflow or cancel): 7 in 8 finite
 |v| <= 8 without subnormals, 1 in 8 NaN or a signed zero. Floats, `finite` (`quant` rules:
-quantization scales are ranges of finite values): the same without NaN. Integers: the whole
-range of the dtype (Hypothesis favours small values and the bounds). Every element is drawn
-on its own, so a counterexample shrinks element by element.
+quantization scales are ranges of finite values): the same without NaN. Floats, `grid`
+(`verify.sweep`'s check): quarters in [-128, 128), scales powers of two, so that
+quantization meets rounding ties. Integers: the whole range of the dtype (Hypothesis
+favours small values and the bounds). Every element is drawn on its own, so a
+counterexample shrinks element by element.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ def elements(dtype: int, mode: str, domains: frozenset):
     (Hypothesis favours the extremes: huge, tiny, subnormal), 1 in 6 NaN, 1 in 6 NaN, +-Inf
     or -0.0 (NaN is where most float rewrites go wrong).
     Floats, `bounded`: 7 in 8 finite |v| <= 8 (no subnormals), 1 in 8 NaN or a signed zero.
+    Floats, `grid`: k / 4 for k in [-512, 512), non-negative ones (scales) 2^-4 to 2^4.
     Integers: the whole range of the dtype (Hypothesis favours small values and the bounds).
     """
     dt = np_type(dtype)
@@ -110,6 +113,12 @@ def elements(dtype: int, mode: str, domains: frozenset):
             s = st.one_of(
                 ordinary, ordinary, ordinary, st.floats(width=width), st.just(math.nan), specials
             )
+        elif mode == "grid":  # the `every value` check (`verify.sweep`): ties are common
+            # scales: powers of two, so x / s lands on half-integers (0.5 first: the grid's
+            # x / s then has ties and runs past both ends of the 8-bit ranges)
+            if "nonneg" in domains:
+                return sampled((0.5, 1.0, 0.25, 2.0, 0.125, 4.0, 0.0625, 8.0, 16.0))
+            return st.integers(-512, 511).map(lambda k: k / 4)
         elif mode == "finite":
             finite = st.floats(-8, 8, width=width, allow_subnormal=False)
             s = st.one_of(*[finite] * 7, st.sampled_from([0.0, -0.0]))

@@ -271,6 +271,19 @@ FAMILIES["BROADCASTING"] = (
     + FAMILIES["VARIADIC_ELEMENTWISE"]
     + ("Where",)
 )
+# ops that quantize, dequantize or compute on quantized integers (their rules get `verify`'s
+# `every value` check, `verify.sweep`)
+FAMILIES["QUANTIZED"] = FAMILIES["QUANTIZATION"] + (
+    "ConvInteger",
+    "MatMulInteger",
+    "QLinearConv",
+    "QLinearMatMul",
+    "com.microsoft.DynamicQuantizeMatMul",
+    "com.microsoft.MatMulIntegerToFloat",
+    "com.microsoft.MatMulNBits",
+    "com.microsoft.QLinearAdd",
+    "com.microsoft.QLinearMul",
+)
 # output type = first input's type (dtype and shape)
 FAMILIES["SAME_TYPE"] = (
     FAMILIES["UNARY_ELEMENTWISE"]
