@@ -78,6 +78,12 @@ def quantize_ours_weight_only(src: Path, dst: Path) -> float:
     return quantize_ours(src, dst, "--mode", "weight-only", "--target", "onnxruntime")
 
 
+def quantize_ours_weight_only_onnx(src: Path, dst: Path) -> float:
+    """`rewrite quantize --mode weight-only` for standard ONNX: int4 DequantizeLinear with
+    block_size 32 before each MatMul (opset 21), which onnxruntime fuses into MatMulNBits."""
+    return quantize_ours(src, dst, "--mode", "weight-only")
+
+
 def quantize_ours_static(src: Path, dst: Path, cal: Path) -> float:
     """`rewrite quantize --mode static --target onnxruntime --calibration CAL`."""
     return quantize_ours(
@@ -195,6 +201,7 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         tools = [
             ("onnxruntime MatMulNBits", quantize_ort_weight_only),
             ("rewrite --mode weight-only", quantize_ours_weight_only),
+            ("rewrite --mode weight-only --target onnx", quantize_ours_weight_only_onnx),
         ]
     measured: dict[str, dict] = {}
     while tools:

@@ -7,6 +7,11 @@ DAG-greedy extractors (github.com/egraphs-good/extraction-gym):
 1. constant analysis: an e-class is constant when it holds an imported constant, or an e-node
    of a foldable op whose inputs are all constant (or a Shape of a statically shaped value) and
    whose result is not too large to store; constant e-classes cost nothing (folded later);
+   a DequantizeLinear of constants (`vocab.ops.KEPT_UNFOLDED`: never folded) costs nothing
+   either, and its consumers are charged for reading its stored integers, not the float
+   tensor: runtimes fuse it into the op that reads it (onnxruntime turns DequantizeLinear +
+   MatMul into MatMulNBits, QDQ Conv into QLinearConv), so a quantized weight is read at its
+   stored width;
 2. tree-cost greedy: each e-class takes its cheapest e-node, children's costs added, computed
    to a fixpoint with a worklist (e-graphs have cycles, e.g. after x == Identity(x));
 3. DAG refinement: recompute with e-classes already needed by the current choice counted as
@@ -77,6 +82,12 @@ class _Costs:
                 self.group.append(-1)
         self.constant: set[int] = set()
         self._find_constant_classes()
+        # e-classes computed by a DequantizeLinear of constants -> the stored input's type,
+        # which a consumer is charged for reading (see the module doc)
+        self.stored: dict[int, TensorType] = {}
+        for i, (c, _) in enumerate(self.enodes):
+            if self._dequantizes_constants(i):
+                self.stored.setdefault(c, self.snap.type_of(self.kids[i][0]))
         # The input's own e-nodes, as (op, child classes). Among forms of equal cost the input's
         # wins: a rewrite that saves nothing (a scale moved up a chain that a Shape also reads)
         # would otherwise be taken by the order of the heap, and may duplicate shared nodes.
@@ -93,13 +104,19 @@ class _Costs:
             if self.group[i] < 0:
                 return 0.0
             return opaque_cost(self.snap.graph, self.snap.graph.nodes[self.group[i]], self.model)
-        if c in self.constant and self._foldable(i):
+        if c in self.constant and self._foldable(i) or self._dequantizes_constants(i):
             return _EPS
-        ins = tuple(self.snap.type_of(k) for k in self.kids[i])
+        ins = tuple(self.stored.get(k) or self.snap.type_of(k) for k in self.kids[i])
         spec = OPS.get(n.op)
         attrs = tuple((a.name, decode_attr(a.kind, s)) for a, s in zip(spec.attrs, n.attrs))
         new = 0.0 if (n.op, self.kids[i]) in self.original else _NEW
         return self.model.node_cost(n.op, attrs, ins, self.snap.type_of(c)) + new
+
+    def _dequantizes_constants(self, i: int) -> bool:
+        """True if e-node i is a kept-unfolded op (DequantizeLinear) of constants only."""
+        _, n = self.enodes[i]
+        kids = self.kids[i]
+        return n.op in KEPT_UNFOLDED and bool(kids) and all(k in self.constant for k in kids)
 
     def _foldable(self, i: int) -> bool:
         c, n = self.enodes[i]

@@ -192,9 +192,11 @@ def _quantize_parser(sub) -> None:
         default="dynamic",
         help="the quantization mode; dynamic, the default: MatMuls by constant float weights "
         "become int8 MatMulInteger with the activations quantized to uint8 at run time "
-        "(onnxruntime fuses them into DynamicQuantizeMatMul); weight-only (with --target "
-        "onnxruntime): the weights stored in 4 bits, blocks of 32, in onnxruntime's "
-        "MatMulNBits, the product in float (8x smaller weights, about the same speed); "
+        "(onnxruntime fuses them into DynamicQuantizeMatMul); weight-only: the weights stored "
+        "in 4 bits, blocks of 32, the product in float (8x smaller weights), as onnxruntime's "
+        "MatMulNBits with --target onnxruntime, else as an int4 DequantizeLinear with "
+        "block_size before the MatMul (opset 21: an older model is converted), which "
+        "onnxruntime fuses into MatMulNBits itself; "
         "static: activations quantized with ranges measured on --calibration inputs, weights "
         "per output channel, Convs lowered to QLinearConv chained in uint8 (with --target "
         "onnxruntime, residual Adds to QLinearAdd too)",

@@ -391,6 +391,8 @@ def test_shipped_library_checks():
         "quant-embedding",
         "quant-weight-only-4bit",
         "quant-weight-only-8bit",
+        "quant-weight-only-4bit-onnx",
+        "quant-weight-only-8bit-onnx",
         "quant-static",
         "quant-static-onnxruntime",
         "quant-qdq",

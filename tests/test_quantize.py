@@ -225,6 +225,46 @@ def test_an_error_budget_without_calibration_draws_inputs_and_warns():
     assert record["calibration_samples"] == 8
 
 
+def test_weight_only_for_standard_onnx_writes_int4_blocks_before_the_matmul():
+    model = mlp(layers=1)
+    model.graph.node.pop()
+    model.graph.node.pop()
+    model.graph.node[0].output[0] = "y"
+    q, report = rewrite.optimize_model(model, quantize="weight-only", check=False)
+    assert ops(q) == ["DequantizeLinear", "MatMul"]
+    assert [o.version for o in q.opset_import if o.domain in ("", "ai.onnx")] == [21]
+    assert report.extra["opset"]["converted"]  # opset 18 in, 21 (block_size) out
+    dq = q.graph.node[0]
+    assert {a.name: a.i for a in dq.attribute} == {"axis": 0, "block_size": 32}
+    weights = {i.name: i for i in q.graph.initializer}
+    wq, scales = (weights[name] for name in dq.input[:2])
+    assert wq.data_type == TensorProto.INT4 and tuple(wq.dims) == (256, 256)
+    assert len(wq.raw_data) == 256 * 256 // 2  # packed two a byte
+    assert scales.data_type == TensorProto.FLOAT and tuple(scales.dims) == (8, 256)
+    # the rule's bound, on onnxruntime without its own fusions (at full optimization it runs
+    # the pair as MatMulNBits with int8 activations inside, the runtime's own extra error)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    plain = ort.InferenceSession(q.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    for seed in range(4):
+        x = np.random.default_rng(seed).normal(0, 3, (64, 256)).astype(np.float32)
+        err = np.abs(plain.run(None, {"x": x})[0] - run(model, x))
+        assert np.all(err <= BOUNDS["matmul-weight-4bit-block32"].fn(x, W1))
+        assert err.max() > 0
+
+
+def test_weight_only_8bit_for_standard_onnx_passes_the_output_check():
+    q, report = rewrite.optimize_model(named_mlp(), quantize="weight-only", bits=8)
+    assert ops(q).count("DequantizeLinear") == 2
+    assert report.fired.get("quantize-matmul-weight-8bit-dq") == 2
+    int8 = sorted(tuple(i.dims) for i in q.graph.initializer if i.data_type == TensorProto.INT8)
+    assert int8 == [(256, 64), (256, 256)]
+    x = RNG.normal(0, 1, (64, 256)).astype(np.float32)
+    want, got = run(named_mlp(), x), run(q, x)
+    assert want.std() > 0.05
+    assert 0 < np.abs(got - want).max() / np.abs(want).max() < 0.02
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
@@ -302,7 +342,7 @@ def test_weight_only_4bit_matmul_stays_within_its_bound_on_onnxruntime():
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"quantize": "weight-only"}, "give target onnxruntime"),
+        ({"quantize": "weight-only", "opset": 18}, "needs opset 21, not 18"),
         ({"quantize": "weight-only", "target": "onnxruntime", "per_channel": True}, "per-channel"),
         ({"quantize": "weight-only", "target": "onnxruntime", "bits": 2}, "takes 4 or 8, not 2"),
         ({"quantize": "dynamic", "bits": 4}, "mode dynamic takes 8, not 4"),

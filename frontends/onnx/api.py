@@ -51,11 +51,14 @@ NUMERIC_CLASSES = FP_CLASSES[1:]  # beyond `exact`, which always runs
 QUANT_RULESETS = {
     ("dynamic", False, 8): ("quant-dynamic", "quant-embedding"),
     ("dynamic", True, 8): ("quant-dynamic-per-channel", "quant-embedding"),
-    ("weight-only", False, 4): ("quant-weight-only-4bit",),
-    ("weight-only", False, 8): ("quant-weight-only-8bit",),
+    ("weight-only", False, 4): ("quant-weight-only-4bit", "quant-weight-only-4bit-onnx"),
+    ("weight-only", False, 8): ("quant-weight-only-8bit", "quant-weight-only-8bit-onnx"),
     ("static", True, 8): ("quant-static", "quant-static-onnxruntime"),
 }
 QUANT_MODES = tuple(dict.fromkeys(m for m, *_ in QUANT_RULESETS))
+# weight-only's standard-ONNX rulesets (DequantizeLinear with block_size) need this opset; for
+# target onnxruntime, its MatMulNBits rulesets run instead
+WEIGHT_ONLY_ONNX_OPSET = 21
 
 
 class OptionError(ValueError):
@@ -98,8 +101,10 @@ class Options:
         optimize it with the rules whose ops exist there; None converts only a model older
         than the op table's forms (see `frontends.onnx.optimize_model`).
     quantize: a quantization mode (`QUANT_MODES`: `dynamic`, int8 weights and activations
-        quantized at run time; `weight-only`, 4-bit block-wise weights in onnxruntime's
-        MatMulNBits, for `target` onnxruntime) or None. It allows the `quant` class and runs
+        quantized at run time; `weight-only`, 4-bit block-wise weights: onnxruntime's
+        MatMulNBits for `target` onnxruntime, else DequantizeLinear with block_size, an int4
+        weight and float scales before the MatMul, the model converted to opset 21 if older)
+        or None. It allows the `quant` class and runs
         that mode's ruleset (`QUANT_RULESETS`) beside the rest of the library; `per_channel`
         picks the dynamic ruleset with one weight scale per output column; `bits` the
         weight-only ruleset's width (4, the default, or 8). `static`: activations quantized
@@ -174,6 +179,8 @@ class Options:
         if self.quantize is None:
             return self
         keep = QUANT_RULESETS[self._quant_key]
+        if self.quantize == "weight-only":  # MatMulNBits for onnxruntime, else the ONNX form
+            keep = tuple(r for r in keep if r.endswith("-onnx") == (self.target != "onnxruntime"))
         every = dict.fromkeys(r for rs in QUANT_RULESETS.values() for r in rs)
         others = [f"ruleset:{r}" for r in every if r not in keep]
         # static mode folds BatchNormalization into the Conv before it (class reassoc), as
@@ -213,10 +220,15 @@ class Options:
             raise OptionError(
                 f"bits: mode {self.quantize} takes {' or '.join(map(str, bits))}, not {self.bits}"
             )
-        if self.quantize == "weight-only" and self.target != "onnxruntime":
+        if (
+            self.quantize == "weight-only"
+            and self.target == "onnx"
+            and self.opset is not None
+            and self.opset < WEIGHT_ONLY_ONNX_OPSET
+        ):
             raise OptionError(
-                "weight-only writes onnxruntime's com.microsoft.MatMulNBits: give target "
-                "onnxruntime (the standard-ONNX DequantizeLinear block_size form is not done)"
+                f"weight-only for target onnx writes DequantizeLinear with block_size, which "
+                f"needs opset {WEIGHT_ONLY_ONNX_OPSET}, not {self.opset}"
             )
         if self.quantize is None:
             for name in ("keep_float", "op_types", "error_budget", "calibration", "bits"):
@@ -456,6 +468,13 @@ def run(
         if options.input_shapes:
             model = fix_input_shapes(model, options.input_shapes)
     t_load = time.perf_counter() - clock - t_rules
+    if (
+        options.quantize == "weight-only"
+        and options.target == "onnx"
+        and options.opset is None
+        and 0 < default_opset(model) < WEIGHT_ONLY_ONNX_OPSET
+    ):  # DequantizeLinear's block_size is opset 21's: the model is converted up to it
+        options = replace(options, opset=WEIGHT_ONLY_ONNX_OPSET)
     # A caller that writes the result itself (the CLI) and whose check reads the original from
     # its file needs only the model's structure once it is imported: the loaded weights are
     # freed, one copy of them fewer at the peak (BERT-base: 1.7 -> 1.3 GB).

@@ -127,10 +127,18 @@ def _write_provenance(
             proto.metadata_props.add(key=KEY, value=dumps(tree))
 
 
+def _four_bit(dtype: np.dtype) -> bool:
+    """True for int4, uint4 and float4 (ONNX stores them packed, two a byte)."""
+    return dtype.kind == "V" and helper.np_dtype_to_tensor_dtype(dtype) in _FOUR_BIT
+
+
+_FOUR_BIT = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.FLOAT4E2M1})
+
+
 def _write_tensor(t: onnx.TensorProto, arr: np.ndarray, name: str) -> None:
     """Fill TensorProto `t` with `arr` (numpy_helper.from_array's encoding, without building a
-    separate proto to copy)."""
-    if arr.dtype == object or arr.dtype.kind in "USO":
+    separate proto to copy; 4-bit types packed two a byte as numpy_helper does)."""
+    if arr.dtype == object or arr.dtype.kind in "USO" or _four_bit(arr.dtype):
         t.CopyFrom(numpy_helper.from_array(arr, name))
         return
     t.name = name
