@@ -136,7 +136,10 @@ def _onnx_infer(key) -> TensorType:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception:
         return UNKNOWN
-    return keep_input_dims(tensor_type(inferred.graph.output[0].type), inputs)
+    t = keep_input_dims(tensor_type(inferred.graph.output[0].type), inputs)
+    if t.shape is not None and any(isinstance(d, int) and d < 0 for d in t.shape):
+        return UNKNOWN  # ONNX inference gives a Conv whose kernel outgrows its input -1 dims
+    return t
 
 
 def _value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:

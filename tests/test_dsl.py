@@ -394,6 +394,7 @@ def test_shipped_library_checks():
         "quant-weight-only-4bit-onnx",
         "quant-weight-only-8bit-onnx",
         "quant-static",
+        "quant-static-conv",
         "quant-static-onnxruntime",
         "quant-qdq",
         "qdq-canonical",

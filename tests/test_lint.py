@@ -137,11 +137,13 @@ def test_pair_out_of_time_is_a_verdict_not_a_finding(tmp_path):
 def test_pair_compared_at_the_looser_rules_tolerance(hypothesis_profile):
     """x*rsqrt(mean(x^2)+eps)*w with w = -1: RMSNormalization (a reassoc rule) against Neg of
     the rest (an exact one) differ in the last float16 bit; the pair is compared at the
-    reassoc tolerance, which comes from the witness's output type."""
+    reassoc tolerance, which comes from the witness's output type. A witness of both guards
+    is rare (1 draw in 16 or fewer, depending on the derandomized seed), so 6 examples (24
+    draws) are asked for."""
     from verify.lint_pairs import check_pair
 
     o = _overlap(load_rules(shipped_rules_dir()), "mul-minus-one", "rmsnorm-rsqrt")
-    v = check_pair(o, examples=4, seconds=None)
+    v = check_pair(o, examples=6, seconds=None)
     assert v.status == "agree" and v.examples >= 1, v.detail
 
 

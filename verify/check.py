@@ -57,10 +57,11 @@ def run_both(
     feeds: dict,
     mode: str,
     fp: str,
-    limit: np.ndarray | None = None,
+    limit: np.ndarray | dict | None = None,
 ) -> Outcome:
     """Run both sides on both executors and compare (`mode`: `bitwise` or `scaled`, see
-    `verify.compare`; `fp`: the rule's numeric class; `limit`: a `quant` rule's bound, the
+    `verify.compare`; `fp`: the rule's numeric class; `limit`: a `quant` rule's bound (or a
+    dict of it by output name, the other outputs compared at the class's tolerance), the
     largest |lhs - rhs| per element of its one output, in place of the class's tolerance)."""
     out = Outcome("ok")
     if is_random(lhs):
@@ -153,7 +154,12 @@ def _integer_division(model: onnx.ModelProto) -> bool:
 
 def _judge(out: Outcome, lhs: onnx.ModelProto, mode: str, fp: str, limit=None) -> Outcome:
     elem = [o.type.tensor_type.elem_type for o in lhs.graph.output]
-    tols = [tolerance(mode, fp, t) if limit is None else Tolerance(limit=limit) for t in elem]
+    names = [o.name for o in lhs.graph.output]
+    limits = limit if isinstance(limit, dict) else dict.fromkeys(names, limit)
+    tols = [
+        tolerance(mode, fp, t) if limits.get(n) is None else Tolerance(limit=limits[n])
+        for n, t in zip(names, elem)
+    ]
     out.tolerance = "; ".join(sorted({str(t) for t in tols}))
     for ex in EXECUTORS:
         left, right = out.outputs.get(("left", ex)), out.outputs.get(("right", ex))

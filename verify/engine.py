@@ -43,10 +43,18 @@ class EngineResult:
 
 
 def run_engine(
-    model, feeds, rules: tuple[Rule, ...], names: set[str], expect_fire: bool, mode: str, fp: str
+    model,
+    feeds,
+    rules: tuple[Rule, ...],
+    names: set[str],
+    expect_fire: bool,
+    mode: str,
+    fp: str,
+    limit=None,
 ) -> EngineResult:
     """Optimize `model` with `rules` and check what `names` (rule names as the engine reports
-    them) did against `expect_fire`; compare outputs if the model changed."""
+    them) did against `expect_fire`; compare outputs if the model changed (`limit`: a `quant`
+    rule's bound on the model's one output, in place of the class's tolerance)."""
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # constant folding computes NaN and Inf on purpose
@@ -82,7 +90,7 @@ def run_engine(
         return EngineResult("the engine applied the rule although a guard is violated", fired, opt)
     if opt is model:
         return EngineResult(None, fired, opt)
-    out = run_both(model, opt, feeds, mode, fp)
+    out = run_both(model, opt, feeds, mode, fp, limit)
     if out.status == "reject":
         return EngineResult(None, fired, opt, out, rejected=out.reason)
     if out.status == "fail":

@@ -50,7 +50,10 @@ def _gemm(ctx) -> None:
 def _conv(ctx) -> None:
     x0, w0 = ctx.shape(0), ctx.shape(1)
     s = len(x0) - 2 if x0 else len(w0) - 2 if w0 else ctx.pick([2, 1, 3], "spatial rank")
-    group = ctx.attr("group", lambda: ctx.pick([1, 2], "group"))
+    # a group divides the input's channels when they are known (1 // 2 would give w no input
+    # channel: an invalid Conv, drawn again)
+    groups = [g for g in (1, 2) if not x0 or len(x0) < 2 or x0[1] % g == 0] or [1]
+    group = ctx.attr("group", lambda: ctx.pick(groups, "group"))
     modes = ["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]
     auto = ctx.attr("auto_pad", lambda: ctx.pick(modes, "auto_pad"))
     ones_twos = st.none() | st.tuples(*[st.sampled_from([1, 2])] * s)

@@ -214,6 +214,7 @@ class _Checker:
             self.values = "finite"
         self.lo = lowest_opset(rule)
         self.suffix = " (reverse)" if rule.name.endswith(" (reverse)") else ""
+        self._enough = lambda: False  # set by `hypothesis` for the check being run
 
     def run_all(self, examples: int) -> list[CheckResult]:
         positive = self.positive
@@ -259,6 +260,14 @@ class _Checker:
         on what was learnt while running, so a failure replays and shrinks."""
         res = CheckResult(name + self.suffix)
 
+        def enough() -> bool:
+            return bool(attempts) and res.failure is None and res.examples >= n
+
+        # a companion check with its examples builds no more instances (a Conv's costs a
+        # model import and its guards): its remaining attempts are drawn, so that Hypothesis
+        # sees the same data, and pass at once
+        self._enough = enough
+
         @settings(
             max_examples=attempts or n,
             deadline=None,
@@ -271,12 +280,14 @@ class _Checker:
         )
         @given(_drawn(draw))
         def test(inst):
+            if inst is _DONE:
+                return
             if inst is _INVALID:
                 res.invalid += 1
                 if not attempts:
                     reject()
                 return
-            if not (attempts and res.failure is None and res.examples >= n):
+            if not enough():
                 check(inst, res)
 
         if not settings.default.derandomize:
@@ -337,13 +348,18 @@ class _Checker:
         reqs = requests(rule.guards, violate)
         gen = Gen(data, rule.lhs, reqs, self.values, self.lo, rule.roots)
         try:
-            return instantiate(rule, gen.example(), build_rhs)
+            example = gen.example()
+            if self._enough():
+                return _DONE
+            return instantiate(rule, example, build_rhs)
         except NotAMatch:
             reject()
 
     def positive(self, data):
         """An instance whose guards all hold."""
         inst = self.instance(data)
+        if inst is _DONE:
+            return inst
         if not all(inst.guards) or inst.rhs is None:
             reject()
         return inst
@@ -358,7 +374,7 @@ class _Checker:
             inst = self.positive(data)
         finally:
             self.values, self.lo = values, lo
-        if not sweepable(inst.example.leaves, inst.feeds):
+        if inst is not _DONE and not sweepable(inst.example.leaves, inst.feeds):
             reject()
         return inst
 
@@ -367,6 +383,8 @@ class _Checker:
 
         def draw(data):
             inst = self.instance(data, violate=i, build_rhs=False)
+            if inst is _DONE:
+                return inst
             if inst.guards[i] or not all(v for j, v in enumerate(inst.guards) if j != i):
                 reject()
             return inst
@@ -415,7 +433,13 @@ class _Checker:
         def check(inst, res: CheckResult) -> None:
             swap = frozenset(inst.example.output_of[i] for i in swaps)
             model = lhs_model(inst.example, extra_outputs=multi_use, swap=swap)
-            got = run_engine(model, inst.feeds, tuple(rules), names, True, self.mode, self.rule.fp)
+            # the bound is on the root's output (the multi-use model's inner values, outputs
+            # too, are compared at the class's tolerance)
+            limit = _limit(self.rule, inst)
+            limit = {inst.example.root: limit} if multi_use and limit is not None else limit
+            got = run_engine(
+                model, inst.feeds, tuple(rules), names, True, self.mode, self.rule.fp, limit
+            )
             if got.rejected:
                 reject()
             self.count(res, got.outcome)
@@ -445,6 +469,7 @@ def _limit(rule: Rule, inst, values: dict | None = None):
 
 
 _INVALID = object()  # a drawn instance that is not valid (a rejection while drawing)
+_DONE = object()  # not instantiated: the companion check already has its examples
 
 
 class _Draws:
