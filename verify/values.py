@@ -2,12 +2,12 @@
 
 Floats, `full`: 2 in 6 ordinary values (|v| <= 100), 1 in 6 small ones (|v| <= 4), 1 in 6
 any float of the width (Hypothesis favours the extremes: huge, tiny, subnormal), 1 in 6 NaN,
-1 in 6 NaN, +-Inf or -0.0: NaN is where most float rewrites go wrong. Floats, `bounded` (comparisons with a
-tolerance, where huge values make any regrouping of sums overflow or cancel): 7 in 8 finite
-|v| <= 8 without subnormals, 1 in 8 NaN or a signed zero. Floats, `finite` (`quant` rules:
-quantization scales are ranges of finite values): the same without NaN. Floats, `grid`
-(`verify.sweep`'s check): quarters in [-128, 128), scales powers of two, so that
-quantization meets rounding ties. Integers: the whole range of the dtype (Hypothesis
+1 in 6 NaN, +-Inf or -0.0: NaN is where most float rewrites go wrong. Floats, `bounded`
+(comparisons with a tolerance, where huge values make any regrouping of sums overflow or
+cancel): 7 in 8 finite |v| <= 8 without subnormals, 1 in 8 NaN or a signed zero. Floats,
+`finite` (`quant` rules: quantization scales are ranges of finite values): the same without
+NaN. Floats, `grid` (`verify.sweep`'s check): quarters in [-128, 128), scales powers of two,
+so that quantization meets rounding ties. Integers: the whole range of the dtype (Hypothesis
 favours small values and the bounds). Every element is drawn on its own, so a
 counterexample shrinks element by element.
 """
