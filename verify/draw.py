@@ -26,23 +26,21 @@ from typing import Any
 
 import numpy as np
 from hypothesis import assume
-from onnx import TensorProto as TP
 
 from dsl.ir import OpNode, Term
 from engine.infer import infer_type
 from verify import hints as H
 from verify import ops_basic, ops_movement, ops_nn  # noqa: F401  (registers their samplers)
-from verify.dtypes import FLOATS, plan_dtypes
+from verify.dtypes import plan_dtypes
 from verify.node import Leaf, NodeCtx, sampler_of
 from verify.steer import MAX_RANK, Steer
+from verify.sweep import SWEPT_DTYPES
 from verify.values import Values, ints, sampled
 from vocab.types import TensorType
 
 MAX_ELEMENTS = 256
 OPSETS = (18, 19, 20, 21, 13, 14, 15, 16, 17)  # shrinking order: 18 first
 # dimension sizes, in shrinking order; size 0 is rare (every tensor using it is empty)
-# the dtypes a `grid` draw picks where the schemas allow them (`verify.sweep` sweeps them)
-_SWEPT_DTYPES = frozenset({TP.INT8, TP.UINT8}) | FLOATS
 _DIMS = (1,) * 6 + (2,) * 6 + (3,) * 6 + (4,) * 4 + (5,) * 2 + (0,)
 
 
@@ -144,7 +142,7 @@ class Gen(Steer, Values):
             options = plan.choices(v, chosen, ())
             assume(options)
             if self.values_mode == "grid":  # `verify.sweep`: 8-bit integers, where allowed
-                options = [o for o in options if o in _SWEPT_DTYPES] or options
+                options = [o for o in options if o in SWEPT_DTYPES] or options
             chosen[v] = self.pick(options, "dtype")
         self.plan, self.chosen = plan, chosen
 

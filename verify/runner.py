@@ -407,6 +407,9 @@ class _Checker:
         example; the bound, if any, is evaluated on each step's values); steps the left side
         is not valid on are skipped."""
         leaves = inst.example.leaves
+        # QuantizeLinear's events are counted on the left side, else on the right
+        right = not any(n.op_type == "QuantizeLinear" for n in inst.lhs.graph.node)
+        side = inst.rhs if right else inst.lhs
         checked = 0
         for step in sweep_feeds(leaves, inst.feeds):
             values = {name: step.get(name, leaf.value) for name, leaf in leaves.items()}
@@ -418,10 +421,10 @@ class _Checker:
             self.count(res, out)
             if out.status == "fail":
                 self.found(res, out.reason, inst, out, swept_text(step, leaves))
-            if res.failure is None:  # QuantizeLinear's events on the left side, else the right
-                ties, saturated = quantize_events(inst.lhs, out.left_values)
-                if not any(n.op_type == "QuantizeLinear" for n in inst.lhs.graph.node):
-                    ties, saturated = quantize_events(inst.rhs, out.right_values)
+            if res.failure is None:
+                ties, saturated = quantize_events(
+                    side, out.right_values if right else out.left_values
+                )
                 res.ties, res.saturated = res.ties + ties, res.saturated + saturated
         if not checked:
             reject()

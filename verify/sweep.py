@@ -15,8 +15,9 @@ either side) is run on a series of feeds instead of one (`sweep_feeds`):
 
 The model is the drawn one throughout (only the inputs change): constants (zero points,
 per-tensor scales) vary between Hypothesis's examples instead. `quantize_events` counts,
-from the reference's intermediate values of the left side, the ties and saturated elements
-each QuantizeLinear saw, so that the check can show they happened.
+from the reference's intermediate values of the side that quantizes (the left side, else the
+right), the ties and saturated elements each QuantizeLinear saw, so that the check can show
+they happened.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ GRID = 1024  # float grid points: k / 4 for k in [-512, 512)
 MAX_STEPS = 256
 _STRIDE = 389  # odd, so k -> k * _STRIDE mod GRID is a permutation of the grid
 _SWEPT_INTS = {TP.INT8: -128, TP.UINT8: 0}  # swept dtype -> its lowest value
+# the dtypes a sweep varies: what a `grid` draw picks wherever the schemas allow (`verify.draw`)
+SWEPT_DTYPES = frozenset(_SWEPT_INTS) | FLOATS
 
 
 def sweepable(leaves: dict, feeds: dict[str, np.ndarray]) -> bool:
