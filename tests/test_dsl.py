@@ -396,6 +396,8 @@ def test_shipped_library_checks():
         "quant-static",
         "quant-static-conv",
         "quant-static-onnxruntime",
+        "quant-lower",
+        "quant-lower-onnxruntime",
         "quant-qdq",
         "qdq-canonical",
     }

@@ -740,6 +740,132 @@ def test_conv_static_bound_holds_on_a_quantized_convolution():
     assert covers("one-level").fn(np.zeros((1, 4)), np.zeros((3, 1))).tolist() == [[1.0] * 4] * 3
 
 
+U8, S8 = TP.UINT8, TP.INT8
+
+
+def test_integer_kernel_guards_follow_onnxruntimes_exact_dtype_pairs():
+    mm, conv = covers("integer-matmul-exact").fn, covers("integer-conv-exact").fn
+    assert mm(t(2, 8, dtype=U8), t(8, 3, dtype=U8)) and mm(t(4, 2, 8, dtype=S8), t(8, 3, dtype=S8))
+    assert not mm(t(2, 8, dtype=U8), t(8, 3, dtype=S8))  # an int8 activation b: int16 pairs
+    assert not mm(t(2, 8, dtype=S8), t(8, 3, dtype=U8))  # no onnxruntime kernel
+    small, big = np.full((8, 3), -64, np.int8), np.full((8, 3), 65, np.int8)
+    assert mm(t(2, 8, dtype=U8), c(small)) and not mm(t(2, 8, dtype=U8), c(big))
+    assert not mm(t(8, dtype=U8), t(8, 3, dtype=U8))  # rank 1
+    assert not mm(t(2, "k", dtype=U8), t("k", 3, dtype=U8))  # K unknown
+    assert mm(t(2, 33025, dtype=U8), t(33025, 1, dtype=U8))  # 33025 * 255^2 < 2^31
+    assert not mm(t(2, 33026, dtype=U8), t(33026, 1, dtype=U8))
+    assert not mm(t(2, 8, dtype=F32), t(8, 3, dtype=F32))
+    assert conv(t(1, 3, 8, 8, dtype=U8), t(4, 3, 3, 3, dtype=U8))
+    assert conv(t(1, 3, 8, 8, dtype=U8), c(np.ones((4, 3, 3, 3), np.int8)))
+    assert not conv(t(1, 3, 8, 8, dtype=U8), t(4, 3, 3, 3, dtype=S8))
+    assert not conv(t(1, 3, 8, 8, dtype=U8), t(4, 3, "k", 3, dtype=U8))
+
+
+def test_integer_rescales_stay_in_range():
+    mm, conv = covers("integer-matmul-requantizes").fn, covers("integer-conv-requantizes").fn
+    one, tiny = _q(1.0, np.float32), _q(2.0**-20, np.float32)
+    assert mm(t(64, 3, dtype=U8), one, one, one)  # 64 * 255^2 < 2^30
+    assert not mm(t(64, 3, dtype=U8), one, one, tiny)
+    assert not mm(t(64, 3, dtype=U8), _q(0.0, np.float32), one, one)  # not a scale
+    assert conv(t(4, 3, 3, 3, dtype=U8), one, c(np.ones(4, np.float32)), _q(1.0, np.float32))
+    assert not conv(t(4, 3, 3, 3, dtype=U8), one, c(np.full(4, 64.0, np.float32)), one)
+    assert not conv(t(4, 3, 3, 3, dtype=U8), one, c(np.ones(3, np.float32)), one)  # not C_out
+
+
+def test_channel_and_bias_scales():
+    ch, bias = covers("channel-scales").fn, covers("bias-scales").fn
+    w = t(4, 3, 3, 3, dtype=U8)
+    zp = _q(7, np.uint8)
+    assert ch(w, _q(0.5, np.float32), zp, 1)  # one scale: any axis
+    assert ch(w, c(np.full(4, 0.5, np.float32)), c(np.full(4, 7, np.uint8)), 0)
+    assert not ch(w, c(np.full(4, 0.5, np.float32)), zp, 1)  # per channel along axis 1
+    assert not ch(w, c(np.full(4, 0.5, np.float32)), c(np.arange(4, dtype=np.uint8)), 0)
+    assert not ch(w, c(np.array([0.5, 0.0, 0.5, 0.5], np.float32)), zp, 0)
+    b = c(np.array([3, -5, 2**24, 0], np.int32))
+    sx, sw = _q(0.5, np.float32), c(np.array([0.25, 0.5, 1.0, 2.0], np.float32))
+    sb = c(np.array([0.125, 0.25, 0.5, 1.0], np.float32))
+    assert bias(b, sb, 0, sx, sw, w)
+    assert bias(b, _q(0.125, np.float32), 0, sx, _q(0.25, np.float32), w)
+    assert not bias(b, c(np.full(4, 0.125, np.float32)), 0, sx, sw, w)  # not sx * sw[c]
+    assert not bias(c(np.array([3, -5, 2**24 + 1, 0], np.int32)), sb, 0, sx, sw, w)
+    assert not bias(b, sb, 0, sx, sw, t(3, 3, 3, 3, dtype=U8))  # not one per channel
+
+
+def test_pool_sums_in_range():
+    f = covers("pool-sums-in-range").fn
+    x, one = t(1, 8, 7, 7, dtype=U8), _q(1.0, np.float32)
+    assert f(x, one, one) and f(x, _q(49 * 128.0, np.float32), one)
+    assert not f(x, _q(49 * 256.0, np.float32), one)  # onnxruntime: out of range
+    assert not f(x, _q(2.0**-24, np.float32), _q(2.0**20, np.float32))  # below 2^-31
+    assert not f(t(1, 8, "h", 7, dtype=U8), one, one)
+
+
+def _matmul_qdq(rng, k=16):
+    a = rng.integers(0, 256, (3, k)).astype(np.uint8)
+    b = rng.integers(0, 256, (k, 5)).astype(np.uint8)
+    sa, za, sb, zb = np.float32(0.037), np.uint8(121), np.float32(0.011), np.uint8(130)
+    da = ((a.astype(np.float32) - np.float32(za)) * sa).astype(np.float32)
+    db = ((b.astype(np.float32) - np.float32(zb)) * sb).astype(np.float32)
+    exact = (a.astype(np.int64) - 121) @ (b.astype(np.int64) - 130)
+    return a, sa, za, b, sb, zb, da @ db, exact
+
+
+def test_dequantized_and_qlinear_matmul_bounds_hold():
+    deq, ql = covers("dequantized-matmul").fn, covers("qlinear-matmul").fn
+    rng = np.random.default_rng(11)
+    a, sa, za, b, sb, zb, flt, exact = _matmul_qdq(rng)
+    integer = (exact.astype(np.float32) * np.float32(sa * sb)).astype(np.float32)
+    bound = deq(a, np.array(sa), np.array(za), b, np.array(sb), np.array(zb))
+    assert bound.shape == (3, 5) and np.all(np.abs(flt - integer) <= bound)
+    assert bound.max() < 1e-3 * np.abs(flt).max()  # rounding only
+    sy = np.float32(0.05)
+    lhs = np.clip(np.rint(flt / sy) + 128, 0, 255)
+    rhs = np.clip(np.rint(exact * (float(sa) * float(sb) / float(sy))) + 128, 0, 255)
+    levels = ql(a, np.array(sa), np.array(za), b, np.array(sb), np.array(zb), np.array(sy))
+    assert np.all(np.abs(lhs - rhs) <= levels) and np.all(levels >= 1) and levels.max() < 1.01
+
+
+def test_dequantized_and_qlinear_conv_bounds_hold():
+    deq, ql = covers("dequantized-conv").fn, covers("qlinear-conv").fn
+    qb = covers("qlinear-conv-with-bias").fn
+    rng = np.random.default_rng(12)
+    x = rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)
+    w = rng.integers(0, 256, (4, 3, 3, 3)).astype(np.uint8)
+    sx, zx, sw, zw = np.float32(0.02), np.uint8(100), np.float32(0.01), np.uint8(128)
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    g = helper.make_graph(
+        [conv],
+        "g",
+        [helper.make_tensor_value_info(n, TP.DOUBLE, None) for n in ("x", "w")],
+        [helper.make_tensor_value_info("y", TP.DOUBLE, None)],
+    )
+    ref = ReferenceEvaluator(helper.make_model(g))
+    dx = (x.astype(np.float64) - 100) * float(sx)
+    dw = (w.astype(np.float64) - 128) * float(sw)
+    exact = ref.run(None, {"x": dx, "w": dw})[0]
+    as32 = ref.run(None, {"x": dx.astype(np.float32), "w": dw.astype(np.float32)})[0]
+    b = deq(x, np.array(sx), np.array(zx), w, np.array(sw), np.array(zw))
+    assert b.shape == (4, 1, 1) and np.all(np.abs(exact - as32.astype(np.float32)) <= b)
+    sy = np.float32(0.1)
+    levels = ql(x, np.array(sx), np.array(zx), w, np.array(sw), np.array(zw), np.array(sy))
+    assert levels.shape == (4, 1, 1) and np.all(levels >= 1) and levels.max() < 1.01
+    bias = np.array([1000, -2000, 0, 5], np.int32)
+    sb = np.full(4, np.float32(sx) * np.float32(sw), np.float32)
+    with_bias = qb(x, np.array(sx), np.array(zx), w, np.array(sw), np.array(zw), bias, sb, sy)
+    assert with_bias.shape == (4, 1, 1) and np.all(with_bias >= levels)
+    off = qb(x, np.array(sx), np.array(zx), w, np.array(sw), np.array(zw), bias, sb * 1.5, sy)
+    assert off[0, 0, 0] > 1.0 + 1000 * float(sb[0]) * 0.5 / float(sy) * 0.99  # the scale gap
+
+
+def test_qlinear_global_average_pool_bound_is_a_level_and_rounding():
+    f = covers("qlinear-global-average-pool").fn
+    x = np.random.default_rng(13).integers(0, 256, (2, 3, 7, 7)).astype(np.uint8)
+    b = f(x, np.array(np.float32(0.05)), np.array(np.uint8(10)), np.array(np.float32(0.03)))
+    assert b.shape == (2, 3, 1, 1) and np.all(b >= 1) and b.max() < 1.01  # 1.0018: rounding
+    empty = f(x[:, :0], np.array(np.float32(0.05)), np.array(np.uint8(0)), np.array(0.03))
+    assert empty.shape == (2, 0, 1, 1)
+
+
 def test_exact_when_finite_is_a_zero_bound():
     f = covers("exact-when-finite").fn
     assert f(np.ones((2, 3))).tolist() == [[0.0] * 3] * 2

@@ -29,7 +29,7 @@ Requests:
 |--------------------------|---------------------------------------------------------------|
 | `Const(x)` / `Input(x)`  | x is an initializer / a graph input                           |
 | `Fill(x, v)`             | x is a constant whose every element is v                      |
-| `Positive(x)`            | x's elements are drawn >= 0 (a scale: 0 is rare, and refused) |
+| `Positive(x)`            | x's elements are drawn > 0 (a scale: a 0 would be refused)    |
 | `OneElement(x)`          | x is a constant of shape (1, ..., 1) or ()                    |
 | `Many(x)`                | x has more than one element                                   |
 | `Within(z, x)`           | z's shape broadcasts into x's (`broadcasts-into z x`)         |
@@ -372,11 +372,48 @@ def _quantize_saturates(s: Arg, z: Arg, lo: Arg, hi: Arg) -> list[Request]:
     ]
 
 
+@hint("integer-matmul-exact")
+def _integer_matmul_exact(a: Arg, b: Arg) -> list[Request]:
+    # one 8-bit dtype for both (a uint8 a by an int8 b is exact only for small constant b's)
+    return [
+        DtypeIn(a.name, frozenset({2, 3})),
+        SameDtype(a.name, b.name),
+        RankAtLeast(a.name, 2),
+        RankAtLeast(b.name, 2),
+    ]
+
+
+@hint("integer-conv-exact")
+def _integer_conv_exact(x: Arg, w: Arg) -> list[Request]:
+    return [DtypeIn(x.name, frozenset({2, 3})), SameDtype(x.name, w.name)]
+
+
+@hint("integer-matmul-requantizes")
+@hint("integer-conv-requantizes")
+def _requantizes(w: Arg, sa: Arg, sb: Arg, sy: Arg) -> list[Request]:
+    # an output scale of at least the input scales' product (drawn scales are <= 8)
+    return [Fill(sy.name, 8.0)]
+
+
+@hint("channel-scales")
+def _channel_scales(w: Arg, sw: Arg, zw: Arg, axis: Arg) -> list[Request]:
+    # one scale and zero point (the per-channel form is drawn where the Q/DQ samplers draw it)
+    return [*_positive_scale(sw), *_per_tensor(zw)]
+
+
+@hint("bias-scales")
+def _bias_scales(b: Arg, sb: Arg, axis: Arg, sx: Arg, sw: Arg, w: Arg) -> list[Request]:
+    # scales whose product is exact: sb = sx * sw = 0.5 * 0.25
+    fills = ((sb, 0.125), (sx, 0.5), (sw, 0.25))
+    return [Const(b.name), Rank(b.name, 1), *(Fill(a.name, v) for a, v in fills)]
+
+
 @hint("nonempty")
 @hint("conv-accumulates-in-int32")
 @hint("bias-fits-int24")
 @hint("requantizes-in-range")
 @hint("scale-ratio")
+@hint("pool-sums-in-range")
 def _holds_for_drawn_sizes(*args: Arg) -> list[Request]:
     return []  # drawn tensors are small and their values moderate: these hold for most draws
 

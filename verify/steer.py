@@ -83,7 +83,7 @@ class Steer:
         if H.Fill in mine:
             leaf.value = self.filled(leaf, mine[H.Fill].value)
         if H.Positive in mine:
-            leaf.domains = ("nonneg",)
+            leaf.domains = ("positive",)
         if H.Const in mine or H.Fill in mine or leaf.copy_of:
             leaf.const = True
         if H.Input in mine and leaf.value is None:

@@ -283,6 +283,8 @@ FAMILIES["QUANTIZED"] = FAMILIES["QUANTIZATION"] + (
     "com.microsoft.MatMulNBits",
     "com.microsoft.QLinearAdd",
     "com.microsoft.QLinearMul",
+    "com.microsoft.QLinearSigmoid",
+    "com.microsoft.QLinearGlobalAveragePool",
 )
 # output type = first input's type (dtype and shape)
 FAMILIES["SAME_TYPE"] = (

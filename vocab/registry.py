@@ -1131,6 +1131,246 @@ def one_level(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.ones(np.broadcast_shapes(np.shape(a), np.shape(b)))
 
 
+# ---- lowering QDQ groups to integer kernels (patterns/quant/lower.rules) -------------------------
+# An integer kernel sums products of 8-bit values less their zero points, each at most 255 * 255
+# in magnitude, in int32. onnxruntime's x86 kernels without VNNI add pairs of uint8-by-int8
+# products in int16 first (vpmaddubsw), which saturates unless |b| <= 64 (2 * 255 * 64 < 2^15);
+# uint8-by-uint8 and int8-by-int8 products take other paths (measured on onnxruntime 1.32:
+# exact at 255 * 255 and -128 * -128). An int8 a by a uint8 b has no onnxruntime kernel.
+
+U8_TIMES_U8 = 255 * 255  # the largest |(a - za) * (b - zb)| of two 8-bit values
+INT16_SAFE_S8 = 64  # the largest |b| of an int8 b a uint8 a multiplies in onnxruntime's pairs
+
+
+def _integer_pair_ok(a: ClassInfo, b: ClassInfo) -> bool:
+    """True if onnxruntime's integer kernels take this 8-bit dtype pair exactly (see above)."""
+    if a.type.dtype not in _EIGHT_BIT or b.type.dtype not in _EIGHT_BIT:
+        return False
+    if a.type.dtype == b.type.dtype:
+        return True
+    if (a.type.dtype, b.type.dtype) != (2, 3) or b.value is None:  # uint8 a, int8 constant b
+        return False
+    return int(np.abs(b.value.astype(np.int64)).max(initial=0)) <= INT16_SAFE_S8
+
+
+def _static_dims(x: ClassInfo) -> tuple[int, ...] | None:
+    """x's shape when every dimension is a static int, else None."""
+    shape = x.type.shape
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return tuple(shape)
+
+
+@guard("integer-matmul-exact", TERM, TERM)
+def integer_matmul_exact(a: ClassInfo, b: ClassInfo) -> bool:
+    """True if MatMulInteger / QLinearMatMul of 8-bit `a` [..., M, K] by `b` [..., K, N] is
+    exact on onnxruntime: a dtype pair its kernels take without int16 saturation (see above),
+    both of rank >= 2, and a static K with K * 255 * 255 <= 2^31 - 1 (K <= 33,025), so the
+    int32 sums do not overflow."""
+    if not _integer_pair_ok(a, b):
+        return False
+    ra, rb = a.type.shape, b.type.shape
+    if ra is None or rb is None or len(ra) < 2 or len(rb) < 2:
+        return False
+    k = rb[-2]
+    return isinstance(k, int) and 1 <= k and k * U8_TIMES_U8 <= INT32_MAX
+
+
+@guard("integer-matmul-requantizes", TERM, TERM, TERM, TERM)
+def integer_matmul_requantizes(b: ClassInfo, sa: ClassInfo, sb: ClassInfo, sy: ClassInfo) -> bool:
+    """True if QLinearMatMul's rescale of its int32 sums by sa * sb / sy keeps the largest sum
+    (K * 255 * 255, K = b's second-last dimension) within 2^30, so the float product converts
+    to an integer before it saturates (see `requantizes-in-range`, the QLinearConv form)."""
+    shape = b.type.shape
+    if not all(positive_scale(s) for s in (sa, sb, sy)) or shape is None or len(shape) < 2:
+        return False
+    if not isinstance(shape[-2], int):
+        return False
+    ratio = float(sa.value.reshape(())) * float(sb.value.reshape(())) / float(sy.value.reshape(()))
+    return shape[-2] * U8_TIMES_U8 * ratio <= 2.0**30
+
+
+@guard("integer-conv-exact", TERM, TERM)
+def integer_conv_exact(x: ClassInfo, w: ClassInfo) -> bool:
+    """True if ConvInteger of 8-bit `x` by `w` ([C_out, C_in / group, k...], static) is exact
+    on onnxruntime: a dtype pair its kernels take without int16 saturation (see above) and
+    K = prod(w.shape[1:]) with K * 255 * 255 <= 2^31 - 1."""
+    dims = _static_dims(w)
+    if not _integer_pair_ok(x, w) or dims is None or len(dims) < 3:
+        return False
+    k = int(np.prod(dims[1:]))
+    return dims[0] >= 1 and 1 <= k and k * U8_TIMES_U8 <= INT32_MAX
+
+
+@guard("channel-scales", TERM, TERM, TERM, ATTR)
+def channel_scales(w: ClassInfo, sw: ClassInfo, zw: ClassInfo, axis: int) -> bool:
+    """True if weight `w` ([C_out, ...]) is dequantized with positive float32 scales `sw`, one
+    for the tensor or one per output channel (a vector of C_out along `axis` 0), and one zero
+    point `zw`, all its elements equal (onnxruntime's QLinearConv takes no other)."""
+    s, z, shape = sw.value, zw.value, w.type.shape
+    if s is None or z is None or shape is None or len(shape) < 1 or s.dtype != np.float32:
+        return False
+    if s.size != 1 and (s.ndim != 1 or axis not in (0, -len(shape)) or s.shape[0] != shape[0]):
+        return False
+    if z.size == 0 or z.size not in (1, s.size) or not np.all(z == z.reshape(-1)[0]):
+        return False
+    return bool(np.all((s >= 2.0**-24) & (s <= 2.0**24)))
+
+
+def _weight_scales(w: ClassInfo, sw: ClassInfo) -> np.ndarray:
+    """The `channel-scales` of `w` as one float64 per output channel."""
+    return np.broadcast_to(sw.value.astype(np.float64).reshape(-1), (w.type.shape[0],))
+
+
+@guard("bias-scales", TERM, TERM, ATTR, TERM, TERM, TERM)
+def bias_scales(
+    b: ClassInfo, sb: ClassInfo, axis: int, sx: ClassInfo, sw: ClassInfo, w: ClassInfo
+) -> bool:
+    """True if the int32 bias `b` ([C_out] of weight `w`) is dequantized with scales `sb` (one,
+    or one per channel along `axis` 0) equal to sx * sw[c] within 2^-20 (onnxruntime's
+    quantizer computes them so in float32), and |b| <= 2^24 (exact in float32, leaving the
+    int32 sums room)."""
+    s, v = sb.value, b.value
+    if s is None or v is None or v.ndim != 1 or sx.value is None or sw.value is None:
+        return False
+    c = v.shape[0]
+    if w.type.shape is None or len(w.type.shape) < 1 or w.type.shape[0] != c:
+        return False
+    if s.size != 1 and (s.ndim != 1 or axis != 0 or s.shape[0] != c):
+        return False
+    if sw.value.size not in (1, c) or s.dtype != np.float32:
+        return False
+    want = float(sx.value.reshape(-1)[0]) * np.broadcast_to(sw.value.astype(np.float64), (c,))
+    got = np.broadcast_to(s.astype(np.float64).reshape(-1), (c,))
+    if not np.all(want > 0) or not np.all(np.abs(got - want) <= 2.0**-20 * want):
+        return False
+    return int(np.abs(v.astype(np.int64)).max(initial=0)) <= BIAS_UNITS
+
+
+@guard("integer-conv-requantizes", TERM, TERM, TERM, TERM)
+def integer_conv_requantizes(w: ClassInfo, sx: ClassInfo, sw: ClassInfo, sy: ClassInfo) -> bool:
+    """True if QLinearConv's rescale by sx * sw[c] / sy keeps the largest sum (K * 255 * 255
+    plus a bias of 2^24) within 2^30 (see `requantizes-in-range`)."""
+    dims = _static_dims(w)
+    if dims is None or len(dims) < 3 or sw.value is None or sw.value.size not in (1, dims[0]):
+        return False
+    if not (positive_scale(sx) and positive_scale(sy)):
+        return False
+    k = int(np.prod(dims[1:]))
+    top = float(np.abs(sw.value.astype(np.float64)).max(initial=0.0))
+    ratio = float(sx.value.reshape(())) * top / float(sy.value.reshape(()))
+    return (k * U8_TIMES_U8 + BIAS_UNITS) * ratio <= 2.0**30
+
+
+@guard("pool-sums-in-range", TERM, TERM, TERM)
+def pool_sums_in_range(x: ClassInfo, sx: ClassInfo, sy: ClassInfo) -> bool:
+    """True if a QLinearGlobalAveragePool of `x` ([N, C, H, W], static H and W) sums its
+    H * W 8-bit values in int32 (H * W <= 2^22) and its rescale sx / (sy H W) is within
+    [2^-31, 2^7] (onnxruntime refuses one outside [2^-32, 256), "parameter out of
+    computation range": measured on onnxruntime 1.32, found by `verify`)."""
+    shape = x.type.shape
+    if shape is None or len(shape) < 3 or not all(isinstance(d, int) for d in shape[2:]):
+        return False
+    hw = int(np.prod(shape[2:]))
+    if not (1 <= hw <= 2**22 and positive_scale(sx) and positive_scale(sy)):
+        return False
+    ratio = float(sx.value.reshape(())) / (float(sy.value.reshape(())) * hw)
+    return 2.0**-31 <= ratio <= 2.0**7
+
+
+def _dequantized(q: np.ndarray, s: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """|q - zp| * s in float64: the magnitudes DequantizeLinear gives (one scale, zero point)."""
+    zp = float(np.asarray(z).reshape(())) if np.size(z) else 0.0
+    return np.abs(q.astype(np.float64) - zp) * abs(float(np.asarray(s).reshape(())))
+
+
+def _sum_rounding(k: int, magnitudes: np.ndarray) -> np.ndarray:
+    """The float32 rounding of a sum of K products, computed two ways (by float32 products and
+    partial sums; by exact integers converted and rescaled in float32), given the sum of the
+    products' magnitudes: ((K + 8) 2^-23 + 2^-20) of it."""
+    return ((k + 8) * 2.0**-23 + 2.0**-20) * magnitudes
+
+
+@bound("dequantized-matmul", TERM, TERM, TERM, TERM, TERM, TERM)
+def dequantized_matmul(a, sa, za, b, sb, zb) -> np.ndarray:
+    """|MatMul(DQ(a), DQ(b)) - Cast(MatMulInteger(a, b, za, zb)) * sa sb| per output element:
+    the float32 rounding of the sums (`_sum_rounding` of |DQ(a)| @ |DQ(b)|)."""
+    return _sum_rounding(b.shape[-2], _dequantized(a, sa, za) @ _dequantized(b, sb, zb))
+
+
+@bound("qlinear-matmul", TERM, TERM, TERM, TERM, TERM, TERM, TERM)
+def qlinear_matmul(a, sa, za, b, sb, zb, sy) -> np.ndarray:
+    """|Q(MatMul(DQ(a), DQ(b)), sy, zy) - QLinearMatMul(...)| in output levels, per element:
+    one level for the two roundings, plus the sums' float32 rounding over sy."""
+    sy_ = abs(float(np.asarray(sy).reshape(())))
+    return 1 + dequantized_matmul(a, sa, za, b, sb, zb) / sy_
+
+
+@bound("dequantized-conv", TERM, TERM, TERM, TERM, TERM, TERM)
+def dequantized_conv(x, sx, zx, w, sw, zw) -> np.ndarray:
+    """|Conv(DQ(x), DQ(w)) - Cast(ConvInteger(x, w, zx, zw)) * sx sw| per output channel (shape
+    [C_out, 1, ...], broadcasting over the output): the sums' float32 rounding, each sum of K
+    products at most max|DQ(x)| times the channel's sum of |DQ(w)|."""
+    x_max = float(_dequantized(x, sx, zx).max(initial=0.0))
+    wc = _dequantized(w, sw, zw).reshape(w.shape[0], -1)
+    per_channel = _sum_rounding(wc.shape[1], x_max * wc.sum(axis=1))
+    return per_channel.reshape((w.shape[0],) + (1,) * (w.ndim - 2))
+
+
+def _dequantized_weight(w: np.ndarray, sw: np.ndarray, zw: np.ndarray) -> np.ndarray:
+    """|w - zp| * s in float64 per element of weight `w` [C_out, ...], its scales one or one per
+    output channel, its zero point one value (`channel-scales`)."""
+    zp = float(np.asarray(zw).reshape(-1)[0])
+    s = np.abs(np.asarray(sw, dtype=np.float64)).reshape((-1,) + (1,) * (w.ndim - 1))
+    return np.abs(w.astype(np.float64) - zp) * s
+
+
+def _conv_sums(x, sx, zx, w, sw, zw) -> tuple[int, np.ndarray]:
+    """(K, per output channel the largest sum of |products| a Conv(DQ(x), DQ(w)) adds): K =
+    prod(w.shape[1:]) terms, each at most max|DQ(x)| times the channel's |DQ(w)|."""
+    x_max = float(_dequantized(x, sx, zx).max(initial=0.0))
+    wc = _dequantized_weight(w, sw, zw).reshape(w.shape[0], -1)
+    return wc.shape[1], x_max * wc.sum(axis=1)
+
+
+@bound("qlinear-conv", TERM, TERM, TERM, TERM, TERM, TERM, TERM)
+def qlinear_conv(x, sx, zx, w, sw, zw, sy) -> np.ndarray:
+    """|Q(Conv(DQ(x), DQ(w)), sy, zy) - QLinearConv(...)| in output levels per output channel
+    (shape [C_out, 1, ...]): one level for the two roundings, plus the sums' float32 rounding
+    over sy."""
+    k, sums = _conv_sums(x, sx, zx, w, sw, zw)
+    real = _sum_rounding(k, sums) / abs(float(np.asarray(sy).reshape(())))
+    return (1 + real).reshape((w.shape[0],) + (1,) * (w.ndim - 2))
+
+
+@bound("qlinear-conv-with-bias", TERM, TERM, TERM, TERM, TERM, TERM, TERM, TERM, TERM)
+def qlinear_conv_with_bias(x, sx, zx, w, sw, zw, b, sb, sy) -> np.ndarray:
+    """`qlinear-conv` with an int32 bias b dequantized by scales sb: the float side adds b sb,
+    the integer side b in units of sx sw[c]; they differ by |b| |sb - sx sw[c]|, and the bias
+    joins the sums' rounding."""
+    k, sums = _conv_sums(x, sx, zx, w, sw, zw)
+    c = w.shape[0]
+    units = abs(float(np.asarray(sx).reshape(-1)[0])) * np.broadcast_to(
+        np.abs(np.asarray(sw, dtype=np.float64)).reshape(-1), (c,)
+    )
+    bias = np.abs(b.astype(np.float64))
+    scales = np.broadcast_to(np.abs(np.asarray(sb, dtype=np.float64)).reshape(-1), (c,))
+    real = _sum_rounding(k + 1, sums + bias * scales) + bias * np.abs(scales - units)
+    real /= abs(float(np.asarray(sy).reshape(())))
+    return (1 + real).reshape((c,) + (1,) * (w.ndim - 2))
+
+
+@bound("qlinear-global-average-pool", TERM, TERM, TERM, TERM)
+def qlinear_global_average_pool(x, sx, zx, sy) -> np.ndarray:
+    """|Q(GlobalAveragePool(DQ(x)), sy, zy) - QLinearGlobalAveragePool(...)| in output levels,
+    per [N, C] mean (shape [N, C, 1, ...]): one level for the two roundings, plus the float32
+    rounding of the mean of H * W values over sy."""
+    hw = int(np.prod(x.shape[2:]))
+    mean = _dequantized(x, sx, zx).reshape(x.shape[0], x.shape[1], hw).mean(axis=2)
+    real = _sum_rounding(hw, mean) / abs(float(np.asarray(sy).reshape(())))
+    return (1 + real).reshape(x.shape[:2] + (1,) * (x.ndim - 2))
+
+
 EXACT_BOUNDS = frozenset({"exact-when-finite"})  # bounds of rules exact on finite values
 
 
