@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 import rewrite
 from frontends.onnx.api import OptionError
@@ -328,3 +328,77 @@ def test_marks_the_rules_leave_are_stripped_and_reported(calibration):
     assert "left in float" in report.extra["quantize"]["warning"]
     x = held_out()[0]
     np.testing.assert_allclose(run(q, x), run(MODEL, x), rtol=1e-5, atol=1e-6)
+
+
+def _onnxruntime_qdq(tmp_path, activation_type, weight_type) -> onnx.ModelProto:
+    """MODEL quantized by onnxruntime's `quantize_static` (QDQ form, per-channel weights)."""
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter({"x": x} for x in held_out(8))
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    src, qdq = tmp_path / "cnn.onnx", tmp_path / "cnn.qdq.onnx"
+    onnx.save(MODEL, src)
+    quantize_static(
+        str(src),
+        str(qdq),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=activation_type,
+        weight_type=weight_type,
+    )
+    return onnx.load(qdq)
+
+
+@pytest.mark.parametrize(
+    "types, target",
+    [
+        (("QInt8", "QInt8"), "onnxruntime"),  # onnxruntime's defaults for QDQ
+        (("QUInt8", "QUInt8"), "onnxruntime"),
+        (("QUInt8", "QUInt8"), "onnx"),
+    ],
+)
+def test_quant_lowers_onnxruntimes_qdq_groups_to_integer_kernels(tmp_path, types, target):
+    # onnxruntime's QDQ file: every Conv group (int32 bias, per-channel weight scales) becomes
+    # a QLinearConv, and with onnxruntime's ops the residual Add and the pool run in 8 bits
+    # too: no float op is left between the input's Q and the output's DQ
+    model = _onnxruntime_qdq(tmp_path, *(getattr(QuantType, t) for t in types))
+    out, report = rewrite.optimize_model(model, allow=("quant",), target=target)
+    after = ops(out)
+    assert after.count("QLinearConv") == 3 and "Conv" not in after
+    assert report.fired.get("qlinear-conv-of-qdq-with-bias") == 3
+    if target == "onnxruntime":
+        assert after == [
+            "QuantizeLinear",
+            "QLinearConv",
+            "MaxPool",
+            "QLinearConv",
+            "QLinearConv",
+            "QLinearAdd",
+            "QLinearGlobalAveragePool",
+            "DequantizeLinear",
+        ]
+    # each lowering is within a level of its QDQ group (onnxruntime's own fusion off, so the
+    # QDQ file runs its float ops): the output stays within a few of its levels
+    last = model.graph.node[-1]
+    scale = float(
+        numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == last.input[1]))
+    )
+    for x in held_out(4):
+        ref, got = run_plain(model, {"x": x})[0], run_plain(out, {"x": x})[0]
+        assert np.ptp(ref) > 20 * scale  # not degenerate
+        assert np.abs(got - ref).max() <= 3 * scale
+
+
+def test_quant_keeps_uint8_by_full_range_int8_groups_in_qdq_form(tmp_path):
+    # uint8 activations by int8 weights in [-127, 127]: onnxruntime's x86 kernels without VNNI
+    # add pairs of such products in int16, which saturates, so no Conv group is lowered
+    model = _onnxruntime_qdq(tmp_path, QuantType.QUInt8, QuantType.QInt8)
+    out, report = rewrite.optimize_model(model, allow=("quant",), target="onnxruntime")
+    assert "QLinearConv" not in ops(out) and ops(out).count("Conv") == 3
+    rejected = report.rejected.get("qlinear-conv-of-qdq-with-bias", {})
+    assert any("integer-conv-exact" in reason for reason in rejected)
