@@ -27,10 +27,13 @@ model:
 its defaults otherwise: int8 activations and weights, MinMax) with `rewrite quantize --mode
 static --target onnxruntime`, both calibrated on the same `--calibration` inputs. For image
 models the argmax agreement is over the channels of the pooled output (which feature is
-largest, what a classifier head would read).
+largest, what a classifier head would read). A third row takes onnxruntime's QDQ file and lowers
+its groups to integer kernels with `rewrite optimize --allow quant --target onnxruntime`
+(patterns/quant/lower.rules), for the file a runtime without QDQ fusion could run.
 
 `--kernels` times onnxruntime's MatMulInteger (uint8 by int8) against float32 MatMul at BERT's
-shapes, 1 thread, and prints the ratio that `engine.cost.INT8_FLOP_FACTOR` stands for.
+shapes, 1 thread, and prints the ratio that `engine.cost.INT8_FLOP_FACTOR` stands for; then
+QLinearConv by dtype pair at ResNet-50's shapes (`engine.cost.S8_FLOP_FACTOR`).
 """
 
 from __future__ import annotations
@@ -107,6 +110,16 @@ def quantize_ort_static(src: Path, dst: Path, cal: Path) -> float:
         "per_channel=True)\n"
     )
     return _seconds([sys.executable, "-c", code, str(src), str(dst), str(cal)])
+
+
+def lower_ort_static(src: Path, dst: Path, cal: Path) -> float:
+    """onnxruntime's `quantize_static` file (`quantize_ort_static`), then its QDQ groups
+    lowered to integer kernels by `rewrite optimize --allow quant --target onnxruntime`
+    (patterns/quant/lower.rules): the seconds of both."""
+    qdq = dst.with_suffix(".qdq.onnx")
+    seconds = quantize_ort_static(src, qdq, cal)
+    cmd = ["rewrite", "optimize", str(qdq), str(dst), "--allow", "quant", "--no-check", "-q"]
+    return seconds + _seconds([*cmd, "--target", "onnxruntime"])
 
 
 def quantize_ort(src: Path, dst: Path) -> float:
@@ -196,6 +209,7 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         tools = [
             ("onnxruntime quantize_static", lambda s, d: quantize_ort_static(s, d, cal)),
             ("rewrite --mode static", lambda s, d: quantize_ours_static(s, d, cal)),
+            ("quantize_static, lowered by rewrite", lambda s, d: lower_ort_static(s, d, cal)),
         ]
     if args.mode == "weight-only":
         tools = [
@@ -232,7 +246,8 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
 
 
 def kernels() -> None:
-    """MatMulInteger (uint8 x int8) against MatMul (float32), 1 thread, median of 50 runs."""
+    """MatMulInteger (uint8 x int8) against MatMul (float32), 1 thread, median of 50 runs;
+    then `conv_kernels`."""
     rng = np.random.default_rng(0)
     print("| M x K x N | float32 MatMul us | u8s8 MatMulInteger us | ratio |\n|---|---|---|---|")
     for m, k, n in ((128, 768, 768), (128, 768, 3072), (128, 3072, 768), (1, 768, 768)):
@@ -271,6 +286,85 @@ def kernels() -> None:
                 ts.append(time.perf_counter() - t)
             times.append(float(np.median(ts)) * 1e6)
         print(f"| {m} x {k} x {n} | {times[0]:.0f} | {times[1]:.0f} | {times[1] / times[0]:.2f} |")
+    print()
+    conv_kernels()
+
+
+def _median_us(model, feeds: dict, runs: int = 30) -> float:
+    """Median microseconds of one onnxruntime run of `model`, 1 thread, ORT_ENABLE_ALL."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for _ in range(3):
+        s.run(None, feeds)
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        s.run(None, feeds)
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts)) * 1e6
+
+
+def conv_kernels() -> None:
+    """QLinearConv by dtype pair (activation x weight) against float32 Conv at ResNet-50's
+    3x3 shapes, 1 thread, median of 30 runs: the integer kernels' speed depends on the pair
+    (`engine.cost.S8_FLOP_FACTOR`)."""
+    rng = np.random.default_rng(0)
+    pairs = (("u8", "u8"), ("u8", "s8 (7-bit)"), ("s8", "s8"))
+    print(
+        "| N x C x H x W, 3x3 | float32 Conv us | "
+        + " | ".join(f"{a} x {w}" for a, w in pairs)
+        + " |"
+    )
+    print("|---|---|" + "---|" * len(pairs))
+    for c, hw in ((64, 56), (128, 28), (256, 14), (512, 7)):
+        x = rng.normal(size=(1, c, hw, hw)).astype(np.float32)
+        w = rng.normal(0, 0.05, (c, c, 3, 3)).astype(np.float32)
+        shape = [1, c, hw, hw]
+
+        def model(nodes, x_type, inits, shape=shape):
+            graph = helper.make_graph(
+                nodes,
+                "g",
+                [helper.make_tensor_value_info("x", x_type, shape)],
+                [helper.make_tensor_value_info("y", x_type, None)],
+                inits,
+            )
+            return helper.make_model(
+                graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8
+            )
+
+        conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+        base = _median_us(
+            model([conv], TensorProto.FLOAT, [numpy_helper.from_array(w, "w")]), {"x": x}
+        )
+        cells = []
+        for a, wt in pairs:
+            a_np, a_type = (
+                (np.uint8, TensorProto.UINT8) if a == "u8" else (np.int8, TensorProto.INT8)
+            )
+            if wt == "u8":
+                wq = rng.integers(0, 256, w.shape).astype(np.uint8)
+            else:
+                top = 63 if "7-bit" in wt else 127
+                wq = rng.integers(-top, top + 1, w.shape).astype(np.int8)
+            inits = [
+                numpy_helper.from_array(wq, "w"),
+                numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+                numpy_helper.from_array(np.zeros((), a_np), "zx"),
+                numpy_helper.from_array(np.zeros((), wq.dtype), "zw"),
+            ]
+            q = helper.make_node(
+                "QLinearConv", ["x", "s", "zx", "w", "s", "zw", "s", "zx"], ["y"], pads=[1] * 4
+            )
+            info = np.iinfo(a_np)
+            xq = rng.integers(info.min, info.max + 1, shape).astype(a_np)
+            cells.append(_median_us(model([q], a_type, inits), {"x": xq}) / base)
+        print(
+            f"| 1 x {c} x {hw} x {hw} | {base:.0f} | "
+            + " | ".join(f"{r:.2f}x" for r in cells)
+            + " |"
+        )
 
 
 def main(argv=None) -> int:

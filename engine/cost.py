@@ -10,9 +10,12 @@ cost = OVERHEAD_NS + FLOPs * NS_PER_FLOP + bytes moved * NS_PER_BYTE
 - bytes: all inputs read plus the output written, for ops that touch data; views (Reshape,
   Squeeze, Unsqueeze, Flatten) and shape queries pay the overhead only.
 - 8-bit integer products (MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv: an 8-bit
-  first input) cost `INT8_FLOP_FACTOR` of a float FLOP: onnxruntime 1.32's uint8-by-int8
-  MatMulInteger ran at 0.56x (128x768 by 768x768) and 0.42x (by 768x3072) of float32 MatMul's
-  time on this 2-core AVX2 CPU, 1 thread (`python bench/quant.py --kernels`).
+  first input) cost `INT8_FLOP_FACTOR` of a float FLOP with uint8 activations: onnxruntime
+  1.32's uint8-by-int8 MatMulInteger ran at 0.53-0.57x of float32 MatMul's time at BERT's
+  shapes, its QLinearConv at 0.49-0.59x (uint8 by 7-bit int8) and 0.69-0.83x (uint8 by uint8)
+  of float32 Conv's at ResNet-50's 3x3 shapes, on this 2-core AVX2 CPU without VNNI, 1 thread.
+  With int8 activations its QLinearConv took 3.3-7.5x float's time (a slow path), so an int8
+  first input costs `S8_FLOP_FACTOR` (`python bench/quant.py --kernels` prints both tables).
 - several outputs: a node's first output (`Op`) pays the node; another (`Op#K`) only its own
   bytes written. The outputs of a Split are pieces of its input, each paying its share of the
   overhead and of the bytes, so that its pieces add up to the one Split node they export as.
@@ -38,7 +41,8 @@ NS_PER_BYTE = 0.1  # ~10 GB/s memory bandwidth
 UNKNOWN_BYTES = 4096
 _PER_ELEMENT = {"elementwise": 1, "reduce": 2, "normalize": 8, "pool": 4}
 INT8_FLOP_FACTOR = 0.5
-_INT8 = (2, 3)  # ONNX element types uint8, int8
+S8_FLOP_FACTOR = 4.0
+_INT8_FACTORS = {2: INT8_FLOP_FACTOR, 3: S8_FLOP_FACTOR}  # ONNX element types uint8, int8
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,8 @@ class CostModel:
             return _bytes(out) * self.ns_per_byte
         flops = _flops(klass, attrs, inputs, out)
         first = _input(inputs, 0)
-        if klass in ("matmul", "gemm", "conv") and first is not None and first.dtype in _INT8:
-            flops *= INT8_FLOP_FACTOR
+        if klass in ("matmul", "gemm", "conv") and first is not None:
+            flops *= _INT8_FACTORS.get(first.dtype, 1.0)
         moved = _bytes(out) + (sum(_bytes(t) for t in inputs if t is not None) if spec else 0)
         return self.overhead_ns + flops * self.ns_per_flop + moved * self.ns_per_byte
 

@@ -257,8 +257,8 @@ def _quantize_parser(sub) -> None:
     q.add_argument(
         "--symmetric",
         action="store_true",
-        help="static: int8 activations with ranges symmetric around 0 (zero point 0) instead "
-        "of uint8 ones spanning each range",
+        help="static: activation ranges symmetric around 0 (uint8 with zero point 128, int8's "
+        "levels shifted) instead of ones spanning each range",
     )
     _add_optimize_options(q)
     q.set_defaults(func=cmd_optimize)

@@ -109,7 +109,7 @@ class Options:
         picks the dynamic ruleset with one weight scale per output column; `bits` the
         weight-only ruleset's width (4, the default, or 8). `static`: activations quantized
         with ranges calibrated ahead of time (`calibration`, or inputs drawn at random with a
-        warning; `calibrate` is `minmax` or `percentile`, `symmetric` int8 ranges around 0
+        warning; `calibrate` is `minmax` or `percentile`, `symmetric` ranges around 0
         instead of uint8 ones), weights per output channel (always), Convs lowered to
         QLinearConv (and, for target onnxruntime, residual Adds to QLinearAdd).
     keep_float: node-name globs (fnmatch) whose nodes stay in float; op_types: the ops to

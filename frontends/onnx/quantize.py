@@ -262,12 +262,16 @@ class Range:
     def params(self, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
         """(scale, zero point) of QuantizeLinear for this range: uint8 asymmetric, s = (hi -
         lo) / 255 and zp = round(-lo / s), so that 0 is a level (a padded zero, a ReLU's floor
-        are exact); or int8 symmetric (`symmetric`), s = max(|lo|, |hi|) / 127, zp = 0. A
-        range of one point gets s = 1. Scalars: float32 and uint8 or int8."""
+        are exact); or symmetric around 0 (`symmetric`), s = max(|lo|, |hi|) / 127 and zp =
+        128: int8's levels [-128, 127] with zero point 0, shifted into uint8 (the same values
+        dequantized; onnxruntime's own symmetric uint8 activations), because onnxruntime's
+        kernels with int8 activations ran 3.3-7.5x slower than float on this CPU (`python
+        bench/quant.py --kernels`). A range of one point gets s = 1. Scalars: float32 and
+        uint8."""
         if symmetric:
             big = max(-self.lo, self.hi)
             s = np.float32(big / 127 if big > 0 else 1.0)
-            return np.array(s, np.float32), np.array(0, np.int8)
+            return np.array(s, np.float32), np.array(128, np.uint8)
         width = self.hi - self.lo
         s = np.float32(width / 255 if width > 0 else 1.0)
         zp = np.clip(np.rint(-self.lo / float(s)), 0, 255)
