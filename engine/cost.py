@@ -77,7 +77,7 @@ class CostModel:
         if spec is not None and spec.output > 0:
             # another output of a node its first output pays for: writing it
             return _bytes(out) * self.ns_per_byte
-        flops = _flops(klass, attrs, inputs, out)
+        flops = _flops(klass, attrs, inputs, out, _weight_slot(spec))
         first = _input(inputs, 0)
         if klass in ("matmul", "gemm", "conv") and first is not None:
             flops *= _INT8_FACTORS.get(first.dtype, 1.0)
@@ -102,7 +102,14 @@ def _input(inputs, i: int) -> TensorType | None:
     return inputs[i] if i < len(inputs) else None
 
 
-def _flops(klass: str, attrs, inputs, out: TensorType | None) -> float:
+def _weight_slot(spec) -> int:
+    """The input slot of a convolution's weight, by its schema name (`W` of Conv, `w` of
+    ConvInteger and of QLinearConv, whose slot 1 is the input's scale); 1 when unnamed so."""
+    names = spec.inputs if spec is not None else ()
+    return next((i for i, n in enumerate(names) if n in ("W", "w")), 1)
+
+
+def _flops(klass: str, attrs, inputs, out: TensorType | None, weight: int = 1) -> float:
     if klass in _PER_ELEMENT:
         return _PER_ELEMENT[klass] * max(_numel(out), _numel(_input(inputs, 0)))
     if klass in ("matmul", "gemm"):
@@ -112,7 +119,7 @@ def _flops(klass: str, attrs, inputs, out: TensorType | None) -> float:
             k = a.shape[0]
         return 2.0 * _numel(out) * (k if isinstance(k, int) else 64)
     if klass == "conv":
-        w = _input(inputs, 1)
+        w = _input(inputs, weight)
         per_out = int(np.prod(w.shape[1:])) if w is not None and w.static and w.rank else 64
         return 2.0 * _numel(out) * per_out
     return 0.0

@@ -233,8 +233,12 @@ def test_cli_quantize_static(tmp_path, calibration, capsys):
     assert main(["quantize", str(src), str(dst), "--mode", "static", "--calibrate", "kl"]) == 2
 
 
-def test_the_exact_qdq_rules_clean_onnxruntimes_own_quantize_static_output(tmp_path):
-    # a model we did not quantize: onnxruntime's QDQ file, optimized without any quantization
+def _onnxruntime_qdq(
+    tmp_path, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8
+) -> onnx.ModelProto:
+    """MODEL quantized by onnxruntime's `quantize_static` (QDQ form, per-channel weights;
+    its defaults: int8 activations and weights)."""
+
     class Reader(CalibrationDataReader):
         def __init__(self):
             self.feeds = iter({"x": x} for x in held_out(8))
@@ -244,8 +248,21 @@ def test_the_exact_qdq_rules_clean_onnxruntimes_own_quantize_static_output(tmp_p
 
     src, qdq = tmp_path / "cnn.onnx", tmp_path / "cnn.qdq.onnx"
     onnx.save(MODEL, src)
-    quantize_static(str(src), str(qdq), Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
-    model = onnx.load(qdq)
+    quantize_static(
+        str(src),
+        str(qdq),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=activation_type,
+        weight_type=weight_type,
+    )
+    return onnx.load(qdq)
+
+
+def test_the_exact_qdq_rules_clean_onnxruntimes_own_quantize_static_output(tmp_path):
+    # a model we did not quantize: onnxruntime's QDQ file, optimized without any quantization
+    model = _onnxruntime_qdq(tmp_path)
     out, report = rewrite.optimize_model(model)
     before, after = ops(model), ops(out)
     assert report.fp == "exact" and "MaxPool" in before
@@ -329,30 +346,6 @@ def test_marks_the_rules_leave_are_stripped_and_reported(calibration):
     assert "left in float" in report.extra["quantize"]["warning"]
     x = held_out()[0]
     np.testing.assert_allclose(run(q, x), run(MODEL, x), rtol=1e-5, atol=1e-6)
-
-
-def _onnxruntime_qdq(tmp_path, activation_type, weight_type) -> onnx.ModelProto:
-    """MODEL quantized by onnxruntime's `quantize_static` (QDQ form, per-channel weights)."""
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter({"x": x} for x in held_out(8))
-
-        def get_next(self):
-            return next(self.feeds, None)
-
-    src, qdq = tmp_path / "cnn.onnx", tmp_path / "cnn.qdq.onnx"
-    onnx.save(MODEL, src)
-    quantize_static(
-        str(src),
-        str(qdq),
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=activation_type,
-        weight_type=weight_type,
-    )
-    return onnx.load(qdq)
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnxruntime"])
