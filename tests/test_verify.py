@@ -19,11 +19,12 @@ from verify import hints as H
 from verify.check import run_both
 from verify.compare import Tolerance, compare, mode_of, tolerance
 from verify.draw import Gen
-from verify.dtypes import plan_dtypes
+from verify.dtypes import np_type, plan_dtypes
 from verify.execute import NO_KERNEL, ExecError, hazard, run_ort, run_reference
 from verify.instance import instantiate, lowest_opset
-from verify.node import SAMPLERS
+from verify.node import SAMPLERS, Leaf
 from verify.runner import every_value, verify_rule
+from verify.sweep import sweep_feeds
 from vocab.ops import OPS
 
 RULES = load_rules()
@@ -241,6 +242,29 @@ def test_quantization_rules_are_checked_on_every_8_bit_value_with_ties_and_satur
     r = next(r for r in RULES.rules if r.name == "transpose-before-dequantize")
     (sweep,) = [c for c in verify_rule(r, RULES, examples=5).checks if c.name == "every value"]
     assert sweep.examples >= 1 and not sweep.failure and not sweep.unsat
+
+
+def test_quantization_rules_are_checked_on_every_4_bit_value_on_the_reference():
+    # DQ(q) moved after a Transpose, q int4 or uint4 (opset 21): onnxruntime cannot be fed
+    # int4 from Python, so onnx.reference runs both sides on each of the 16 values
+    r = next(r for r in RULES.rules if r.name == "transpose-before-dequantize")
+    checks = {c.name: c for c in verify_rule(r, RULES, examples=5).checks}
+    four = checks["every 4-bit value"]
+    assert four.examples >= 1 and not four.failure
+    sweep = every_value(r, four_bit=True)
+    assert 1 <= sweep.examples <= 16 and not sweep.failure
+    # a rule whose guards ask for 8 bits has no 4-bit check
+    r = next(r for r in RULES.rules if r.name == "maxpool-before-dequantize")
+    assert "every 4-bit value" not in {c.name for c in verify_rule(r, RULES, examples=5).checks}
+
+
+def test_sweep_feeds_run_a_4_bit_input_through_its_16_values():
+    for dtype, lo in ((TP.INT4, -8), (TP.UINT4, 0)):
+        leaf = Leaf("x", dtype, (3,))
+        feeds = {"x": np.zeros(3, np_type(dtype))}
+        steps = sweep_feeds({"x": leaf}, feeds)
+        seen = sorted({int(v) for step in steps for v in step["x"].astype(np.int64)})
+        assert len(steps) == 6 and seen == list(range(lo, lo + 16))
 
 
 def test_every_value_catches_rounding_half_up_where_onnx_rounds_half_to_even():

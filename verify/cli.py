@@ -164,11 +164,19 @@ def _print(results, seconds: float, args) -> None:
     swept = [c for r in results for c in r.checks if c.name.startswith("every value")]
     if swept:
         ran = [c for c in swept if c.examples]
+        four = [c for r in results for c in r.checks if c.name.startswith("every 4-bit value")]
+        also = (
+            f" ({len(four)} also 4-bit inputs over all 16 values, on onnx.reference)"
+            if four
+            else ""
+        )
+        ran += four
         out.print(
-            f"every value: {len(ran)} of {len(swept)} quantization checks swept 8-bit inputs "
-            f"over all 256 values and floats over a grid of ties ({sum(c.examples for c in ran)} "
-            f"inputs); QuantizeLinear met {sum(c.ties for c in ran)} rounding ties and "
-            f"saturated {sum(c.saturated for c in ran)} elements",
+            f"every value: {len(ran) - len(four)} of {len(swept)} quantization checks swept 8-bit "
+            f"inputs over all 256 values and floats over a grid of ties{also} "
+            f"({sum(c.examples for c in ran)} inputs); QuantizeLinear met "
+            f"{sum(c.ties for c in ran)} rounding ties and saturated "
+            f"{sum(c.saturated for c in ran)} elements",
             markup=False,
         )
     notes = sum((r.notes for r in results), Counter())

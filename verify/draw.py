@@ -31,10 +31,10 @@ from dsl.ir import OpNode, Term
 from engine.infer import infer_type
 from verify import hints as H
 from verify import ops_basic, ops_movement, ops_nn  # noqa: F401  (registers their samplers)
-from verify.dtypes import plan_dtypes
+from verify.dtypes import FOUR_BIT, plan_dtypes
 from verify.node import Leaf, NodeCtx, sampler_of
 from verify.steer import MAX_RANK, Steer
-from verify.sweep import SWEPT_DTYPES
+from verify.sweep import SWEPT_4BIT, SWEPT_DTYPES
 from verify.values import Values, ints, sampled
 from vocab.types import TensorType
 
@@ -140,10 +140,16 @@ class Gen(Steer, Values):
         chosen: dict[int, int] = {}
         for v in plan.roots():
             options = plan.choices(v, chosen, ())
+            if self.values_mode != "grid4":  # 4-bit types only where that check asks
+                options = [o for o in options if o not in FOUR_BIT]
             assume(options)
             if self.values_mode == "grid":  # `verify.sweep`: 8-bit integers, where allowed
                 options = [o for o in options if o in SWEPT_DTYPES] or options
+            if self.values_mode == "grid4":  # 4-bit integers, where allowed
+                options = [o for o in options if o in SWEPT_4BIT] or options
             chosen[v] = self.pick(options, "dtype")
+        if self.values_mode == "grid4":  # an example without a 4-bit value sweeps nothing new
+            assume(any(d in FOUR_BIT for d in chosen.values()))
         self.plan, self.chosen = plan, chosen
 
     def dtype_of(self, var: int) -> int:

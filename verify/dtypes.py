@@ -28,6 +28,10 @@ from vocab.ops import OPS
 # The dtypes examples are drawn from, in shrinking order: float32 first.
 CANDIDATES = (TP.FLOAT, TP.FLOAT16, TP.INT64, TP.BOOL, TP.DOUBLE, TP.INT32, TP.INT8, TP.UINT8)
 FLOATS = frozenset({TP.FLOAT, TP.FLOAT16, TP.DOUBLE})
+# drawn only by the `every 4-bit value` check (`verify.sweep`): onnxruntime's Python API takes
+# no int4 input, so only onnx.reference runs their examples
+FOUR_BIT = (TP.INT4, TP.UINT4)
+_FOUR_BIT_BOUNDS = {TP.INT4: (-8, 7), TP.UINT4: (0, 15)}
 NAMES = {
     TP.FLOAT: "float32",
     TP.FLOAT16: "float16",
@@ -37,6 +41,8 @@ NAMES = {
     TP.INT8: "int8",
     TP.UINT8: "uint8",
     TP.BOOL: "bool",
+    TP.INT4: "int4",
+    TP.UINT4: "uint4",
 }
 _BY_TYPE_STR = {
     f"tensor({n})": code for code, n in {**NAMES, TP.FLOAT: "float", TP.DOUBLE: "double"}.items()
@@ -137,7 +143,8 @@ class DtypePlan:
 
     def choices(self, v: int, chosen: dict[int, int], no_kernel) -> list[int]:
         """The dtypes variable `v` may take given the variables already `chosen`, in
-        `CANDIDATES` order, without (op, type param, dtype) triples in `no_kernel`."""
+        `CANDIDATES` order (then `FOUR_BIT`), without (op, type param, dtype) triples in
+        `no_kernel`."""
         v = self.find(v)
         allowed = set(self.allowed[v])
         for dep, (src, fn) in self.depends.items():
@@ -145,7 +152,9 @@ class DtypePlan:
                 allowed &= fn(chosen[self.find(src)])
         ops = self.ops_of[v]
         return [
-            d for d in CANDIDATES if d in allowed and not any((*k, d) in no_kernel for k in ops)
+            d
+            for d in CANDIDATES + FOUR_BIT
+            if d in allowed and not any((*k, d) in no_kernel for k in ops)
         ]
 
 
@@ -202,5 +211,22 @@ def _walk(t: Term, plan: DtypePlan, nodes: dict) -> int | None:
 
 
 def np_type(elem_type: int) -> np.dtype:
-    """numpy dtype of one of the `CANDIDATES`."""
+    """numpy dtype of one of the `CANDIDATES` or `FOUR_BIT` (ml_dtypes' int4 and uint4)."""
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def int_bounds(elem_type: int) -> tuple[int, int]:
+    """(lowest, highest) value of an integer element type, 4-bit ones included (numpy's iinfo
+    does not know ml_dtypes' int4)."""
+    if elem_type in _FOUR_BIT_BOUNDS:
+        return _FOUR_BIT_BOUNDS[elem_type]
+    info = np.iinfo(np_type(elem_type))
+    return int(info.min), int(info.max)
+
+
+def int_bounds_of(dtype: np.dtype) -> tuple[int, int] | None:
+    """`int_bounds` of a numpy dtype, None for one that is not an integer type."""
+    code = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    if code in _FOUR_BIT_BOUNDS:
+        return _FOUR_BIT_BOUNDS[code]
+    return int_bounds(code) if np.dtype(dtype).kind in "iu" else None

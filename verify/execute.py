@@ -43,6 +43,9 @@ _RUN_OPTIONS = ort.RunOptions()
 _RUN_OPTIONS.log_severity_level = 4  # failures are reported by the verifier, not logged
 
 
+_NO_FEED = frozenset({"int4", "uint4"})  # numpy dtypes onnxruntime's Python API cannot feed
+
+
 class ExecError(Exception):
     """An executor could not run a model. kind: `no-kernel` or `error`."""
 
@@ -57,6 +60,9 @@ def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
     key = model.SerializeToString()
     names = {i.name for i in model.graph.input}
     feeds = {k: v for k, v in feeds.items() if k in names}
+    four_bit = sorted({v.dtype.name for v in feeds.values() if v.dtype.name in _NO_FEED})
+    if four_bit:  # its Python API has no conversion: "Numpy_type 272 can't be converted"
+        raise ExecError("onnxruntime", "no-kernel", f"takes no {four_bit[0]} input from Python")
     try:
         sess = _SESSIONS.get(key)
         if sess is None:

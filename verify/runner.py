@@ -12,6 +12,7 @@ For each direction of a rule (two for an `equal` rule):
 | `negative G` | 1, 12 per guard G                 | with only G violated, no firing           |
 | `every value`| 1, 32 (rules of quantization ops) | `numeric` on 8-bit inputs of every value, |
 |              |                                   | rounding ties and saturation              |
+| `every 4-bit value` | 1, 32 (the same, if a 4-bit type can be drawn) | the same on 4-bit inputs |
 
 A failing check is shrunk by Hypothesis to a minimal counterexample. The seed makes a run
 reproducible; under Hypothesis's `ci` profile (loaded when `CI` is set) runs are
@@ -20,7 +21,10 @@ guards may imply each other) is a note, not a failure. The `every value` check
 (`verify.sweep`) runs one drawn example on a series of inputs: every int8 / uint8 input takes
 all 256 values, float inputs a grid on which QuantizeLinear meets rounding ties and saturates;
 the ties and saturated elements it saw are counted in its result. Its examples are drawn at
-opset 19 or later, with 8-bit integer dtypes wherever the schemas allow them.
+opset 19 or later, with 8-bit integer dtypes wherever the schemas allow them. The `every 4-bit
+value` check does the same with int4 / uint4 (16 values each) from opset 21, run by
+onnx.reference alone (onnxruntime's Python API takes no int4 input); a rule none of whose
+slots takes a 4-bit type has no such check.
 """
 
 from __future__ import annotations
@@ -42,12 +46,13 @@ from verify.check import run_both
 from verify.compare import mode_of
 from verify.defaults import DEFAULT_EXAMPLES  # re-exported
 from verify.draw import Gen
+from verify.dtypes import FOUR_BIT
 from verify.engine import commuted_positions, family, run_engine
 from verify.hints import requests
 from verify.instance import NotAMatch, instantiate, lhs_model, lowest_opset, op_names, reversed_rule
 from verify.node import sampler_of
 from verify.report import failure_text, graph_text
-from verify.sweep import quantize_events, sweep_feeds, sweepable, swept_text
+from verify.sweep import FOUR_BIT_OPSET, quantize_events, sweep_feeds, sweepable, swept_text
 from verify.values import ints
 from vocab.ops import FAMILIES
 from vocab.registry import BOUNDS
@@ -179,11 +184,14 @@ def verify_rules(
     return out
 
 
-def every_value(rule: Rule, seed: int = 0) -> CheckResult:
-    """Only the `every value` check of `rule` (a directed rule; see `verify.sweep`): its
-    result holds the steps run (`examples`), the ties and saturated elements seen, and the
-    shrunk counterexample if the rule is wrong."""
+def every_value(rule: Rule, seed: int = 0, four_bit: bool = False) -> CheckResult:
+    """Only the `every value` check of `rule` (a directed rule; see `verify.sweep`), or with
+    `four_bit` its `every 4-bit value` check: its result holds the steps run (`examples`),
+    the ties and saturated elements seen, and the shrunk counterexample if the rule is
+    wrong."""
     c = _Checker(rule, (), seed)
+    if four_bit:
+        return c.hypothesis("every 4-bit value", c.swept4, c.every_value, *SWEEP)
     return c.hypothesis("every value", c.swept, c.every_value, *SWEEP)
 
 
@@ -224,6 +232,11 @@ class _Checker:
         if op_names(self.rule.lhs) & _QUANTIZED or op_names(self.rule.rhs) & _QUANTIZED:
             out.append(self.hypothesis("every value", self.swept, self.every_value, *SWEEP))
             if out[-1].failure:
+                return out
+            four = self.hypothesis("every 4-bit value", self.swept4, self.every_value, *SWEEP)
+            if four.examples or four.failure:  # none drawn: the rule takes no 4-bit type
+                out.append(four)
+            if four.failure:
                 return out
         out.append(self.hypothesis("engine", positive, self.engine(False, frozenset()), *ENGINE))
         if any(isinstance(a, OpNode) for a in self.rule.lhs.args):
@@ -364,17 +377,27 @@ class _Checker:
             reject()
         return inst
 
-    def swept(self, data):
+    def swept(self, data, mode: str = "grid", opset: int = SWEPT_OPSET):
         """An instance whose guards all hold, its values from the `grid` mode
         (`verify.values`: quarters, power-of-two scales), for the `every value` check."""
         values, lo = self.values, self.lo
         # onnx.reference has QuantizeLinear and DequantizeLinear from opset 19 only
-        self.values, self.lo = "grid", max(self.lo, SWEPT_OPSET)
+        self.values, self.lo = mode, max(self.lo, opset)
         try:
             inst = self.positive(data)
         finally:
             self.values, self.lo = values, lo
         if inst is not _DONE and not sweepable(inst.example.leaves, inst.feeds):
+            reject()
+        return inst
+
+    def swept4(self, data):
+        """`swept` with 4-bit integer types wherever the schemas allow them (`grid4`, from
+        opset 21), for the `every 4-bit value` check; an instance without a 4-bit graph input
+        is rejected."""
+        inst = self.swept(data, "grid4", FOUR_BIT_OPSET)
+        leaves = () if inst is _DONE else inst.example.leaves.values()
+        if inst is not _DONE and not any(x.dtype in FOUR_BIT and not x.const for x in leaves):
             reject()
         return inst
 

@@ -1,12 +1,14 @@
-"""The `every value` check of quantization rules: 8-bit inputs of every value, rounding ties,
-saturation.
+"""The `every value` checks of quantization rules: 8-bit (and 4-bit) inputs of every value,
+rounding ties, saturation.
 
 A drawn example of a rule that quantizes (an op of `vocab.ops.FAMILIES["QUANTIZED"]` on
 either side) is run on a series of feeds instead of one (`sweep_feeds`):
 
 - every int8 / uint8 graph input takes each of the 256 values of its type at least once
   (element j of step i holds value number (i * size + j) mod 256, so a 1-element input
-  needs 256 steps, a 64-element one 4);
+  needs 256 steps, a 64-element one 4); an int4 / uint4 input each of its 16 (the `every
+  4-bit value` check, whose examples draw 4-bit types where the schemas allow them, from
+  opset 21: onnxruntime's Python API takes no int4 input, so onnx.reference alone runs them);
 - every float graph input runs through the grid k / 4 for k in [-512, 512), in a strided
   order (a 1-element input's 256 steps spread over the whole grid): with the
   scales the `grid` value mode draws (powers of two from 2^-4 to 2^4, `verify.values`),
@@ -29,20 +31,23 @@ import onnx
 import onnx.numpy_helper
 from onnx import TensorProto as TP
 
-from verify.dtypes import FLOATS, np_type
+from verify.dtypes import FLOATS, FOUR_BIT, int_bounds_of, np_type
 
-LEVELS = 256  # values of an 8-bit type
 GRID = 1024  # float grid points: k / 4 for k in [-512, 512)
 MAX_STEPS = 256
 _STRIDE = 389  # odd, so k -> k * _STRIDE mod GRID is a permutation of the grid
-_SWEPT_INTS = {TP.INT8: -128, TP.UINT8: 0}  # swept dtype -> its lowest value
+# swept dtype -> (its lowest value, how many values it has)
+_SWEPT_INTS = {TP.INT8: (-128, 256), TP.UINT8: (0, 256), TP.INT4: (-8, 16), TP.UINT4: (0, 16)}
 # the dtypes a sweep varies: what a `grid` draw picks wherever the schemas allow (`verify.draw`)
-SWEPT_DTYPES = frozenset(_SWEPT_INTS) | FLOATS
+SWEPT_DTYPES = frozenset({TP.INT8, TP.UINT8}) | FLOATS
+SWEPT_4BIT = frozenset(FOUR_BIT) | FLOATS  # the same for a `grid4` draw
+FOUR_BIT_OPSET = 21  # the first opset whose QuantizeLinear / DequantizeLinear take int4
 
 
 def sweepable(leaves: dict, feeds: dict[str, np.ndarray]) -> bool:
-    """True if the example has something to sweep: a non-empty 8-bit integer or float graph
-    input (an example whose inputs are all constants, empty or indices sweeps nothing)."""
+    """True if the example has something to sweep: a non-empty 8-bit (or 4-bit) integer or
+    float graph input (an example whose inputs are all constants, empty or indices sweeps
+    nothing)."""
     return any(
         v.size
         and not leaves[n].const
@@ -65,7 +70,9 @@ def sweep_feeds(leaves: dict, feeds: dict[str, np.ndarray]) -> list[dict[str, np
             ints.append(name)
         elif leaf.dtype in FLOATS:
             floats.append(name)
-    steps = max([math.ceil(LEVELS / feeds[n].size) for n in ints], default=1)
+    steps = max(
+        [math.ceil(_SWEPT_INTS[leaves[n].dtype][1] / feeds[n].size) for n in ints], default=1
+    )
     if not ints and floats:
         steps = max(math.ceil(GRID / feeds[n].size) for n in floats)
     steps = min(steps, MAX_STEPS)
@@ -74,8 +81,8 @@ def sweep_feeds(leaves: dict, feeds: dict[str, np.ndarray]) -> list[dict[str, np
         step = dict(feeds)
         for k, name in enumerate(ints):
             v = feeds[name]
-            idx = (i * v.size + np.arange(v.size) + 37 * k) % LEVELS
-            lo = _SWEPT_INTS[leaves[name].dtype]
+            lo, levels = _SWEPT_INTS[leaves[name].dtype]
+            idx = (i * v.size + np.arange(v.size) + 37 * k) % levels
             step[name] = (idx + lo).astype(v.dtype).reshape(v.shape)
         for k, name in enumerate(floats):
             v = feeds[name]
@@ -104,7 +111,8 @@ def quantize_events(model: onnx.ModelProto, values: dict) -> tuple[int, int]:
             continue
         x, s = np.asarray(x, np.float64), np.asarray(s, np.float64)
         zp = np.zeros((), np.uint8) if zp is None else np.asarray(zp)
-        if zp.dtype.kind not in "iu" or zp.dtype.itemsize != 1:
+        bounds = int_bounds_of(zp.dtype)
+        if bounds is None or zp.dtype.itemsize != 1:
             continue
         axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
         if s.ndim == 1 and x.ndim:  # per-axis: s runs along `axis`
@@ -116,8 +124,7 @@ def quantize_events(model: onnx.ModelProto, values: dict) -> tuple[int, int]:
             finite = np.isfinite(r)
             ties += int(np.sum(finite & (np.abs(r - np.floor(r) - 0.5) == 0)))
             q = np.rint(np.where(finite, r, 0)) + zp.astype(np.float64)
-        info = np.iinfo(zp.dtype)
-        saturated += int(np.sum(finite & ((q < info.min) | (q > info.max))))
+        saturated += int(np.sum(finite & ((q < bounds[0]) | (q > bounds[1]))))
     return ties, saturated
 
 

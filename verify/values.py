@@ -23,7 +23,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from verify.dtypes import FLOATS, np_type
+from verify.dtypes import FLOATS, int_bounds, np_type
 
 # Value domains of input slots, (op, slot) -> domain (`verify.draw.elements`): a numpy
 # reference cannot raise integers to negative powers, a variance is not negative, and an
@@ -104,7 +104,8 @@ def elements(dtype: int, mode: str, domains: frozenset):
         (Hypothesis favours the extremes: huge, tiny, subnormal), 1 in 6 NaN, 1 in 6 NaN, +-Inf
         or -0.0 (NaN is where most float rewrites go wrong).
         Floats, `bounded`: 7 in 8 finite |v| <= 8 (no subnormals), 1 in 8 NaN or a signed zero.
-        Floats, `grid`: k / 4 for k in [-512, 512), non-negative ones (scales) 2^-4 to 2^4.
+        Floats, `grid` (and `grid4`, which draws 4-bit integers): k / 4 for k in [-512, 512),
+        non-negative ones (scales) 2^-4 to 2^4.
         Integers: the whole range of the dtype (Hypothesis favours small values and the bounds).
     """
     dt = np_type(dtype)
@@ -119,7 +120,7 @@ def elements(dtype: int, mode: str, domains: frozenset):
             s = st.one_of(
                 ordinary, ordinary, small, st.floats(width=width), st.just(math.nan), specials
             )
-        elif mode == "grid":  # the `every value` check (`verify.sweep`): ties are common
+        elif mode in ("grid", "grid4"):  # `every value` checks (`verify.sweep`): ties are common
             # scales: powers of two, so x / s lands on half-integers (0.5 first: the grid's
             # x / s then has ties and runs past both ends of the 8-bit ranges)
             if "nonneg" in domains or "positive" in domains:
@@ -136,11 +137,11 @@ def elements(dtype: int, mode: str, domains: frozenset):
         return s.map(abs) if "nonneg" in domains else s
     if dt == np.bool_:
         return st.booleans()
-    info = np.iinfo(dt)
+    low, high = int_bounds(dtype)
     if "exponent" in domains:
         return st.integers(0, 3)
     if "index" in domains:
         return st.integers(-2, 1)
-    lo = 1 if "positive" in domains else 0 if "nonneg" in domains else int(info.min)
-    s = st.integers(lo, int(info.max))
+    lo = 1 if "positive" in domains else 0 if "nonneg" in domains else low
+    s = st.integers(lo, high)
     return s.filter(lambda v: v != 0) if "nonzero" in domains else s
