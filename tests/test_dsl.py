@@ -395,6 +395,7 @@ def test_shipped_library_checks():
         "quant-weight-only-8bit-onnx",
         "quant-static",
         "quant-static-conv",
+        "quant-static-matmul",
         "quant-static-onnxruntime",
         "quant-lower",
         "quant-lower-onnxruntime",

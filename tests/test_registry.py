@@ -866,6 +866,25 @@ def test_qlinear_global_average_pool_bound_is_a_level_and_rounding():
     assert empty.shape == (2, 0, 1, 1)
 
 
+def test_static_matmul_guard_and_bound_hold_on_a_quantized_projection():
+    ok, f = covers("static-matmul-requantizes").fn, covers("matmul-static-7bit").fn
+    rng = np.random.default_rng(14)
+    w = rng.normal(0, 0.05, (64, 8)).astype(np.float32)
+    sx, zx, sy = np.float32(0.02), np.uint8(120), np.float32(0.05)  # zp_y 128
+    assert ok(_q(sx, np.float32), c(w), _q(sy, np.float32))
+    assert not ok(_q(4.0, np.float32), c(w), _q(2.0**-24, np.float32))  # rescale too large
+    assert not ok(_q(sx, np.float32), t(64, 8), _q(sy, np.float32))  # not a constant
+    xq = rng.integers(0, 256, (4, 64)).astype(np.uint8)
+    x = (xq.astype(np.float64) - 120) * float(sx)
+    sw = np.abs(w).max(axis=0) / np.float32(63)
+    wq = np.clip(np.rint(w / sw), -63, 63) * sw
+    lhs = np.clip(np.rint(x.astype(np.float32) @ w / sy) + 128, 0, 255)
+    rhs = np.clip(np.rint(x @ wq.astype(np.float64) / float(sy)) + 128, 0, 255)
+    b = f(xq, np.array(sx), np.array(zx), w, np.array(sy))
+    assert np.abs(lhs - rhs).max() >= 1  # the weights' rounding shows
+    assert b.shape == (4, 8) and np.all(np.abs(lhs - rhs) <= b)
+
+
 def test_exact_when_finite_is_a_zero_bound():
     f = covers("exact-when-finite").fn
     assert f(np.ones((2, 3))).tolist() == [[0.0] * 3] * 2

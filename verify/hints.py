@@ -412,6 +412,7 @@ def _bias_scales(b: Arg, sb: Arg, axis: Arg, sx: Arg, sw: Arg, w: Arg) -> list[R
 @hint("conv-accumulates-in-int32")
 @hint("bias-fits-int24")
 @hint("requantizes-in-range")
+@hint("static-matmul-requantizes")
 @hint("scale-ratio")
 @hint("pool-sums-in-range")
 def _holds_for_drawn_sizes(*args: Arg) -> list[Request]:

@@ -1091,6 +1091,25 @@ def requantizes_in_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
     return (k * U8_TIMES_S8 + BIAS_UNITS) * ratio <= 2.0**30
 
 
+def _column_scales(w: np.ndarray) -> np.ndarray:
+    """One scale per output column of a [K, N] weight, max_k |w[k, n]| / 63 in float32 as
+    the rule computes it (1 for a column of zeros)."""
+    m = np.abs(w.astype(np.float32)).max(axis=0, initial=0.0)
+    return np.where(m == 0, np.float32(1.0), m / np.float32(WEIGHT_LEVELS)).astype(np.float32)
+
+
+@guard("static-matmul-requantizes", TERM, TERM, TERM)
+def static_matmul_requantizes(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
+    """True if QLinearMatMul's rescale of its int32 sums, s_x * s_w[n] / s_y (s_w the column
+    scales of the constant [K, N] weight `w`), keeps the largest sum (K * 255 * 63) within
+    2^30 (see `requantizes-in-range`, the QLinearConv form)."""
+    if not (positive_scale(sx) and positive_scale(sy)) or w.value is None or w.value.ndim != 2:
+        return False
+    k = w.value.shape[0]
+    ratio = float(sx.value.reshape(())) * float(_column_scales(w.value).max(initial=0.0))
+    return k * U8_TIMES_S7 * ratio / float(sy.value.reshape(())) <= 2.0**30
+
+
 @bound("fake-quantize", TERM, TERM, TERM)
 def fake_quantize(x: np.ndarray, s: np.ndarray, z: np.ndarray) -> np.ndarray:
     """|x - DQ(Q(x, s, zp), s, zp)| per element: half a step inside the range the 8-bit type
@@ -1122,6 +1141,23 @@ def conv_static_7bit(
     real = k * x_max * sw / 2 + sx_ * sw / 2
     real += 2.0**-20 * k * (x_max * wc.sum(axis=1) + BIAS_UNITS * sx_ * sw)
     return (1 + real / sy_).reshape((w.shape[0],) + (1,) * (w.ndim - 2))
+
+
+@bound("matmul-static-7bit", TERM, TERM, TERM, TERM, TERM)
+def matmul_static_7bit(
+    xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, sy: np.ndarray
+) -> np.ndarray:
+    """|Q(MatMul(DQ(xq), w), s_y, zp_y) - QLinearMatMul(...)| in output levels, per element:
+    one level for the two roundings, plus (over s_y) the weight's rounding, sum_k |x_k| s_w[n]
+    / 2 (x = DQ(xq), s_w the column scales), and the float32 rounding of both sums, ((K + 8)
+    2^-23 + 2^-20) |x| @ (|w| + s_w / 2)."""
+    x = np.abs(xq.astype(np.float64) - float(np.asarray(zx).reshape(())))
+    x *= float(np.asarray(sx).reshape(()))
+    sw = _column_scales(w).astype(np.float64)
+    k = w.shape[0]
+    rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
+    sums = ((k + 8) * 2.0**-23 + 2.0**-20) * (x @ (np.abs(w.astype(np.float64)) + sw / 2))
+    return 1 + (rounding + sums) / abs(float(np.asarray(sy).reshape(())))
 
 
 @bound("one-level", TERM, TERM)

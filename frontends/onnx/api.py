@@ -53,7 +53,12 @@ QUANT_RULESETS = {
     ("dynamic", True, 8): ("quant-dynamic-per-channel", "quant-embedding"),
     ("weight-only", False, 4): ("quant-weight-only-4bit", "quant-weight-only-4bit-onnx"),
     ("weight-only", False, 8): ("quant-weight-only-8bit", "quant-weight-only-8bit-onnx"),
-    ("static", True, 8): ("quant-static", "quant-static-conv", "quant-static-onnxruntime"),
+    ("static", True, 8): (
+        "quant-static",
+        "quant-static-conv",
+        "quant-static-matmul",
+        "quant-static-onnxruntime",
+    ),
 }
 QUANT_MODES = tuple(dict.fromkeys(m for m, *_ in QUANT_RULESETS))
 # weight-only's standard-ONNX rulesets (DequantizeLinear with block_size) need this opset; for
