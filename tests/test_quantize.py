@@ -469,3 +469,50 @@ def test_an_old_opset_linear_layer_gemm_with_transposed_weight_is_quantized(per_
         err = np.abs(run(q, x) - run(model, x))
         name = "gemm-dynamic-7bit-transposed" + ("-per-column" if per_channel else "")
         assert np.all(err <= BOUNDS[name].fn(x, w, b)) and err.max() > 0
+
+
+def projections() -> onnx.ModelProto:
+    """A transformer's feed-forward block as exporters write it, batch and sequence symbolic:
+    x[batch, seq, 256] -> MatMul W1 -> Add B1 -> Relu -> MatMul W2 -> Add B2 (with static
+    shapes, the cleanup turns a MatMul + Add into a Gemm between Reshapes, which static mode
+    does not quantize yet)."""
+    b2 = RNG.normal(0, 0.1, 64).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"]),
+        helper.make_node("Add", ["h", "B1"], ["h2"]),
+        helper.make_node("Relu", ["h2"], ["h3"]),
+        helper.make_node("MatMul", ["h3", "W2"], ["h4"]),
+        helper.make_node("Add", ["h4", "B2"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(a, n) for a, n in ((W1, "W1"), (B1, "B1"), (W2, "W2"), (b2, "B2"))
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ffn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 64])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def test_static_mode_runs_projections_in_uint8_with_qlinearmatmul(tmp_path):
+    # calibrated ranges mark the activations; each MatMul by a constant weight becomes a
+    # QLinearMatMul (7-bit weights per output column), 8 bits in and out
+    cal = tmp_path / "cal.npz"
+    np.savez(cal, x=RNG.normal(0, 1, (8, 2, 32, 256)).astype(np.float32))
+    model = projections()
+    q, report = rewrite.optimize_model(
+        model, quantize="static", calibration=str(cal), target="onnxruntime"
+    )
+    assert ops(q).count("QLinearMatMul") == 2 and "MatMul" not in ops(q)
+    assert report.fired.get("quantize-matmul-static") == 2
+    weights = [i for i in q.graph.initializer if i.data_type == TensorProto.INT8]
+    assert weights and all(np.abs(numpy_helper.to_array(w)).max() <= 63 for w in weights)
+    x = RNG.normal(0, 1, (2, 32, 256)).astype(np.float32)
+    feeds = {"x": x}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    got = ort.InferenceSession(q.SerializeToString()).run(None, feeds)[0]
+    assert want.std() > 0.05  # not a degenerate output
+    assert np.abs(got - want).max() / np.abs(want).max() < 0.05
