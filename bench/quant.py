@@ -143,12 +143,14 @@ def quantize_ort_weight_only(src: Path, dst: Path) -> float:
     return _seconds([sys.executable, "-c", code, str(src), str(dst)])
 
 
-def session(path: Path) -> ort.InferenceSession:
-    """An onnxruntime session at ORT_ENABLE_ALL with one intra-op thread."""
+def session(path: Path | bytes) -> ort.InferenceSession:
+    """An onnxruntime session at ORT_ENABLE_ALL with one intra-op thread, of a model file or
+    a serialized model."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    model = path if isinstance(path, bytes) else str(path)
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
 def errors(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, n: int) -> dict:
@@ -245,6 +247,19 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
     return rows
 
 
+def _median_us(model, feeds: dict, runs: int = 30) -> float:
+    """Median microseconds of one onnxruntime run of `model`, 1 thread, ORT_ENABLE_ALL."""
+    s = session(model.SerializeToString())
+    for _ in range(3):
+        s.run(None, feeds)
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        s.run(None, feeds)
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts)) * 1e6
+
+
 def kernels() -> None:
     """MatMulInteger (uint8 x int8) against MatMul (float32), 1 thread, median of 50 runs;
     then `conv_kernels`."""
@@ -269,40 +284,13 @@ def kernels() -> None:
             model = helper.make_model(
                 graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8
             )
-            so = ort.SessionOptions()
-            so.intra_op_num_threads = 1
-            s = ort.InferenceSession(
-                model.SerializeToString(), so, providers=["CPUExecutionProvider"]
-            )
             x = rng.normal(size=(m, k)).astype(np.float32)
             if kind == "int8":
                 x = rng.integers(0, 256, (m, k)).astype(np.uint8)
-            for _ in range(5):
-                s.run(None, {"x": x})
-            ts = []
-            for _ in range(50):
-                t = time.perf_counter()
-                s.run(None, {"x": x})
-                ts.append(time.perf_counter() - t)
-            times.append(float(np.median(ts)) * 1e6)
+            times.append(_median_us(model, {"x": x}, runs=50))
         print(f"| {m} x {k} x {n} | {times[0]:.0f} | {times[1]:.0f} | {times[1] / times[0]:.2f} |")
     print()
     conv_kernels()
-
-
-def _median_us(model, feeds: dict, runs: int = 30) -> float:
-    """Median microseconds of one onnxruntime run of `model`, 1 thread, ORT_ENABLE_ALL."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    for _ in range(3):
-        s.run(None, feeds)
-    ts = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        s.run(None, feeds)
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts)) * 1e6
 
 
 def conv_kernels() -> None:
