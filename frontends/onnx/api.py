@@ -58,6 +58,7 @@ QUANT_RULESETS = {
         "quant-static-conv",
         "quant-static-matmul",
         "quant-static-onnxruntime",
+        "quant-embedding",
     ),
 }
 QUANT_MODES = tuple(dict.fromkeys(m for m, *_ in QUANT_RULESETS))
@@ -116,7 +117,8 @@ class Options:
         with ranges calibrated ahead of time (`calibration`, or inputs drawn at random with a
         warning; `calibrate` is `minmax` or `percentile`, `symmetric` ranges around 0
         instead of uint8 ones), weights per output channel (always), Convs lowered to
-        QLinearConv (and, for target onnxruntime, residual Adds to QLinearAdd).
+        QLinearConv, MatMuls by constant weights to QLinearMatMul (and, for target
+        onnxruntime, residual Adds to QLinearAdd), embedding tables stored in int8.
     keep_float: node-name globs (fnmatch) whose nodes stay in float; op_types: the ops to
         quantize (`MatMul`, `Gemm`; empty: all the mode covers); error_budget: the largest
         max|q - ref| / max|ref| allowed per float output over the calibration inputs (the
