@@ -1151,8 +1151,7 @@ def matmul_static_7bit(
     one level for the two roundings, plus (over s_y) the weight's rounding, sum_k |x_k| s_w[n]
     / 2 (x = DQ(xq), s_w the column scales), and the float32 rounding of both sums, ((K + 8)
     2^-23 + 2^-20) |x| @ (|w| + s_w / 2)."""
-    x = np.abs(xq.astype(np.float64) - float(np.asarray(zx).reshape(())))
-    x *= float(np.asarray(sx).reshape(()))
+    x = _dequantized(xq, sx, zx)
     sw = _column_scales(w).astype(np.float64)
     k = w.shape[0]
     rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
@@ -1253,11 +1252,6 @@ def channel_scales(w: ClassInfo, sw: ClassInfo, zw: ClassInfo, axis: int) -> boo
     return bool(np.all((s >= 2.0**-24) & (s <= 2.0**24)))
 
 
-def _weight_scales(w: ClassInfo, sw: ClassInfo) -> np.ndarray:
-    """The `channel-scales` of `w` as one float64 per output channel."""
-    return np.broadcast_to(sw.value.astype(np.float64).reshape(-1), (w.type.shape[0],))
-
-
 @guard("bias-scales", TERM, TERM, ATTR, TERM, TERM, TERM)
 def bias_scales(
     b: ClassInfo, sb: ClassInfo, axis: int, sx: ClassInfo, sw: ClassInfo, w: ClassInfo
@@ -1347,10 +1341,8 @@ def dequantized_conv(x, sx, zx, w, sw, zw) -> np.ndarray:
     """|Conv(DQ(x), DQ(w)) - Cast(ConvInteger(x, w, zx, zw)) * sx sw| per output channel (shape
     [C_out, 1, ...], broadcasting over the output): the sums' float32 rounding, each sum of K
     products at most max|DQ(x)| times the channel's sum of |DQ(w)|."""
-    x_max = float(_dequantized(x, sx, zx).max(initial=0.0))
-    wc = _dequantized(w, sw, zw).reshape(w.shape[0], -1)
-    per_channel = _sum_rounding(wc.shape[1], x_max * wc.sum(axis=1))
-    return per_channel.reshape((w.shape[0],) + (1,) * (w.ndim - 2))
+    k, sums = _conv_sums(x, sx, zx, w, sw, zw)
+    return _sum_rounding(k, sums).reshape((w.shape[0],) + (1,) * (w.ndim - 2))
 
 
 def _dequantized_weight(w: np.ndarray, sw: np.ndarray, zw: np.ndarray) -> np.ndarray:
