@@ -134,10 +134,11 @@ def _parser() -> argparse.ArgumentParser:
         help="print the rules that produced a node of an optimized model",
         description="Print, as a tree, the chain of rules (name and file:line, with the "
         "original nodes each replaced) that produced NODE of a model written by `rewrite "
-        "optimize`. NODE is a node name, an output name or a folded constant's name.",
+        "optimize`. NODE is a node name, an output name or a folded constant's name; give "
+        "several to explain each (the model is read once).",
     )
     x.add_argument("model", metavar="OUT.onnx", help="a model written by rewrite optimize")
-    x.add_argument("node", metavar="NODE", help="a node, output or initializer name")
+    x.add_argument("node", metavar="NODE", nargs="+", help="a node, output or initializer name")
     x.set_defaults(func=cmd_explain)
     _bisect_parser(sub)
     add_verify(sub)
@@ -599,25 +600,29 @@ def cmd_emit(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    """`rewrite explain OUT NODE`: print what the rules that produced NODE did, one line per
-    rule firing, the last first (`engine.provenance.describe`)."""
+    """`rewrite explain OUT NODE...`: for each NODE, print what the rules that produced it did,
+    one line per rule firing, the last first (`engine.provenance.describe`). Stops at the
+    first name the model does not have, with a one-line error."""
     from engine.provenance import describe
     from frontends.onnx import ModelError, load_model
     from frontends.onnx.explain import NoProvenance, find_provenance
 
     try:
-        what, tree = find_provenance(load_model(Path(args.model)), args.node)
+        model = load_model(Path(args.model))
     except ModelError as e:
         return _fail(str(e))
-    except NoProvenance as e:
-        return _fail(f"{args.model}: {e}")
-    if tree is None:
-        out.print(f"{what}: original node, not produced by a rewrite", markup=False)
-        return EXIT_OK
-    name, op = _name_and_op(what, args.node)
-    out.print(f"{what}: the last rule first; indented rules fired before it", markup=False)
-    for line in describe(name, op, tree):
-        out.print(f"  {line}", markup=False)
+    for node in args.node:
+        try:
+            what, tree = find_provenance(model, node)
+        except NoProvenance as e:
+            return _fail(f"{args.model}: {e}")
+        if tree is None:
+            out.print(f"{what}: original node, not produced by a rewrite", markup=False)
+            continue
+        name, op = _name_and_op(what, node)
+        out.print(f"{what}: the last rule first; indented rules fired before it", markup=False)
+        for line in describe(name, op, tree):
+            out.print(f"  {line}", markup=False)
     return EXIT_OK
 
 

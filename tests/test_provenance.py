@@ -214,15 +214,23 @@ def _changed(before: onnx.ModelProto, after: onnx.ModelProto) -> tuple[list[str]
 
 
 def _explained(path: Path, names: list[str], capsys) -> dict[str, str]:
-    """`rewrite explain` on each name: name -> its printed tree (asserting exit 0 and that no
-    name is reported as an original node)."""
-    out = {}
-    for name in names:
-        capsys.readouterr()
-        assert main(["explain", str(path), name]) == 0, name
-        text = capsys.readouterr().out
-        assert "not produced by a rewrite" not in text, (name, text)
-        out[name] = text
+    """`rewrite explain` on all names in one call: name -> its printed tree (asserting exit 0
+    and that no name is reported as an original node)."""
+    capsys.readouterr()
+    assert main(["explain", str(path), *names]) == 0, names
+    text = capsys.readouterr().out
+    # each name's tree starts at an unindented "WHAT: ..." line, in the order given
+    blocks = [b for b in text.splitlines(keepends=True)]
+    out, current = {}, None
+    heads = iter(names)
+    for line in blocks:
+        if not line.startswith(" "):
+            current = next(heads)
+            out[current] = ""
+        out[current] += line
+    assert list(out) == list(names)
+    for name, tree in out.items():
+        assert "not produced by a rewrite" not in tree, (name, tree)
     return out
 
 
