@@ -7,13 +7,14 @@
     python bench/quant.py --mode static --models resnet50 mobilenetv2
 
 Models are bench/models.py's full-size ones (bench/.models/, generated when missing). For each
-model, five files: the float original, onnxruntime's
+model, six files: the float original, onnxruntime's
 (`onnxruntime.quantization.quantize_dynamic(IN, OUT)`, its defaults: int8 weights, one scale
 per tensor), ours (`rewrite quantize IN OUT --mode dynamic`, the shipped library, its output
 check off so that the error is measured here; the same with `--per-channel`; and with
 `--error-budget` at `--budget` times onnxruntime's measured error, calibrated on
-`--calibration` inputs of seeds 1000.., apart from the measured ones). Reported per quantized
-model:
+`--calibration` inputs of seeds 1000.., apart from the measured ones; and `--per-channel
+--smooth 0.5`, SmoothQuant's scale migration from the same calibration inputs). Reported
+per quantized model:
 
 * latency: each model and the original run alternately in one process under onnxruntime
   (ORT_ENABLE_ALL, 1 intra-op thread, batch 1 at bench/models.py's main shape); the median of
@@ -55,6 +56,7 @@ sys.path.insert(0, str(BENCH))
 import models as M  # noqa: E402  (bench/models.py, beside this file)
 
 OUT = BENCH / "out" / "quant"
+SMOOTH_ALPHA = 0.5  # the SmoothQuant row's migration strength (the paper's default)
 
 
 def _seconds(cmd: list[str]) -> float:
@@ -206,6 +208,12 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         ("onnxruntime", quantize_ort),
         ("rewrite", quantize_ours),
         ("rewrite --per-channel", quantize_ours_per_channel),
+        (
+            f"rewrite --per-channel --smooth {SMOOTH_ALPHA}",
+            lambda s, d: quantize_ours(
+                s, d, "--per-channel", "--smooth", str(SMOOTH_ALPHA), "--calibration", str(cal)
+            ),
+        ),
     ]
     if args.mode == "static":
         tools = [

@@ -170,6 +170,7 @@ def _optimize_parser(sub) -> None:
         calibration=None,
         calibrate="minmax",
         symmetric=False,
+        smooth=None,
     )
 
 
@@ -260,6 +261,16 @@ def _quantize_parser(sub) -> None:
         action="store_true",
         help="static: activation ranges symmetric around 0 (uint8 with zero point 128, int8's "
         "levels shifted) instead of ones spanning each range",
+    )
+    q.add_argument(
+        "--smooth",
+        type=float,
+        metavar="ALPHA",
+        help="dynamic and static: first move part of each activation channel's range into the "
+        "weights of the products that read it (SmoothQuant, patterns/quant/smooth.rules), by "
+        "s_j = max|x_j|^ALPHA / max|w_j|^(1-ALPHA) from the calibration inputs; ALPHA in "
+        "[0, 1], 0.5 is the paper's default. Products after a LayerNormalization or a "
+        "product by a constant only (where x / s folds into a constant)",
     )
     _add_optimize_options(q)
     q.set_defaults(func=cmd_optimize)
@@ -673,6 +684,7 @@ def cmd_optimize(args) -> int:
             calibration=args.calibration,
             calibrate=args.calibrate,
             symmetric=args.symmetric,
+            smooth=args.smooth,
         )
     except OptionError as e:
         return _fail(str(e))
@@ -937,6 +949,14 @@ def _print_quantized(record: dict, verbose: bool) -> None:
     sites = record.get("sites", [])
     done = sum(s["quantized"] for s in sites)
     out.print(f"quantized {done} of {len(sites)} nodes the quant rules matched", markup=False)
+    smooth = record.get("smoothing")
+    if smooth:
+        out.print(
+            f"smoothed {smooth['smoothed']} of {smooth['activations']} activations into the "
+            f"weights of their products (SmoothQuant, alpha {smooth['alpha']:g}, "
+            f"{smooth['samples']} calibration inputs)",
+            markup=False,
+        )
     shown = sites if verbose else [s for s in sites if not s["quantized"]]
     if shown:
         t = Table(

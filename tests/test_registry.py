@@ -902,6 +902,19 @@ def test_nonempty():
     )
 
 
+def test_smoothing_factors():
+    f = covers("smoothing-factors").fn
+    lo, hi = registry.SMOOTHING_RANGE
+    assert f(c(np.array([lo, 1.0, hi], np.float32)))
+    assert not f(c(np.array([1.0, 0.0], np.float32)))  # a zero: x / s is not finite
+    assert not f(c(np.array([1.0, -2.0], np.float32)))  # negative: not SmoothQuant's
+    assert not f(c(np.array([2 * hi], np.float32)))
+    assert not f(c(np.array([1.0], np.float64)))
+    assert not f(c(np.ones((2, 2), np.float32)))  # one factor per channel: 1-D
+    assert not f(c(np.array([], np.float32)))
+    assert not f(t(4))  # not a constant
+
+
 def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS) | set(registry.BOUNDS)
     missing = sorted(names - TESTED)

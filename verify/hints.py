@@ -342,6 +342,12 @@ def _positive_scale(s: Arg) -> list[Request]:
     ]
 
 
+@hint("smoothing-factors")
+def _smoothing_factors(s: Arg) -> list[Request]:
+    # float32, drawn in [0, 8]: a 0 (or a value below 2^-16) is refused by the guard
+    return [Const(s.name), Rank(s.name, 1), DtypeIn(s.name, frozenset({1})), Positive(s.name)]
+
+
 @hint("eight-bit")
 def _eight_bit(x: Arg) -> list[Request]:
     return [DtypeIn(x.name, frozenset({2, 3}))]

@@ -5,6 +5,7 @@ specification; sizes stay small so that reference convolutions are fast.
 
 from __future__ import annotations
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from verify.node import sampler
@@ -20,6 +21,7 @@ def _matmul(ctx) -> None:
     if a is None:
         base = g.sub_shape()
         a = ctx.put(0, base if base else (g.dim(),)).shape
+    assume(len(a) >= 1)  # an input drawn before (a declared op's output) may be a scalar
     if ctx.free(1):
         if len(a) == 1 or ctx.draw(ints(0, 4), "b rank") == 0:
             b = (a[-1],) if len(a) >= 1 else ()
@@ -34,7 +36,10 @@ def _gemm(ctx) -> None:
     g = ctx.gen
     ta = ctx.attr("transA", lambda: ctx.pick([0, 1], "transA"))
     tb = ctx.attr("transB", lambda: ctx.pick([0, 1], "transB"))
-    a = ctx.shape(0) or ctx.put(0, (g.dim(), g.dim())).shape
+    a = ctx.shape(0)
+    if a is None:
+        a = ctx.put(0, (g.dim(), g.dim())).shape
+    assume(len(a) == 2)  # an input drawn before (a declared op's output) may be of any rank
     m, k = (a[1], a[0]) if ta and len(a) == 2 else (a[0], a[-1])
     b = ctx.shape(1)
     if b is None:

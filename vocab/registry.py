@@ -991,6 +991,22 @@ def positive_scale(s: ClassInfo) -> bool:
     return 2.0**-24 <= float(s.value.reshape(())) <= 2.0**24
 
 
+SMOOTHING_RANGE = (2.0**-16, 2.0**16)  # the smoothing factors `rewrite quantize --smooth` writes
+
+
+@guard("smoothing-factors", TERM)
+def smoothing_factors(s: ClassInfo) -> bool:
+    """True if `s` is a 1-D float32 constant whose every element lies in SMOOTHING_RANGE: a
+    SmoothQuant factor per channel (patterns/quant/smooth.rules), positive, so that x / s and
+    w * s stay finite and normal for finite, normal x and w of moderate size, and the
+    migration x W = (x / s)(s W) holds in real arithmetic (Xiao et al. 2023, eq. 3)."""
+    v = s.value
+    if v is None or v.ndim != 1 or v.dtype != np.float32 or v.size == 0:
+        return False
+    lo, hi = SMOOTHING_RANGE
+    return bool(np.all((v >= lo) & (v <= hi)))
+
+
 SCALE_RATIO = 2.0**14  # the largest ratio of an input's scale to the output's, or its inverse
 
 

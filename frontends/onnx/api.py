@@ -34,6 +34,7 @@ from frontends.onnx.importer import default_opset
 from frontends.onnx.opset import auto_target
 from frontends.onnx.quantize import (
     CALIBRATION_METHODS,
+    SMOOTH,
     CalibrationError,
     Chooser,
     Plan,
@@ -41,6 +42,7 @@ from frontends.onnx.quantize import (
     drawn_calibration,
     load_calibration,
     observe,
+    smoothing_marks,
     strip_marks,
 )
 from vocab.ops import OPS, TARGETS
@@ -125,7 +127,12 @@ class Options:
         extraction keeps the nodes of the largest estimated error in float until it holds,
         and the output check then allows exactly that); calibration: an `.npz` path with one
         array per graph input, its first axis the samples (default: drawn at random, with a
-        warning; for `static`, the activations' ranges too). See
+        warning; for `static`, the activations' ranges too). smooth: SmoothQuant's migration
+        strength alpha in [0, 1] (modes dynamic and static), or None: before quantizing,
+        each activation a normalization makes and a product by a constant weight reads is
+        divided per channel by s_j = max|x_j|^alpha / max|w_j|^(1 - alpha) (from the
+        calibration inputs) and the weight's rows multiplied by it, by the rules of
+        patterns/quant/smooth.rules in a pass of their own (class `reassoc`). See
         `frontends.onnx.quantize`; the choices are in the report's `extra["quantize"]`.
     """
 
@@ -152,6 +159,7 @@ class Options:
     calibration: str | None = None
     calibrate: str = "minmax"
     symmetric: bool = False
+    smooth: float | None = None
 
     @classmethod
     def from_keywords(cls, keywords: dict) -> Options:
@@ -238,13 +246,27 @@ class Options:
                 f"needs opset {WEIGHT_ONLY_ONNX_OPSET}, not {self.opset}"
             )
         if self.quantize is None:
-            for name in ("keep_float", "op_types", "error_budget", "calibration", "bits"):
+            for name in ("keep_float", "op_types", "error_budget", "calibration", "bits", "smooth"):
                 if getattr(self, name):
                     raise OptionError(f"{name.replace('_', '-')} needs a quantization mode")
         if self.error_budget is not None and not 0 < self.error_budget:
             raise OptionError(f"error-budget must be a number > 0, not {self.error_budget}")
-        if self.calibration is not None and self.error_budget is None and self.quantize != "static":
-            raise OptionError("calibration inputs are used by error-budget and mode static only")
+        if self.smooth is not None and self.quantize not in ("dynamic", "static"):
+            raise OptionError(
+                "smooth applies to modes dynamic and static (it moves activation "
+                "range into the weights; weight-only quantizes no activation)"
+            )
+        if self.smooth is not None and not 0 <= self.smooth <= 1:
+            raise OptionError(f"smooth must be a number in [0, 1], not {self.smooth}")
+        if (
+            self.calibration is not None
+            and self.error_budget is None
+            and self.smooth is None
+            and self.quantize != "static"
+        ):
+            raise OptionError(
+                "calibration inputs are used by error-budget, smooth and mode static only"
+            )
         if self.quantize != "static" and (self.symmetric or self.calibrate != "minmax"):
             raise OptionError("symmetric and calibrate apply to mode static only")
         if self.calibrate not in CALIBRATION_METHODS:
@@ -497,6 +519,7 @@ def run(
         and not any(True for _ in external.external_tensors(model))
         and time.perf_counter() < options.limits(start).deadline
         and options.quantize != "static"  # calibration runs the model with its weights
+        and options.smooth is None  # and so does smoothing's
     )
     choose = None
     if options.quantize is not None:
@@ -505,7 +528,9 @@ def run(
                 load_calibration(options.calibration, model)
                 if options.calibration
                 else drawn_calibration(model)
-                if options.error_budget is not None or options.quantize == "static"
+                if options.error_budget is not None
+                or options.quantize == "static"
+                or options.smooth is not None
                 else []
             )
         except CalibrationError as e:
@@ -517,12 +542,37 @@ def run(
                 "floats, token ids 0 and 1); "
                 + (
                     "the activations' ranges come from those"
-                    if options.quantize == "static"
+                    if options.quantize == "static" or options.smooth is not None
                     else "the error budget holds on those"
                 )
                 + ", which may not be the data the model sees"
             )
     engine_input = model
+    if options.smooth is not None:
+        if folder is not None:
+            with_weights(model, folder)
+        # SmoothQuant's scale migration (patterns/quant/smooth.rules), in a pass of its own
+        # before the quantization, whose rules then see the smoothed products
+        with stage("smoothing activations into weights (SmoothQuant)"):
+            marked, count = smoothing_marks(model, feeds, options.smooth)
+            fp = tuple(c for c in options.fp if c != "quant")
+            smoothed, _ = optimize_engine(
+                marked,
+                rules,
+                limits=options.limits(start),
+                fp=fp if "reassoc" in fp else (*fp, "reassoc"),
+                folder=folder,
+                provenance=False,
+                opset=options.opset,
+                target=options.target,
+            )
+            engine_input, left = strip_marks(smoothed, SMOOTH)
+            choose.record["smoothing"] = {
+                "alpha": options.smooth,
+                "samples": len(feeds),
+                "activations": count,
+                "smoothed": count - left,
+            }
     if options.quantize == "static":
         if folder is not None:
             with_weights(model, folder)
@@ -532,7 +582,7 @@ def run(
         # onnxruntime's quantizer asks of a model as "pre-processing")
         with stage("optimizing before calibration (BatchNorm folding, opset conversion)"):
             cleaned, _ = optimize_engine(
-                model,
+                engine_input,
                 rules,
                 limits=options.limits(start),
                 fp=tuple(c for c in options.fp if c != "quant"),
@@ -569,6 +619,8 @@ def run(
             **kw,
         )
         kw.clear()  # the imported graph's arrays: the result holds the weights now
+    if options.smooth is not None and options.quantize != "static":
+        report = onnx_counts(report, model, result)  # counted against the user's model
     if options.quantize == "static":  # marks the rules did not consume never reach the output
         result, left = strip_marks(result)
         report = onnx_counts(report, model, result)  # counted against the user's model

@@ -35,10 +35,14 @@ from frontends.onnx.check import random_inputs, run, session
 from frontends.onnx.exporter import export_model
 from vocab.graph import TermGraph, unique_name
 from vocab.ops import FAMILIES
-from vocab.registry import BOUNDS
+from vocab.registry import BOUNDS, SMOOTHING_RANGE
 
 DRAWN_SAMPLES = 8  # calibration inputs drawn when the user gives none
 OBSERVED = ("rewrite", "Observed")  # patterns/quant/static.rules' activation mark
+SMOOTH = ("rewrite", "Smooth")  # patterns/quant/smooth.rules' mark
+SMOOTH_ALPHA = 0.5  # SmoothQuant's migration strength, the paper's default for most models
+# the products smoothed (their weight's K axis: rows of MatMul's, of Gemm's unless transB)
+SMOOTHED_PRODUCTS = ("MatMul", "Gemm")
 CALIBRATION_METHODS = ("minmax", "percentile")
 PERCENTILE = 99.999  # the percentile method's range: [the 0.001th, the 99.999th] percentile
 
@@ -252,6 +256,33 @@ def _estimate(s: Site, values: list[dict]) -> float | None:
     return worst
 
 
+def _activations(model: onnx.ModelProto, feeds: list[dict], only=None):
+    """For each feed, {name: value} of every activation of `model` (graph inputs and node
+    outputs that depend on an input; not constants), or of those in `only`, run under
+    onnxruntime with its optimizations off (every node's output is there to read). Raises
+    CheckError when onnxruntime cannot run the model."""
+    g = model.graph
+    inits = {i.name for i in g.initializer}
+    varying = {i.name for i in g.input if i.name not in inits}
+    for n in g.node:  # topological order (ONNX requires it)
+        if any(i in varying for i in n.input):
+            varying.update(o for o in n.output if o)
+    if only is not None:
+        varying &= set(only)
+    outs = [o.name for o in g.output]
+    extra = [o for n in g.node for o in n.output if o in varying and o not in outs]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in extra)
+    sess = session(probe)
+    names = [o.name for o in sess.get_outputs()]
+    inputs = [i for i in varying if i in feeds[0]] if feeds else []
+    for f in feeds:
+        got = dict(zip(names, run(sess, f)))
+        got.update({i: np.asarray(f[i]) for i in inputs})
+        yield {n: v for n, v in got.items() if n in varying}
+
+
 @dataclass(frozen=True)
 class Range:
     """The calibrated range of one activation, lo <= 0 <= hi (float, the activation's units)."""
@@ -290,28 +321,12 @@ def calibrate(
     unknown method."""
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"unknown calibration method {method!r}")
-    g = model.graph
-    inits = {i.name for i in g.initializer}
-    varying = {i.name for i in g.input if i.name not in inits}
-    for n in g.node:  # topological order (ONNX requires it)
-        if any(i in varying for i in n.input):
-            varying.update(o for o in n.output if o)
-    outs = [o.name for o in g.output]
-    extra = [o for n in g.node for o in n.output if o in varying and o not in outs]
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in extra)
-    sess = session(probe)
-    names = [o.name for o in sess.get_outputs()]
-    inputs = [i for i in varying if i in feeds[0]] if feeds else []
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
     seen: dict[str, list[np.ndarray]] = {}
-    for f in feeds:
-        got = dict(zip(names, run(sess, f)))
-        got.update({i: np.asarray(f[i]) for i in inputs})
+    for got in _activations(model, feeds):
         for name, v in got.items():
-            if name not in varying or v.dtype != np.float32 or v.size == 0:
+            if v.dtype != np.float32 or v.size == 0:
                 continue
             finite = v[np.isfinite(v)]
             if finite.size == 0:
@@ -343,11 +358,7 @@ def observe(
     g = out.graph
     # each mark's output has its input's type, declared: shape inference does not see through
     # an op of a domain it does not know, and the cost model needs the shapes after it
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model).graph
-    except Exception:  # InferenceError: the marks go without declared types
-        inferred = g
-    known = {v.name: v.type for v in (*inferred.value_info, *inferred.input, *inferred.output)}
+    known = _known_types(model)
     params: dict[str, tuple[np.ndarray, np.ndarray]] = {
         n: r.params(symmetric) for n, r in ranges.items()
     }
@@ -382,10 +393,7 @@ def observe(
                     helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in inits
                 )
         renamed[name] = unique_name(f"{name}_observed", taken)
-        if name in known and known[name].tensor_type.elem_type:
-            info = onnx.ValueInfoProto(name=renamed[name])
-            info.type.CopyFrom(known[name])
-            g.value_info.append(info)
+        _declare_like(g, renamed[name], name, known)
         marks.append(
             helper.make_node(
                 OBSERVED[1],
@@ -401,32 +409,62 @@ def observe(
         for i, v in enumerate(n.input):
             if v in renamed:
                 n.input[i] = renamed[v]
-    # each mark right after its value is made: the graph stays in topological order
-    by_value = {m.input[0]: m for m in marks}
-    made = {o for n in g.node for o in n.output}
-    nodes = [m for m in marks if m.input[0] not in made]  # graph inputs' marks first
-    for n in g.node:
-        nodes.append(n)
-        nodes.extend(by_value[o] for o in n.output if o in by_value)
-    del g.node[:]
-    g.node.extend(nodes)
-    if not any(o.domain == OBSERVED[0] for o in out.opset_import):
-        out.opset_import.append(helper.make_opsetid(OBSERVED[0], 1))
+    _place_marks(out, marks)
     return out
 
 
-def strip_marks(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    """`model` without `rewrite.Observed` marks (each use of a mark's output reads its input
-    again; their scale and zero point initializers dropped when nothing else reads them), and
-    how many there were: the marks of activations the static rules could not quantize (a
+def _place_marks(model: onnx.ModelProto, marks: list[onnx.NodeProto]) -> None:
+    """Insert `marks` (nodes of the `rewrite` domain, each reading a value as its first input)
+    into `model`'s graph, each right after the node that makes its value (graph inputs'
+    marks first), so that the graph stays in topological order; import the domain."""
+    g = model.graph
+    by_value: dict[str, list[onnx.NodeProto]] = {}
+    for m in marks:
+        by_value.setdefault(m.input[0], []).append(m)
+    made = {o for n in g.node for o in n.output}
+    nodes = [m for m in marks if m.input[0] not in made]
+    for n in g.node:
+        nodes.append(n)
+        nodes.extend(m for o in n.output for m in by_value.get(o, ()))
+    del g.node[:]
+    g.node.extend(nodes)
+    if not any(o.domain == OBSERVED[0] for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(OBSERVED[0], 1))
+
+
+def _declare_like(g: onnx.GraphProto, name: str, like: str, known: dict) -> None:
+    """Declare value `name` with the type of value `like` (from `known`, name -> TypeProto),
+    if that type is known: shape inference does not see through a mark."""
+    if like in known and known[like].tensor_type.elem_type:
+        info = onnx.ValueInfoProto(name=name)
+        info.type.CopyFrom(known[like])
+        g.value_info.append(info)
+
+
+def _known_types(model: onnx.ModelProto) -> dict:
+    """name -> TypeProto of every value whose type ONNX shape inference finds (the declared
+    ones when inference fails)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # InferenceError: the declared types only
+        inferred = model.graph
+    return {v.name: v.type for v in (*inferred.value_info, *inferred.input, *inferred.output)}
+
+
+def strip_marks(
+    model: onnx.ModelProto, mark: tuple[str, str] = OBSERVED
+) -> tuple[onnx.ModelProto, int]:
+    """`model` without `mark` nodes (`rewrite.Observed`, or `SMOOTH`; each use of a mark's
+    output reads its input again; their parameter initializers dropped when nothing else reads
+    them), and how many there were: the marks of activations the rules could not rewrite (a
     model at an opset the rules do not run at, say). Changes `model` in place."""
     g = model.graph
-    marks = [n for n in g.node if (n.domain, n.op_type) == OBSERVED]
+    marks = [n for n in g.node if (n.domain, n.op_type) == mark]
     if not marks:
         return model, 0
     source = {m.output[0]: m.input[0] for m in marks}
     params = {i for m in marks for i in m.input[1:]}
-    kept = [n for n in g.node if (n.domain, n.op_type) != OBSERVED]
+    kept = [n for n in g.node if (n.domain, n.op_type) != mark]
     for n in kept:
         for i, v in enumerate(n.input):
             if v in source:
@@ -446,3 +484,96 @@ def strip_marks(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         del model.opset_import[:]
         model.opset_import.extend(imports)
     return model, len(marks)
+
+
+def smoothing_marks(
+    model: onnx.ModelProto, feeds: list[dict], alpha: float = SMOOTH_ALPHA
+) -> tuple[onnx.ModelProto, int]:
+    """A copy of `model` in which each activation x that SmoothQuant can smooth is read by its
+    products through `rewrite.Smooth(x, s)` (patterns/quant/smooth.rules), and how many were
+    marked. Such an x is the first input of a MatMul or Gemm (transA 0) whose weight is a 2-D
+    float32 initializer, and is made by a normalization (`FAMILIES["NORMALIZATION"]`) or a Mul
+    by a constant, through view ops (`FAMILIES["VIEW"]`), where the rules can absorb x / s.
+    s_j = max|x_j|^alpha / max|W_j|^(1 - alpha) (Xiao et al. 2023, eq. 4): max|x_j| over the
+    calibration `feeds` (channel j of x's last axis), max|W_j| over row j of every marked
+    product's weight; 1 where either is 0, clipped to `vocab.registry.SMOOTHING_RANGE`.
+    float32, one per channel. Raises CheckError when onnxruntime cannot run the model."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    weights = {t.name: t for t in g.initializer}
+    made_by = {o: n for n in g.node for o in n.output}
+    readers: dict[str, list[tuple[onnx.NodeProto, np.ndarray]]] = {}
+    for n in g.node:
+        w = _smoothable_weight(n, weights)
+        if w is not None and _absorbs(n.input[0], made_by, weights):
+            readers.setdefault(n.input[0], []).append((n, w))
+    if not readers:
+        return out, 0
+    amax: dict[str, np.ndarray] = {}
+    for got in _activations(out, feeds, readers):
+        for name, v in got.items():
+            if v.dtype == np.float32 and v.ndim >= 1 and v.size:
+                m = np.abs(np.nan_to_num(v)).reshape(-1, v.shape[-1]).max(axis=0)
+                amax[name] = np.maximum(amax[name], m) if name in amax else m
+    known = _known_types(out)
+    taken = {i.name for i in g.initializer} | {v for n in g.node for v in n.output}
+    taken |= {i.name for i in g.input}
+    lo, hi = SMOOTHING_RANGE
+    marks = []
+    for x, uses in readers.items():
+        a = amax.get(x)
+        if a is None or any(w.shape[0] != a.shape[0] for _, w in uses):
+            continue
+        wmax = np.max([np.abs(w).max(axis=1) for _, w in uses], axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            factors = a.astype(np.float64) ** alpha / wmax.astype(np.float64) ** (1 - alpha)
+        factors = np.where((a > 0) & (wmax > 0) & np.isfinite(factors), factors, 1.0)
+        factors = np.clip(factors, lo, hi).astype(np.float32)
+        scale = numpy_helper.from_array(factors, unique_name(f"{x}_smoothing", taken))
+        g.initializer.append(scale)
+        if out.ir_version < 4:  # IR 3: every initializer is a graph input too
+            g.input.append(helper.make_tensor_value_info(scale.name, scale.data_type, scale.dims))
+        read = unique_name(f"{x}_smoothed", taken)
+        _declare_like(g, read, x, known)
+        for n, _ in uses:
+            n.input[0] = read
+        marks.append(
+            helper.make_node(
+                SMOOTH[1],
+                [x, scale.name],
+                [read],
+                name=unique_name(f"{x}/smooth", taken),
+                domain=SMOOTH[0],
+            )
+        )
+    _place_marks(out, marks)
+    return out, len(marks)
+
+
+def _smoothable_weight(n: onnx.NodeProto, weights: dict) -> np.ndarray | None:
+    """The weight of product `n` as K x N (rows per channel of its first input), if `n` is a
+    MatMul or a Gemm (transA 0) by a 2-D float32 initializer; else None."""
+    if n.domain or n.op_type not in SMOOTHED_PRODUCTS or len(n.input) < 2:
+        return None
+    t = weights.get(n.input[1])
+    if t is None or t.data_type != onnx.TensorProto.FLOAT or len(t.dims) != 2:
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    if attrs.get("transA", 0):
+        return None
+    w = numpy_helper.to_array(t)
+    return w.T if attrs.get("transB", 0) else w
+
+
+def _absorbs(x: str, made_by: dict, weights: dict) -> bool:
+    """True if activation `x` is made by a normalization or a Mul by a constant, through view
+    ops: where patterns/quant/smooth.rules can fold a division of x into a constant."""
+    n = made_by.get(x)
+    while n is not None and n.op_type in FAMILIES["VIEW"] and not n.domain:
+        n = made_by.get(n.input[0])
+    if n is None or n.domain:
+        return False
+    if n.op_type in FAMILIES["NORMALIZATION"]:
+        return True
+    return n.op_type == "Mul" and any(i in weights for i in n.input)

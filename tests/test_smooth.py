@@ -1,0 +1,158 @@
+"""SmoothQuant's scale migration (`rewrite quantize --smooth`, patterns/quant/smooth.rules)."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import rewrite
+from frontends.onnx.api import OptionError
+from frontends.onnx.quantize import SMOOTH, smoothing_marks
+from rewrite.cli import main
+
+K, N, TOKENS = 256, 256, 128
+OUTLIERS = [3, 17, 140]  # channels a trained transformer's LayerNorm makes large (its outlier dims)
+
+
+def block(outlier: float = 30.0) -> onnx.ModelProto:
+    """x[1, TOKENS, K] -> LayerNormalization (gamma with a few channels `outlier` times the
+    rest, as trained BERTs have) -> two MatMuls by constant weights (a Q and a K projection)
+    and the residual Add of the normalized value: the normalization has another reader, so the
+    smoothed product reads its own division of it. Trained-like: random gamma, beta, biases."""
+    rng = np.random.default_rng(1)
+    gamma = rng.uniform(0.5, 1.5, K).astype(np.float32)
+    gamma[OUTLIERS] *= outlier
+    beta = rng.normal(0, 0.1, K).astype(np.float32)
+    wq = rng.normal(0, 0.1, (K, N)).astype(np.float32)
+    wk = rng.normal(0, 0.1, (K, N)).astype(np.float32)
+    wo = rng.normal(0, 0.1, (N, K)).astype(np.float32)
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["h"], epsilon=1e-5),
+        helper.make_node("MatMul", ["h", "wq"], ["q"]),
+        helper.make_node("MatMul", ["h", "wk"], ["k"]),
+        helper.make_node("Mul", ["q", "k"], ["qk"]),
+        helper.make_node("MatMul", ["qk", "wo"], ["o"]),
+        helper.make_node("Add", ["o", "h"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(v, n)
+        for n, v in dict(gamma=gamma, beta=beta, wq=wq, wk=wk, wo=wo).items()
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, TOKENS, K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, TOKENS, K])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def feeds(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.normal(0, 1, (1, TOKENS, K)).astype(np.float32)} for _ in range(n)]
+
+
+def run(model: onnx.ModelProto, feed: dict) -> np.ndarray:
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feed)[0]
+
+
+def test_the_marked_factors_follow_the_papers_formula():
+    model = block()
+    cal = feeds(4, 0)
+    marked, count = smoothing_marks(model, cal, alpha=0.5)
+    marks = [n for n in marked.graph.node if (n.domain, n.op_type) == SMOOTH]
+    # one mark for h, read by both projections; `qk` is made by a Mul of two activations
+    # (nothing constant to absorb a division), so it is not marked
+    assert count == 1 and len(marks) == 1 and marks[0].input[0] == "h"
+    readers = [n.op_type for n in marked.graph.node if marks[0].output[0] in n.input]
+    assert readers == ["MatMul", "MatMul"]
+    assert "h" in [i for n in marked.graph.node if n.op_type == "Add" for i in n.input]
+    s = numpy_helper.to_array(
+        next(t for t in marked.graph.initializer if t.name == marks[0].input[1])
+    )
+    # s_j = max|h_j|^a / max|w_j|^(1-a), the weight's max over both readers' row j
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend([helper.make_empty_tensor_value_info("h")])
+    sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    amax = np.max([np.abs(sess.run(["h"], f)[0]).reshape(-1, K).max(0) for f in cal], axis=0)
+    wmax = np.maximum(np.abs(inits["wq"]).max(1), np.abs(inits["wk"]).max(1))
+    np.testing.assert_allclose(s, np.sqrt(amax) / np.sqrt(wmax), rtol=1e-5)
+    assert s[OUTLIERS].min() > 3 * np.median(s)  # the outlier channels hand over the most
+
+
+def test_smoothing_alone_keeps_the_function():
+    """alpha 0 with quantization off would be a no-op; here the smoothing pass's result
+    before quantization equals the float model within float32 regrouping."""
+    model = block()
+    cal = feeds(4, 0)
+    marked, _ = smoothing_marks(model, cal, alpha=0.5)
+    out, report = rewrite.optimize_model(marked, allow=["reassoc"], check=False)
+    assert not [n for n in out.graph.node if n.domain == SMOOTH[0]]
+    assert report.fired.get("smooth-matmul", 0) >= 2
+    # the weights were scaled: no original projection weight is read any more
+    read = {i for n in out.graph.node for i in n.input}
+    assert "wq" not in read and "wk" not in read
+    x = feeds(1, 7)[0]
+    want, got = run(model, x), run(out, x)
+    assert np.abs(want).std() > 0.1  # not a degenerate output
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_smoothing_lowers_the_dynamic_quantization_error_of_outlier_channels(tmp_path, per_channel):
+    model = block()
+    cal = feeds(8, 0)
+    path = tmp_path / "cal.npz"
+    np.savez(path, x=np.stack([f["x"] for f in cal]))
+    kw = dict(quantize="dynamic", per_channel=per_channel, check=False)
+    plain, _ = rewrite.optimize_model(model, **kw)
+    smooth, report = rewrite.optimize_model(model, smooth=0.5, calibration=str(path), **kw)
+    assert report.extra["quantize"]["smoothing"] == {
+        "alpha": 0.5,
+        "samples": 8,
+        "activations": 1,
+        "smoothed": 1,
+    }
+    for q in (plain, smooth):
+        assert [n.op_type for n in q.graph.node].count("MatMulInteger") == 3
+    assert not [n for n in smooth.graph.node if n.domain == SMOOTH[0]]
+
+    def error(q):
+        worst = 0.0
+        for f in feeds(8, 100):
+            want = run(model, f)
+            assert np.abs(want).std() > 0.1
+            worst = max(worst, float(np.abs(run(q, f) - want).max() / np.abs(want).max()))
+        return worst
+
+    before, after = error(plain), error(smooth)
+    assert after < 0.7 * before, (before, after)
+
+
+def test_cli_smooth_summary_and_bad_values(tmp_path, capsys):
+    onnx.save(block(), str(tmp_path / "in.onnx"))
+    args = ["quantize", str(tmp_path / "in.onnx"), str(tmp_path / "out.onnx")]
+    assert main([*args, "--smooth", "0.5"]) == 0
+    printed = capsys.readouterr()
+    assert "smoothed 1 of 1 activations" in printed.out
+    assert "drawn from the input types" in printed.out + printed.err
+    assert main([*args, "--smooth", "1.5"]) != 0
+    assert "smooth must be a number in [0, 1]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"smooth": 0.5}, "smooth needs a quantization mode"),
+        ({"quantize": "weight-only", "smooth": 0.5}, "smooth applies to modes dynamic and static"),
+        ({"quantize": "dynamic", "smooth": -0.1}, r"smooth must be a number in \[0, 1\]"),
+    ],
+)
+def test_smooth_options_that_cannot_be_used(options, message):
+    with pytest.raises(OptionError, match=message):
+        rewrite.optimize_model(block(), **options)
