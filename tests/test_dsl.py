@@ -399,6 +399,9 @@ def test_shipped_library_checks():
         "quant-static-onnxruntime",
         "quant-lower",
         "quant-lower-onnxruntime",
+        "quant-smooth",
+        "quant-smooth-absorb",
+        "quant-smooth-layernorm",
         "quant-qdq",
         "qdq-canonical",
     }

@@ -156,3 +156,19 @@ def test_cli_smooth_summary_and_bad_values(tmp_path, capsys):
 def test_smooth_options_that_cannot_be_used(options, message):
     with pytest.raises(OptionError, match=message):
         rewrite.optimize_model(block(), **options)
+
+
+def test_static_mode_calibrates_the_smoothed_graph(tmp_path):
+    """--mode static --smooth: the activation ranges are measured on the smoothed graph, so
+    the projections still become QLinearMatMul, and the output check passes."""
+    cal = feeds(8, 0)
+    path = tmp_path / "cal.npz"
+    np.savez(path, x=np.stack([f["x"] for f in cal]))
+    out, report = rewrite.optimize_model(
+        block(), quantize="static", smooth=0.5, calibration=str(path)
+    )
+    assert report.extra["quantize"]["smoothing"]["smoothed"] == 1
+    ops = [n.op_type for n in out.graph.node]
+    assert ops.count("QLinearMatMul") == 3
+    assert not [n for n in out.graph.node if n.domain == SMOOTH[0]]
+    assert all(d["ok"] for d in report.extra["check"])
