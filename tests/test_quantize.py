@@ -471,11 +471,10 @@ def test_an_old_opset_linear_layer_gemm_with_transposed_weight_is_quantized(per_
         assert np.all(err <= BOUNDS[name].fn(x, w, b)) and err.max() > 0
 
 
-def projections() -> onnx.ModelProto:
+def projections(shape=("batch", "seq", 256)) -> onnx.ModelProto:
     """A transformer's feed-forward block as exporters write it, batch and sequence symbolic:
     x[batch, seq, 256] -> MatMul W1 -> Add B1 -> Relu -> MatMul W2 -> Add B2 (with static
-    shapes, the cleanup turns a MatMul + Add into a Gemm between Reshapes, which static mode
-    does not quantize yet)."""
+    `shape`, the cleanup turns each MatMul + Add into a Gemm between Reshapes)."""
     b2 = RNG.normal(0, 0.1, 64).astype(np.float32)
     nodes = [
         helper.make_node("MatMul", ["x", "W1"], ["h"]),
@@ -490,11 +489,61 @@ def projections() -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "ffn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 256])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 64])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*shape[:-1], 64])],
         inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def linear_layers() -> onnx.ModelProto:
+    """x[64, 256] -> Gemm(W1^T stored [256, 256], transB=1, B1) -> Relu -> Gemm(W2, B2): torch
+    Linear layers as the TorchScript exporter writes them at old opsets, and a Conv1D-style
+    Gemm (GPT-2)."""
+    b2 = np.random.default_rng(22).normal(0, 0.1, 64).astype(np.float32)
+    nodes = [
+        helper.make_node("Gemm", ["x", "W1t", "B1"], ["h"], transB=1),
+        helper.make_node("Relu", ["h"], ["h2"]),
+        helper.make_node("Gemm", ["h2", "W2", "B2"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(a, n)
+        for a, n in ((np.ascontiguousarray(W1.T), "W1t"), (B1, "B1"), (W2, "W2"), (b2, "B2"))
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+@pytest.mark.parametrize(
+    "make, fired",
+    [
+        (lambda: projections((2, 32, 256)), {"quantize-gemm-static"}),
+        (linear_layers, {"quantize-gemm-transposed-static", "quantize-gemm-static"}),
+    ],
+    ids=["matmul-add-static-shapes", "linear-layers"],
+)
+def test_static_mode_quantizes_gemms_with_a_bias(tmp_path, make, fired):
+    # a Gemm's bias has no place in QLinearMatMul: the product runs as MatMulInteger on the
+    # calibrated uint8 activation, rescaled and biased in float (onnxruntime fuses the four)
+    rng = np.random.default_rng(21)  # not the module's RNG: the other tests' draws stay put
+    model = make()
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    cal = tmp_path / "cal.npz"
+    np.savez(cal, x=rng.normal(0, 1, (8, *shape)).astype(np.float32))
+    q, report = rewrite.optimize_model(model, quantize="static", calibration=str(cal))
+    assert ops(q).count("MatMulInteger") == 2 and "Gemm" not in ops(q)
+    assert all(report.fired.get(r) for r in fired)
+    x = rng.normal(0, 1, shape).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    got = ort.InferenceSession(q.SerializeToString()).run(None, {"x": x})[0]
+    assert want.std() > 0.05  # not a degenerate output
+    assert np.abs(got - want).max() / np.abs(want).max() < 0.05
 
 
 def test_static_mode_runs_projections_in_uint8_with_qlinearmatmul(tmp_path):

@@ -885,6 +885,25 @@ def test_static_matmul_guard_and_bound_hold_on_a_quantized_projection():
     assert b.shape == (4, 8) and np.all(np.abs(lhs - rhs) <= b)
 
 
+def test_static_gemm_bound_holds_on_a_quantized_linear_layer():
+    f, ft = covers("gemm-static-7bit").fn, covers("gemm-static-7bit-transposed").fn
+    rng = np.random.default_rng(15)
+    w = rng.normal(0, 0.05, (64, 8)).astype(np.float32)
+    bias = rng.normal(0, 0.5, 8).astype(np.float32)
+    sx, zx = np.float32(0.02), np.uint8(120)
+    xq = rng.integers(0, 256, (4, 64)).astype(np.uint8)
+    x = ((xq.astype(np.float32) - 120) * sx).astype(np.float32)
+    sw = np.abs(w).max(axis=0) / np.float32(63)
+    wq = np.clip(np.rint(w / sw), -63, 63).astype(np.int32)
+    lhs = x @ w + bias
+    ints = (xq.astype(np.int32) - 120) @ wq
+    rhs = ints.astype(np.float32) * (sx * sw) + bias
+    b = f(xq, np.array(sx), np.array(zx), w, bias)
+    assert b.shape == (4, 8) and np.all(np.abs(lhs - rhs) <= b)
+    assert np.abs(lhs - rhs).max() > 0.1 * b.max()  # a bound of the error's size, not loose
+    np.testing.assert_array_equal(ft(xq, np.array(sx), np.array(zx), w.T, bias), b)
+
+
 def test_exact_when_finite_is_a_zero_bound():
     f = covers("exact-when-finite").fn
     assert f(np.ones((2, 3))).tolist() == [[0.0] * 3] * 2

@@ -1175,6 +1175,31 @@ def matmul_static_7bit(
     return 1 + (rounding + sums) / abs(float(np.asarray(sy).reshape(())))
 
 
+@bound("gemm-static-7bit", TERM, TERM, TERM, TERM, TERM)
+def gemm_static_7bit(
+    xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, c: np.ndarray
+) -> np.ndarray:
+    """|Gemm(DQ(xq), w, c) - (MatMulInteger(xq, q(w), zx) s_x s_w + c)| per output element
+    (float units): the weight's rounding, sum_k |x_k| s_w[n] / 2 (x = DQ(xq), exact; s_w the
+    column scales of the [K, N] weight), the float32 rounding of both sums and of the
+    int32-to-float32 cast and rescale (`_sum_rounding`), and of adding c on each side (2^-22
+    of |c| and of the products' magnitudes)."""
+    x = _dequantized(xq, sx, zx)
+    sw = _column_scales(w).astype(np.float64)
+    aw = np.abs(w.astype(np.float64))
+    rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
+    sums = _sum_rounding(w.shape[0], x @ (aw + sw / 2))
+    return rounding + sums + 2.0**-22 * (np.abs(c.astype(np.float64)) + x @ (aw + sw))
+
+
+@bound("gemm-static-7bit-transposed", TERM, TERM, TERM, TERM, TERM)
+def gemm_static_7bit_transposed(
+    xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, c: np.ndarray
+) -> np.ndarray:
+    """`gemm-static-7bit` for Gemm with transB = 1 (w stored [N, K])."""
+    return gemm_static_7bit(xq, sx, zx, np.swapaxes(w, 0, 1), c)
+
+
 @bound("one-level", TERM, TERM)
 def one_level(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """One level of the 8-bit output, per element of the broadcast of `a` and `b`: an integer
