@@ -17,8 +17,8 @@ check off so that the error is measured here; the same with `--per-channel`; and
 per quantized model:
 
 * latency: each model and the original run alternately in one process under onnxruntime
-  (ORT_ENABLE_ALL, 1 intra-op thread, batch 1 at bench/models.py's main shape); the median of
-  `--runs` paired ratios quantized / float;
+  (ORT_ENABLE_ALL, 1 intra-op thread or each of `--threads`, batch 1 at bench/models.py's
+  main shape); the median of `--runs` paired ratios quantized / float;
 * error over `--inputs` fixed random inputs (bench/models.py's `make_inputs`, seeds 0..n-1):
   max |q - ref| / max |ref| per output, the worst output shown, and for language models the
   share of positions whose argmax over the last axis agrees with the original's;
@@ -145,11 +145,11 @@ def quantize_ort_weight_only(src: Path, dst: Path) -> float:
     return _seconds([sys.executable, "-c", code, str(src), str(dst)])
 
 
-def session(path: Path | bytes) -> ort.InferenceSession:
-    """An onnxruntime session at ORT_ENABLE_ALL with one intra-op thread, of a model file or
-    a serialized model."""
+def session(path: Path | bytes, threads: int = 1) -> ort.InferenceSession:
+    """An onnxruntime session at ORT_ENABLE_ALL with `threads` intra-op threads, of a model
+    file or a serialized model."""
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = threads
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     model = path if isinstance(path, bytes) else str(path)
     return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
@@ -200,7 +200,7 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
     work = OUT / f"{name}.{exporter}"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
-    ref = session(src)
+    ref = session(src, args.threads[0])
     cal = work / "calibration.npz"  # seeds apart from the measured inputs' (0..n-1)
     feeds = [M.make_inputs(name, seed=1000 + i) for i in range(args.calibration)]
     np.savez(cal, **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
@@ -232,13 +232,17 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         tool, fn = tools.pop(0)
         dst = work / f"{re.sub(r'[^A-Za-z0-9.]+', '-', tool)}.onnx"
         seconds = fn(src, dst)
-        q = session(dst)
+        q = session(dst, args.threads[0])
         e = measured[tool] = errors(name, ref, q, args.inputs)
-        lat = latency(name, ref, q, args.runs)
+        lats = [latency(name, ref, q, args.runs)]
+        lats += [
+            latency(name, session(src, t), session(dst, t), args.runs) for t in args.threads[1:]
+        ]
+        lat = " | ".join(f"{x:.3f}x" for x in lats)
         mb = dst.stat().st_size / 2**20
         argmax = f"{100 * e['argmax']:.1f}%"
         rows.append(
-            f"| {name}.{exporter} | {tool} | {lat:.3f}x | {100 * e['error']:.1f}% | {argmax} "
+            f"| {name}.{exporter} | {tool} | {lat} | {100 * e['error']:.1f}% | {argmax} "
             f"| {seconds:.1f} | {mb:.0f} |"
         )
         print(rows[-1], flush=True)
@@ -388,15 +392,27 @@ def main(argv=None) -> int:
         "per-channel), both calibrated on the same inputs",
     )
     ap.add_argument("--calibration", type=int, default=8, help="calibration inputs (default 8)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=[1],
+        metavar="N",
+        help="intra-op thread counts to time each pair at, one latency column each (default 1; "
+        "e.g. --threads 1 2)",
+    )
     ap.add_argument("--kernels", action="store_true", help="time the int8 kernels and stop")
     args = ap.parse_args(argv)
     if args.kernels:
         kernels()
         return 0
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if any(t < 1 for t in args.threads):
+        ap.error("--threads: thread counts are 1 or more")
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(args.threads)))
+    lat = " | ".join(f"latency / float ({t} thread{'s' if t > 1 else ''})" for t in args.threads)
     print(
-        "| model | quantizer | latency / float | max err / max abs ref | argmax agrees "
-        "| quantize s | file MB |\n|---|---|---|---|---|---|---|"
+        f"| model | quantizer | {lat} | max err / max abs ref | argmax agrees "
+        "| quantize s | file MB |\n|---|---|" + "---|" * len(args.threads) + "---|---|---|---|"
     )
     for name in args.models:
         for exporter in args.exporters:
