@@ -172,3 +172,41 @@ def test_static_mode_calibrates_the_smoothed_graph(tmp_path):
     assert ops.count("QLinearMatMul") == 3
     assert not [n for n in out.graph.node if n.domain == SMOOTH[0]]
     assert all(d["ok"] for d in report.extra["check"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, exporter", [("gpt2", "torchscript"), ("bert", "dynamo")])
+def test_smoothing_an_exported_transformer_keeps_its_function(name, exporter):
+    """transformers' GPT-2 (LayerNorm -> Reshape -> Gemm, TorchScript) and BERT (dynamo):
+    every mark is consumed, x / s reaches the LayerNormalization (through the Reshape on
+    GPT-2), and the smoothed model computes the original's function up to float32
+    regrouping."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    import make_models
+
+    from frontends.onnx.check import random_inputs
+    from frontends.onnx.quantize import strip_marks
+
+    model = getattr(make_models, name)(None, exporter=exporter)
+    cal = [random_inputs(model, seed) for seed in range(4)]
+    marked, count = smoothing_marks(model, cal, alpha=0.5)
+    assert count >= 2
+    out, report = rewrite.optimize_model(marked, allow=["reassoc"], check=False)
+    out, left = strip_marks(out, SMOOTH)
+    assert left == 0
+    assert report.fired.get("smooth-into-layernorm", 0) >= count
+    if name == "gpt2":
+        assert report.fired.get("smooth-through-reshape", 0) >= count
+    feed = random_inputs(model, 99)
+    want, got = run_all(model, feed), run_all(out, feed)
+    for a, b in zip(want, got):
+        assert np.abs(a).std() > 1e-3  # not a degenerate output
+        assert np.abs(a - b).max() <= 1e-4 * np.abs(a).max()
+
+
+def run_all(model: onnx.ModelProto, feed: dict) -> list[np.ndarray]:
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feed)
