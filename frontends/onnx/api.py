@@ -24,6 +24,7 @@ import onnx
 
 from dsl import load_rules as parse_rules
 from dsl import shipped_rules_dir
+from dsl.ir import RuleSet
 from engine.optimize import FP_CLASSES, Report
 from engine.saturate import Limits
 from engine.selection import pick_rules
@@ -64,6 +65,9 @@ QUANT_RULESETS = {
     ),
 }
 QUANT_MODES = tuple(dict.fromkeys(m for m, *_ in QUANT_RULESETS))
+# SmoothQuant's pass (`smooth`) runs these rulesets alone (patterns/quant/smooth.rules): the
+# cleanup runs in the quantization pass after it
+SMOOTH_RULESETS = ("quant-smooth", "quant-smooth-absorb", "quant-smooth-layernorm")
 # weight-only's standard-ONNX rulesets (DequantizeLinear with block_size) need this opset; for
 # target onnxruntime, its MatMulNBits rulesets run instead
 WEIGHT_ONLY_ONNX_OPSET = 21
@@ -552,13 +556,17 @@ def run(
         if folder is not None:
             with_weights(model, folder)
         # SmoothQuant's scale migration (patterns/quant/smooth.rules), in a pass of its own
-        # before the quantization, whose rules then see the smoothed products
+        # (its rulesets alone) before the quantization, whose rules then see the smoothed
+        # products
         with stage("smoothing activations into weights (SmoothQuant)"):
             marked, count = smoothing_marks(model, feeds, options.smooth)
             fp = tuple(c for c in options.fp if c != "quant")
+            smoothing = RuleSet(
+                tuple(r for r in rules.rules if r.ruleset in SMOOTH_RULESETS), rules.files
+            )
             smoothed, _ = optimize_engine(
                 marked,
-                rules,
+                smoothing,
                 limits=options.limits(start),
                 fp=fp if "reassoc" in fp else (*fp, "reassoc"),
                 folder=folder,
