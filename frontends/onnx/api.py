@@ -552,15 +552,14 @@ def run(
                 + ", which may not be the data the model sees"
             )
     engine_input = model
+    if folder is not None and (options.smooth is not None or options.quantize == "static"):
+        with_weights(model, folder)  # calibration runs the model with its weights
     if options.smooth is not None:
-        if folder is not None:
-            with_weights(model, folder)
         # SmoothQuant's scale migration (patterns/quant/smooth.rules), in a pass of its own
         # (its rulesets alone) before the quantization, whose rules then see the smoothed
         # products
         with stage("smoothing activations into weights (SmoothQuant)"):
             marked, count = smoothing_marks(model, feeds, options.smooth)
-            fp = tuple(c for c in options.fp if c != "quant")
             smoothing = RuleSet(
                 tuple(r for r in rules.rules if r.ruleset in SMOOTH_RULESETS), rules.files
             )
@@ -568,7 +567,7 @@ def run(
                 marked,
                 smoothing,
                 limits=options.limits(start),
-                fp=fp if "reassoc" in fp else (*fp, "reassoc"),
+                fp=("exact", "reassoc"),  # the smoothing rules' classes
                 folder=folder,
                 provenance=False,
                 opset=options.opset,
@@ -582,8 +581,6 @@ def run(
                 "smoothed": count - left,
             }
     if options.quantize == "static":
-        if folder is not None:
-            with_weights(model, folder)
         # the calibrated marks go on the graph the static rules will see: BatchNormalization
         # folded into its Conv (a weight the rules can read as a constant) and a model of an
         # old opset converted, by one optimization without the quant class first (what

@@ -368,8 +368,7 @@ def observe(
                 if o in params:
                     params[o] = params[n.input[0]]
     used = {i for n in g.node for i in n.input}
-    taken = {i.name for i in g.initializer} | {v for n in g.node for v in n.output}
-    taken |= {i.name for i in g.input}
+    taken = _taken_names(g)
     shared: dict[tuple, tuple[str, str]] = {}
     renamed: dict[str, str] = {}
     marks = []
@@ -387,11 +386,7 @@ def observe(
                 numpy_helper.from_array(s, shared[key][0]),
                 numpy_helper.from_array(zp, shared[key][1]),
             ]
-            g.initializer.extend(inits)
-            if out.ir_version < 4:  # IR 3: every initializer is a graph input too
-                g.input.extend(
-                    helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in inits
-                )
+            _add_initializers(out, inits)
         renamed[name] = unique_name(f"{name}_observed", taken)
         _declare_like(g, renamed[name], name, known)
         marks.append(
@@ -411,6 +406,22 @@ def observe(
                 n.input[i] = renamed[v]
     _place_marks(out, marks)
     return out
+
+
+def _taken_names(g: onnx.GraphProto) -> set[str]:
+    """Every value name of graph `g` (initializers, inputs, node outputs): new names avoid
+    them."""
+    return {i.name for i in (*g.initializer, *g.input)} | {v for n in g.node for v in n.output}
+
+
+def _add_initializers(model: onnx.ModelProto, tensors: list[onnx.TensorProto]) -> None:
+    """Add `tensors` to `model`'s initializers (and, at IR 3, where every initializer is a
+    graph input too, to its inputs)."""
+    model.graph.initializer.extend(tensors)
+    if model.ir_version < 4:
+        model.graph.input.extend(
+            helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in tensors
+        )
 
 
 def _place_marks(model: onnx.ModelProto, marks: list[onnx.NodeProto]) -> None:
@@ -517,8 +528,7 @@ def smoothing_marks(
                 m = np.abs(np.nan_to_num(v)).reshape(-1, v.shape[-1]).max(axis=0)
                 amax[name] = np.maximum(amax[name], m) if name in amax else m
     known = _known_types(out)
-    taken = {i.name for i in g.initializer} | {v for n in g.node for v in n.output}
-    taken |= {i.name for i in g.input}
+    taken = _taken_names(g)
     lo, hi = SMOOTHING_RANGE
     marks = []
     for x, uses in readers.items():
@@ -531,9 +541,7 @@ def smoothing_marks(
         factors = np.where((a > 0) & (wmax > 0) & np.isfinite(factors), factors, 1.0)
         factors = np.clip(factors, lo, hi).astype(np.float32)
         scale = numpy_helper.from_array(factors, unique_name(f"{x}_smoothing", taken))
-        g.initializer.append(scale)
-        if out.ir_version < 4:  # IR 3: every initializer is a graph input too
-            g.input.append(helper.make_tensor_value_info(scale.name, scale.data_type, scale.dims))
+        _add_initializers(out, [scale])
         read = unique_name(f"{x}_smoothed", taken)
         _declare_like(g, read, x, known)
         for n, _ in uses:
