@@ -500,27 +500,27 @@ def test_accumulates_in_int32():
 
 def _dynamic_int8_error(x, w, scale):
     """|x @ w - dq(q(x)) @ dq(q(w))| computed as ONNX defines DynamicQuantizeLinear and a
-    symmetric QuantizeLinear with 63 levels each side, in float64."""
+    symmetric QuantizeLinear with 127 levels each side, in float64."""
     lo, hi = min(x.min(), 0.0), max(x.max(), 0.0)
     sx = (hi - lo) / 255
     zp = np.clip(np.round(-lo / sx), 0, 255) if sx else 0.0
     xq = (np.clip(np.round(x / sx) + zp, 0, 255) - zp) * sx if sx else x * 0
-    wq = np.clip(np.round(w / scale), -63, 63) * scale
+    wq = np.clip(np.round(w / scale), -127, 127) * scale
     return np.abs(x @ w - xq @ wq)
 
 
 def test_matmul_dynamic_bounds_hold_and_are_not_loose():
     rng = np.random.default_rng(0)
-    per_tensor = covers("matmul-dynamic-7bit").fn
-    per_column = covers("matmul-dynamic-7bit-per-column").fn
+    per_tensor = covers("matmul-dynamic-8bit").fn
+    per_column = covers("matmul-dynamic-8bit-per-column").fn
     ratios = []
     for _ in range(200):
         k, n = rng.integers(1, 64, 2)
         x = rng.normal(0, 1, (4, k)) * rng.choice([0.01, 1, 100])
         w = rng.normal(0, 1, (k, n)) * rng.uniform(0.01, 2, n)  # columns of other sizes
         for bound, scale in (
-            (per_tensor, np.abs(w).max() / 63),
-            (per_column, np.abs(w).max(axis=0) / 63),
+            (per_tensor, registry.pair_steps(w)),
+            (per_column, registry.pair_steps(w, per_column=True)),
         ):
             err, b = _dynamic_int8_error(x, w, scale), bound(x, w)
             assert np.all(err <= b), (k, n)
@@ -528,28 +528,47 @@ def test_matmul_dynamic_bounds_hold_and_are_not_loose():
     assert max(ratios) > 0.2  # the bound is attained within a small factor somewhere
 
 
+def test_pair_steps_keep_every_neighbouring_pair_within_int16_and_use_the_range():
+    # |q_k| + |q_k+1| <= 128 for all k, so 255 * (|q_k| + |q_k+1|) fits an int16 pair sum,
+    # and the step is tight: the largest pair lands at 126-128 levels (rounding either way)
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        k, n = rng.integers(1, 40, 2)
+        w = rng.normal(0, 1, (k, n)) * rng.choice([1e-3, 1, 1e3])
+        if rng.integers(0, 2):  # outliers next to each other
+            w[rng.integers(0, k)] *= 50
+        for per_column in (False, True):
+            step = registry.pair_steps(w, per_column=per_column)
+            q = np.clip(np.rint(w.astype(np.float32) / step), -127, 127).astype(np.int64)
+            pairs = np.abs(q) + np.abs(np.concatenate([q[1:], 0 * q[:1]]))
+            assert pairs.max() <= 128
+            top = pairs.max(axis=0) if per_column else pairs.max()
+            assert np.all(top >= 126), (k, n, per_column)
+    assert registry.pair_steps(np.zeros((3, 2)), per_column=True).tolist() == [1.0, 1.0]
+
+
 def test_gemm_dynamic_bound_adds_the_bias_rounding():
     rng = np.random.default_rng(1)
-    gemm, matmul = covers("gemm-dynamic-7bit").fn, registry.BOUNDS["matmul-dynamic-7bit"].fn
+    gemm, matmul = covers("gemm-dynamic-8bit").fn, registry.BOUNDS["matmul-dynamic-8bit"].fn
     x, w = rng.normal(0, 1, (4, 16)), rng.normal(0, 0.1, (16, 8))
     c = rng.normal(0, 1e4, 8)  # a bias far larger than the product: its rounding dominates
-    err = _dynamic_int8_error(x, w, np.abs(w).max() / 63)
+    err = _dynamic_int8_error(x, w, registry.pair_steps(w))
     b = gemm(x, w, c)
     assert np.all(err <= b) and np.all(b >= matmul(x, w) + 2.0**-22 * np.abs(c))
 
 
 def test_gemm_dynamic_per_column_bound_adds_the_bias_rounding_per_column():
     rng = np.random.default_rng(2)
-    gemm = covers("gemm-dynamic-7bit-per-column").fn
-    per_column = registry.BOUNDS["matmul-dynamic-7bit-per-column"].fn
+    gemm = covers("gemm-dynamic-8bit-per-column").fn
+    per_column = registry.BOUNDS["matmul-dynamic-8bit-per-column"].fn
     x = rng.normal(0, 1, (4, 16))
     w = rng.normal(0, 0.1, (16, 8)) * rng.uniform(0.01, 1, 8)  # columns of unlike scales
     c = rng.normal(0, 1e4, 8)
-    err = _dynamic_int8_error(x, w, np.abs(w).max(axis=0) / 63)
+    err = _dynamic_int8_error(x, w, registry.pair_steps(w, per_column=True))
     b = gemm(x, w, c)
     assert np.all(err <= b) and np.all(b >= per_column(x, w) + 2.0**-22 * np.abs(c))
     # tighter than one scale per tensor where a column's weights are small
-    assert np.all(b <= covers("gemm-dynamic-7bit").fn(x, w, c) + 1e-12)
+    assert np.all(b <= covers("gemm-dynamic-8bit").fn(x, w, c) + 1e-12)
 
 
 def test_whole_blocks_and_dim():
@@ -624,14 +643,14 @@ def test_accumulates_in_int32_transposed_and_its_bound():
     f = covers("accumulates-in-int32-transposed").fn
     assert f(t(3072, 768)) and f(t(8, 66311)) and not f(t(8, 66312)) and not f(t(8, 0))
     assert not f(t(8, "k")) and not f(t(2, 3, 4))
-    bound = covers("gemm-dynamic-7bit-transposed").fn
+    bound = covers("gemm-dynamic-8bit-transposed").fn
     rng = np.random.default_rng(4)
     x, w, c = rng.normal(0, 1, (4, 16)), rng.normal(0, 0.1, (8, 16)), rng.normal(0, 1, 8)
     np.testing.assert_array_equal(
-        bound(x, w, c), registry.BOUNDS["gemm-dynamic-7bit"].fn(x, w.T, c)
+        bound(x, w, c), registry.BOUNDS["gemm-dynamic-8bit"].fn(x, w.T, c)
     )
-    per_column = covers("gemm-dynamic-7bit-transposed-per-column").fn
-    want = registry.BOUNDS["gemm-dynamic-7bit-per-column"].fn(x, w.T, c)
+    per_column = covers("gemm-dynamic-8bit-transposed-per-column").fn
+    want = registry.BOUNDS["gemm-dynamic-8bit-per-column"].fn(x, w.T, c)
     np.testing.assert_array_equal(per_column(x, w, c), want)
 
 

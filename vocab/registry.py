@@ -769,9 +769,11 @@ def _with_dim(shape: tuple, axis: int, d: int) -> tuple:
 # A weight quantized symmetrically by round-to-nearest to 2L + 1 levels has s_w = max|w| / L and
 # |w - s_w * q(w)| <= s_w / 2; a dynamically quantized activation is within one step s_x of x
 # (half a step of rounding, and half a step where the rounded zero point saturates at 255).
-# The weights use L = 63 (7 bits in an int8): onnxruntime's uint8-by-int8 kernels on x86 CPUs
-# without VNNI add pairs of products in int16, which saturates at 2 * 255 * 127 > 32767 (its
-# quantizer's `reduce_range`); `verify` caught full-range int8 weights off by 22.2 there.
+# onnxruntime's uint8-by-int8 kernels on x86 CPUs without VNNI add each pair of neighbouring
+# products along K in int16, which saturates at 2 * 255 * 127 > 32767 (its quantizer's remedy is
+# `reduce_range`, 7-bit weights); `verify` caught full-range int8 weights off by 22.2 there. The
+# dynamic rules use the full int8 range with a step for pairs, s_w = max_k (|w_k| + |w_k+1|) /
+# 127 (`pair_steps`), so every |q_k| + |q_k+1| <= 128; the static rules use L = 63 (7 bits).
 
 INT32_MAX = 2**31 - 1
 U8_TIMES_S8 = 255 * 127  # the largest |(x_q - zp_x) * w_q| of a uint8 by int8 product term
@@ -812,14 +814,28 @@ def _matmul_int8_bound(x: np.ndarray, w: np.ndarray, w_step: np.ndarray) -> np.n
     return rounding + activation + float32
 
 
-WEIGHT_LEVELS = 63  # L: int8 weights in [-63, 63] (see above)
+WEIGHT_LEVELS = 63  # L: the static rules' int8 weights in [-63, 63] (see above)
+PAIR_LEVELS = 127  # the dynamic rules' bound on |q_k| + |q_k+1| before rounding (see above)
 
 
-@bound("matmul-dynamic-7bit", TERM, TERM)
-def matmul_dynamic_7bit(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def pair_steps(w: np.ndarray, per_column: bool = False) -> np.ndarray:
+    """The dynamic rules' weight step for a [K, N] weight: max over k of |w_k| + |w_k+1| (w_K =
+    0; neighbours along K, the pairs an int16 kernel adds) / 127, over the whole weight (a
+    scalar) or per output column ([N]; a column of zeros gets the step 1, as the rule's scale).
+    In float32, as the rule computes it. Shapes: w [K, N], K >= 1."""
+    a = np.abs(w.astype(np.float32))
+    pairs = a + np.concatenate([a[1:], np.zeros_like(a[:1])], axis=0)
+    if not per_column:
+        return np.float32(pairs.max(initial=0.0)) / np.float32(PAIR_LEVELS)
+    m = pairs.max(axis=0, initial=0.0)
+    return np.where(m == 0, np.float32(1.0), m / np.float32(PAIR_LEVELS)).astype(np.float32)
+
+
+@bound("matmul-dynamic-8bit", TERM, TERM)
+def matmul_dynamic_8bit(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The error of MatMul(x, w) computed as dynamically quantized uint8 x by int8 w in
-    [-63, 63] with one scale max|w| / 63 (see `_matmul_int8_bound`)."""
-    return _matmul_int8_bound(x, w, np.abs(w.astype(np.float64)).max(initial=0.0) / WEIGHT_LEVELS)
+    [-127, 127] with one step for pairs, `pair_steps(w)` (see `_matmul_int8_bound`)."""
+    return _matmul_int8_bound(x, w, pair_steps(w).astype(np.float64))
 
 
 def _gemm_int8_bound(x: np.ndarray, w: np.ndarray, c: np.ndarray, w_step) -> np.ndarray:
@@ -831,40 +847,37 @@ def _gemm_int8_bound(x: np.ndarray, w: np.ndarray, c: np.ndarray, w_step) -> np.
     return err + 2.0**-22 * (np.abs(c.astype(np.float64)) + big)
 
 
-@bound("gemm-dynamic-7bit", TERM, TERM, TERM)
-def gemm_dynamic_7bit(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """The error of Gemm(x, w, c) = x @ w + c with x @ w quantized as in `matmul-dynamic-7bit`
+@bound("gemm-dynamic-8bit", TERM, TERM, TERM)
+def gemm_dynamic_8bit(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The error of Gemm(x, w, c) = x @ w + c with x @ w quantized as in `matmul-dynamic-8bit`
     (see `_gemm_int8_bound`)."""
-    return _gemm_int8_bound(x, w, c, np.abs(w.astype(np.float64)).max(initial=0.0) / WEIGHT_LEVELS)
+    return _gemm_int8_bound(x, w, c, pair_steps(w).astype(np.float64))
 
 
-@bound("gemm-dynamic-7bit-transposed", TERM, TERM, TERM)
-def gemm_dynamic_7bit_transposed(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """`gemm-dynamic-7bit` for Gemm(x, w, c) with transB = 1: x @ w^T + c, w stored [N, K]."""
-    return gemm_dynamic_7bit(x, np.swapaxes(w, 0, 1), c)
+@bound("gemm-dynamic-8bit-transposed", TERM, TERM, TERM)
+def gemm_dynamic_8bit_transposed(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """`gemm-dynamic-8bit` for Gemm(x, w, c) with transB = 1: x @ w^T + c, w stored [N, K]."""
+    return gemm_dynamic_8bit(x, np.swapaxes(w, 0, 1), c)
 
 
-@bound("gemm-dynamic-7bit-per-column", TERM, TERM, TERM)
-def gemm_dynamic_7bit_per_column(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """The same with one weight scale per output column, max_k |w_kj| / 63."""
-    w_step = np.abs(w.astype(np.float64)).max(axis=0, initial=0.0) / WEIGHT_LEVELS
-    return _gemm_int8_bound(x, w, c, w_step)
+@bound("gemm-dynamic-8bit-per-column", TERM, TERM, TERM)
+def gemm_dynamic_8bit_per_column(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The same with one weight step per output column, `pair_steps(w, per_column=True)`."""
+    return _gemm_int8_bound(x, w, c, pair_steps(w, per_column=True).astype(np.float64))
 
 
-@bound("gemm-dynamic-7bit-transposed-per-column", TERM, TERM, TERM)
-def gemm_dynamic_7bit_transposed_per_column(
+@bound("gemm-dynamic-8bit-transposed-per-column", TERM, TERM, TERM)
+def gemm_dynamic_8bit_transposed_per_column(
     x: np.ndarray, w: np.ndarray, c: np.ndarray
 ) -> np.ndarray:
-    """`gemm-dynamic-7bit-per-column` for Gemm with transB = 1 (w stored [N, K])."""
-    return gemm_dynamic_7bit_per_column(x, np.swapaxes(w, 0, 1), c)
+    """`gemm-dynamic-8bit-per-column` for Gemm with transB = 1 (w stored [N, K])."""
+    return gemm_dynamic_8bit_per_column(x, np.swapaxes(w, 0, 1), c)
 
 
-@bound("matmul-dynamic-7bit-per-column", TERM, TERM)
-def matmul_dynamic_7bit_per_column(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The same with one weight scale per output column, max_k |w_kj| / 63."""
-    return _matmul_int8_bound(
-        x, w, np.abs(w.astype(np.float64)).max(axis=0, initial=0.0) / WEIGHT_LEVELS
-    )
+@bound("matmul-dynamic-8bit-per-column", TERM, TERM)
+def matmul_dynamic_8bit_per_column(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The same with one weight step per output column, `pair_steps(w, per_column=True)`."""
+    return _matmul_int8_bound(x, w, pair_steps(w, per_column=True).astype(np.float64))
 
 
 @bound("gather-8bit-per-row", TERM, TERM)
