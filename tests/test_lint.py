@@ -147,6 +147,16 @@ def test_pair_compared_at_the_looser_rules_tolerance(hypothesis_profile):
     assert v.status == "agree" and v.examples >= 1, v.detail
 
 
+def test_two_quant_rules_over_one_term_are_approximations_not_compared():
+    """The 4-bit and 8-bit weight-only rules match the same MatMul and differ by design (each
+    within its bound, which verify checks): the pair is counted `approximate`, with no
+    finding. Comparing them once found a 14.3 difference, under a saved Hypothesis example."""
+    path = shipped_rules_dir() / "quant" / "weight_only.rules"
+    r = lint([path], examples=2, numeric=True)
+    assert r.pairs["approximate"] >= 1 and "critical-pair" not in {f.kind for f in r.open}
+    assert "between two quant rules" in r.summary()
+
+
 def test_all_zero_outputs():
     import numpy as np
 

@@ -80,7 +80,8 @@ class LintReport:
     """The lint of some rule files: findings (acknowledged ones included), counts and
     wall-clock seconds per stage. `pairs`: critical-pair counts (`overlaps` found, `trivial`
     with syntactically equal results, `checked` numerically, `agree`, `differ`, `unsat`,
-    `degenerate`, `unsupported`, `unchecked` over the budget)."""
+    `degenerate`, `unsupported`, `unchecked` over the budget, `approximate` between two
+    `quant` rules, each verified against its own bound instead)."""
 
     files: int
     rules: int
@@ -110,6 +111,7 @@ class LintReport:
             f"all-zero witnesses only, {p['unsupported']} "
             f"unsupported, {p['timeout']} out of time), {p['infeasible']} infeasible (guards "
             f"that contradict, or ask for an operator output's value or an absent input), "
+            f"{p['approximate']} between two quant rules (each verified against its bound), "
             f"{p['unchecked']} over the budget; {sum(self.seconds.values()):.1f} s"
         )
 
