@@ -72,13 +72,27 @@ def test_quantize_dynamic_writes_integer_matmuls_that_onnxruntime_runs(per_chann
     assert np.abs(got - want).max() / np.abs(want).max() < 0.05
 
 
-def _integer_matmul(wq: np.ndarray, dynamic: bool) -> ort.InferenceSession:
-    """MatMulInteger(x, wq) with wq an int8 initializer: of uint8 x, or (`dynamic`) of float
-    x quantized at run time, cast and rescaled by 1 (onnxruntime fuses that form into
-    DynamicQuantizeMatMul, a kernel of its own)."""
+def _integer_matmul(wq: np.ndarray, kind: str, sy: float = 1.0) -> ort.InferenceSession:
+    """MatMulInteger(x, wq) with wq an int8 initializer: of uint8 x ("plain"), of float x
+    quantized at run time, cast and rescaled by 1 ("fused": onnxruntime fuses that form into
+    DynamicQuantizeMatMul, a kernel of its own), or QLinearMatMul of uint8 x by wq, scales 1
+    in, `sy` out, zero point 128 out ("qlinear")."""
     k, n = wq.shape
     init = [numpy_helper.from_array(wq, "w"), numpy_helper.from_array(np.float32(1), "one")]
-    if dynamic:
+    if kind == "qlinear":
+        init += [
+            numpy_helper.from_array(np.uint8(0), "zx"),
+            numpy_helper.from_array(np.int8(0), "zw"),
+            numpy_helper.from_array(np.float32(sy), "sy"),
+            numpy_helper.from_array(np.uint8(128), "zy"),
+        ]
+        nodes = [
+            helper.make_node(
+                "QLinearMatMul", ["x", "one", "zx", "w", "one", "zw", "sy", "zy"], ["y"]
+            )
+        ]
+        x_type, y_type = TensorProto.UINT8, TensorProto.UINT8
+    elif kind == "fused":
         nodes = [
             helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "sx", "zx"]),
             helper.make_node("MatMulInteger", ["xq", "w", "zx"], ["p"]),
@@ -102,8 +116,8 @@ def _integer_matmul(wq: np.ndarray, dynamic: bool) -> ort.InferenceSession:
 
 
 @pytest.mark.parametrize("k", [2, 3, 34, 767, 768, 3074])
-@pytest.mark.parametrize("dynamic", [False, True], ids=["MatMulInteger", "fused"])
-def test_onnxruntime_sums_weights_quantized_for_pairs_exactly_at_the_limit(k, dynamic):
+@pytest.mark.parametrize("kind", ["plain", "fused", "qlinear"])
+def test_onnxruntime_sums_weights_quantized_for_pairs_exactly_at_the_limit(k, kind):
     # The dynamic rules' step (pair_steps) keeps |q_k| + |q_k+1| <= 128, so the int16 pair
     # sums of onnxruntime's uint8-by-int8 kernels (x86 without VNNI) cannot saturate, at any
     # alignment of the pairs. Weights at that limit (neighbouring outliers, alternating
@@ -114,13 +128,17 @@ def test_onnxruntime_sums_weights_quantized_for_pairs_exactly_at_the_limit(k, dy
     w[1::7] *= -40
     q = np.clip(np.rint(w / pair_steps(w, per_column=True)), -127, 127).astype(np.int8)
     assert (np.abs(q[:-1].astype(int)) + np.abs(q[1:].astype(int))).max(initial=128) >= 126
-    want = 255 * q.astype(np.int64).sum(axis=0)
-    if dynamic:  # x in [0, 1]: DynamicQuantizeLinear gives zero point 0, and 255 for x = 1
-        got = _integer_matmul(q, True).run(None, {"x": np.ones((5, k), np.float32)})[0]
-        np.testing.assert_allclose(got * 255, np.broadcast_to(want, (5, 24)), rtol=1e-6)
+    want = np.broadcast_to(255 * q.astype(np.int64).sum(axis=0), (5, 24))
+    if kind == "fused":  # x in [0, 1]: DynamicQuantizeLinear gives zero point 0, 255 for x = 1
+        got = _integer_matmul(q, kind).run(None, {"x": np.ones((5, k), np.float32)})[0]
+        np.testing.assert_allclose(got * 255, want, rtol=1e-6)
+    elif kind == "qlinear":  # the sums in 8 bits: within a level of the exact ones
+        sy = float(np.abs(want).max()) / 100
+        got = _integer_matmul(q, kind, sy).run(None, {"x": np.full((5, k), 255, np.uint8)})[0]
+        assert np.abs(got.astype(np.float64) - 128 - want / sy).max() <= 0.5 + 1e-3
     else:
-        got = _integer_matmul(q, False).run(None, {"x": np.full((5, k), 255, np.uint8)})[0]
-        np.testing.assert_array_equal(got, np.broadcast_to(want, (5, 24)))
+        got = _integer_matmul(q, kind).run(None, {"x": np.full((5, k), 255, np.uint8)})[0]
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
@@ -601,7 +619,7 @@ def test_static_mode_quantizes_gemms_with_a_bias(tmp_path, make, fired):
 
 def test_static_mode_runs_projections_in_uint8_with_qlinearmatmul(tmp_path):
     # calibrated ranges mark the activations; each MatMul by a constant weight becomes a
-    # QLinearMatMul (7-bit weights per output column), 8 bits in and out
+    # QLinearMatMul (int8 weights per output column, stepped for pairs), 8 bits in and out
     cal = tmp_path / "cal.npz"
     np.savez(cal, x=RNG.normal(0, 1, (8, 2, 32, 256)).astype(np.float32))
     model = projections()
@@ -611,7 +629,10 @@ def test_static_mode_runs_projections_in_uint8_with_qlinearmatmul(tmp_path):
     assert ops(q).count("QLinearMatMul") == 2 and "MatMul" not in ops(q)
     assert report.fired.get("quantize-matmul-static") == 2
     weights = [i for i in q.graph.initializer if i.data_type == TensorProto.INT8]
-    assert weights and all(np.abs(numpy_helper.to_array(w)).max() <= 63 for w in weights)
+    assert len([w for w in weights if len(w.dims) == 2]) == 2  # and two zero points
+    for w in (w for w in weights if len(w.dims) == 2):  # no two neighbours along K above 128
+        a = np.abs(numpy_helper.to_array(w).astype(np.int64))
+        assert 63 < a.max() <= 127 and (a[:-1] + a[1:]).max() <= 128
     x = RNG.normal(0, 1, (2, 32, 256)).astype(np.float32)
     feeds = {"x": x}
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]

@@ -886,7 +886,7 @@ def test_qlinear_global_average_pool_bound_is_a_level_and_rounding():
 
 
 def test_static_matmul_guard_and_bound_hold_on_a_quantized_projection():
-    ok, f = covers("static-matmul-requantizes").fn, covers("matmul-static-7bit").fn
+    ok, f = covers("static-matmul-requantizes").fn, covers("matmul-static-8bit").fn
     rng = np.random.default_rng(14)
     w = rng.normal(0, 0.05, (64, 8)).astype(np.float32)
     sx, zx, sy = np.float32(0.02), np.uint8(120), np.float32(0.05)  # zp_y 128
@@ -895,8 +895,8 @@ def test_static_matmul_guard_and_bound_hold_on_a_quantized_projection():
     assert not ok(_q(sx, np.float32), t(64, 8), _q(sy, np.float32))  # not a constant
     xq = rng.integers(0, 256, (4, 64)).astype(np.uint8)
     x = (xq.astype(np.float64) - 120) * float(sx)
-    sw = np.abs(w).max(axis=0) / np.float32(63)
-    wq = np.clip(np.rint(w / sw), -63, 63) * sw
+    sw = registry.pair_steps(w, per_column=True)
+    wq = np.clip(np.rint(w / sw), -127, 127) * sw
     lhs = np.clip(np.rint(x.astype(np.float32) @ w / sy) + 128, 0, 255)
     rhs = np.clip(np.rint(x @ wq.astype(np.float64) / float(sy)) + 128, 0, 255)
     b = f(xq, np.array(sx), np.array(zx), w, np.array(sy))
@@ -905,15 +905,15 @@ def test_static_matmul_guard_and_bound_hold_on_a_quantized_projection():
 
 
 def test_static_gemm_bound_holds_on_a_quantized_linear_layer():
-    f, ft = covers("gemm-static-7bit").fn, covers("gemm-static-7bit-transposed").fn
+    f, ft = covers("gemm-static-8bit").fn, covers("gemm-static-8bit-transposed").fn
     rng = np.random.default_rng(15)
     w = rng.normal(0, 0.05, (64, 8)).astype(np.float32)
     bias = rng.normal(0, 0.5, 8).astype(np.float32)
     sx, zx = np.float32(0.02), np.uint8(120)
     xq = rng.integers(0, 256, (4, 64)).astype(np.uint8)
     x = ((xq.astype(np.float32) - 120) * sx).astype(np.float32)
-    sw = np.abs(w).max(axis=0) / np.float32(63)
-    wq = np.clip(np.rint(w / sw), -63, 63).astype(np.int32)
+    sw = registry.pair_steps(w, per_column=True)
+    wq = np.clip(np.rint(w / sw), -127, 127).astype(np.int32)
     lhs = x @ w + bias
     ints = (xq.astype(np.int32) - 120) @ wq
     rhs = ints.astype(np.float32) * (sx * sw) + bias

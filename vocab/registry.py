@@ -1066,7 +1066,6 @@ def quantize_saturates(s: ClassInfo, z: ClassInfo, lo: ClassInfo, hi: ClassInfo)
     return low <= info.min + 0.5 - 1e-3 and high >= info.max - 0.5 + 1e-3
 
 
-U8_TIMES_S7 = 255 * 63  # the largest |(x_q - zp_x) * w_q| with 7-bit weights
 BIAS_UNITS = 2**24  # the largest |bias| in units of s_x * s_w (exact in float32 before the cast)
 
 
@@ -1121,22 +1120,21 @@ def requantizes_in_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
 
 
 def _column_scales(w: np.ndarray) -> np.ndarray:
-    """One scale per output column of a [K, N] weight, max_k |w[k, n]| / 63 in float32 as
-    the rule computes it (1 for a column of zeros)."""
-    m = np.abs(w.astype(np.float32)).max(axis=0, initial=0.0)
-    return np.where(m == 0, np.float32(1.0), m / np.float32(WEIGHT_LEVELS)).astype(np.float32)
+    """One scale per output column of a [K, N] weight as the static MatMul and Gemm rules
+    compute it: the int16 pairs' step, `pair_steps(w, per_column=True)`."""
+    return pair_steps(w, per_column=True)
 
 
 @guard("static-matmul-requantizes", TERM, TERM, TERM)
 def static_matmul_requantizes(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
     """True if QLinearMatMul's rescale of its int32 sums, s_x * s_w[n] / s_y (s_w the column
-    scales of the constant [K, N] weight `w`), keeps the largest sum (K * 255 * 63) within
+    scales of the constant [K, N] weight `w`), keeps the largest sum (K * 255 * 127) within
     2^30 (see `requantizes-in-range`, the QLinearConv form)."""
     if not (positive_scale(sx) and positive_scale(sy)) or w.value is None or w.value.ndim != 2:
         return False
     k = w.value.shape[0]
     ratio = float(sx.value.reshape(())) * float(_column_scales(w.value).max(initial=0.0))
-    return k * U8_TIMES_S7 * ratio / float(sy.value.reshape(())) <= 2.0**30
+    return k * U8_TIMES_S8 * ratio / float(sy.value.reshape(())) <= 2.0**30
 
 
 @bound("fake-quantize", TERM, TERM, TERM)
@@ -1172,8 +1170,8 @@ def conv_static_7bit(
     return (1 + real / sy_).reshape((w.shape[0],) + (1,) * (w.ndim - 2))
 
 
-@bound("matmul-static-7bit", TERM, TERM, TERM, TERM, TERM)
-def matmul_static_7bit(
+@bound("matmul-static-8bit", TERM, TERM, TERM, TERM, TERM)
+def matmul_static_8bit(
     xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, sy: np.ndarray
 ) -> np.ndarray:
     """|Q(MatMul(DQ(xq), w), s_y, zp_y) - QLinearMatMul(...)| in output levels, per element:
@@ -1188,8 +1186,8 @@ def matmul_static_7bit(
     return 1 + (rounding + sums) / abs(float(np.asarray(sy).reshape(())))
 
 
-@bound("gemm-static-7bit", TERM, TERM, TERM, TERM, TERM)
-def gemm_static_7bit(
+@bound("gemm-static-8bit", TERM, TERM, TERM, TERM, TERM)
+def gemm_static_8bit(
     xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, c: np.ndarray
 ) -> np.ndarray:
     """|Gemm(DQ(xq), w, c) - (MatMulInteger(xq, q(w), zx) s_x s_w + c)| per output element
@@ -1205,12 +1203,12 @@ def gemm_static_7bit(
     return rounding + sums + 2.0**-22 * (np.abs(c.astype(np.float64)) + x @ (aw + sw))
 
 
-@bound("gemm-static-7bit-transposed", TERM, TERM, TERM, TERM, TERM)
-def gemm_static_7bit_transposed(
+@bound("gemm-static-8bit-transposed", TERM, TERM, TERM, TERM, TERM)
+def gemm_static_8bit_transposed(
     xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, c: np.ndarray
 ) -> np.ndarray:
-    """`gemm-static-7bit` for Gemm with transB = 1 (w stored [N, K])."""
-    return gemm_static_7bit(xq, sx, zx, np.swapaxes(w, 0, 1), c)
+    """`gemm-static-8bit` for Gemm with transB = 1 (w stored [N, K])."""
+    return gemm_static_8bit(xq, sx, zx, np.swapaxes(w, 0, 1), c)
 
 
 @bound("one-level", TERM, TERM)
