@@ -547,6 +547,23 @@ def test_pair_steps_keep_every_neighbouring_pair_within_int16_and_use_the_range(
     assert registry.pair_steps(np.zeros((3, 2)), per_column=True).tolist() == [1.0, 1.0]
 
 
+def test_pair_step_builders_give_the_rules_scales_as_attributes():
+    one, per_column = covers("pair-step").fn, covers("pair-steps").fn
+    # columns [1, 3, -1] (pairs 4, 4, 1), [-2, 0.5, 4] (2.5, 4.5, 4) and zeros
+    w = np.array([[1.0, -2.0, 0.0], [3.0, 0.5, 0.0], [-1.0, 4.0, 0.0]], np.float32)
+    l127 = np.float32(127)
+    assert one(c(w), 0) == one(c(w.T.copy()), 1) == float(np.float32(4.5) / l127)
+    assert one(c(w), 1) == float(np.float32(5.0) / l127)  # rows [-1, 4, 0]: 1 + 4
+    want = [float(np.float32(4) / l127), float(np.float32(4.5) / l127), 1.0]
+    assert per_column(c(w), 0) == tuple(want)
+    assert per_column(c(w.T.copy()), 1) == tuple(want)  # [N, K]: K on axis 1
+    assert one(c(np.zeros((2, 2), np.float32)), 0) is None  # no scale quantizes nothing
+    assert one(t(3, 3), 0) is None and per_column(t(3, 3), 0) is None  # not constants
+    assert one(c(np.ones((2, 2, 2), np.float32)), 0) is None and per_column(c(w), 2) is None
+    assert one(c(np.array([[np.inf, 1.0]], np.float32)), 0) is None
+    assert per_column(c(np.zeros((0, 3), np.float32)), 0) is None  # K = 0: no products
+
+
 def test_gemm_dynamic_bound_adds_the_bias_rounding():
     rng = np.random.default_rng(1)
     gemm, matmul = covers("gemm-dynamic-8bit").fn, registry.BOUNDS["matmul-dynamic-8bit"].fn

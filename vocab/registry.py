@@ -831,6 +831,36 @@ def pair_steps(w: np.ndarray, per_column: bool = False) -> np.ndarray:
     return np.where(m == 0, np.float32(1.0), m / np.float32(PAIR_LEVELS)).astype(np.float32)
 
 
+def _finite_positive(steps: np.ndarray) -> bool:
+    return bool(np.all(np.isfinite(steps)) and np.all(steps > 0))
+
+
+@builder("pair-step", TERM, ATTR)
+def pair_step(w: ClassInfo, axis: int) -> float | None:
+    """The weight step of the dynamic rules, one for the whole tensor (`pair_steps`), of a
+    constant rank-2 float weight whose K (the pairs' axis) is `axis`: 0 for [K, N], 1 for
+    [N, K] (Gemm's transB = 1). A float32 attribute value; None when `w` is not such a
+    constant, is all zeros, or is not finite."""
+    v = w.value
+    if v is None or v.ndim != 2 or axis not in (0, 1) or v.size == 0:
+        return None
+    step = pair_steps(v if axis == 0 else v.T)
+    return float(step) if _finite_positive(step) else None
+
+
+@builder("pair-steps", TERM, ATTR)
+def pair_steps_per_column(w: ClassInfo, axis: int) -> tuple[float, ...] | None:
+    """One step per output column (`pair_steps(..., per_column=True)`) of a constant rank-2
+    float weight whose K (the pairs' axis) is `axis`: 0 for [K, N], 1 for [N, K] (Gemm's
+    transB = 1). A float32 list of N, for QuantizeLinear's per-axis scale; None when `w` is
+    not such a constant, or a step is not finite."""
+    v = w.value
+    if v is None or v.ndim != 2 or axis not in (0, 1) or v.shape[axis] == 0 or v.size == 0:
+        return None
+    steps = pair_steps(v if axis == 0 else v.T, per_column=True)
+    return tuple(float(x) for x in steps) if _finite_positive(steps) else None
+
+
 @bound("matmul-dynamic-8bit", TERM, TERM)
 def matmul_dynamic_8bit(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The error of MatMul(x, w) computed as dynamically quantized uint8 x by int8 w in
