@@ -865,8 +865,8 @@ def encode_attr(kind: str, value: Any) -> str:
         return str(value)
     if kind == "ints":
         return "[" + ",".join(str(int(v)) for v in value) + "]"
-    if kind == "floats":
-        return "[" + ",".join(_f32repr(v) for v in value) + "]"
+    if kind == "floats":  # each as `_f32repr`, vectorized: a list can hold a scale per channel
+        return "[" + ",".join(map(repr, np.asarray(value, np.float32).astype(float).tolist())) + "]"
     if kind == "strings":
         return json.dumps(list(value))
     if kind == "tensor":
@@ -891,7 +891,7 @@ def decode_attr(kind: str, text: str) -> Any:
         dtype, shape, values = json.loads(text)
         return TensorValue(dtype, tuple(shape), tuple(values))
     items = [t for t in text[1:-1].split(",") if t]
-    return tuple(int(t) for t in items) if kind == "ints" else tuple(float(t) for t in items)
+    return tuple(map(int, items)) if kind == "ints" else tuple(map(float, items))
 
 
 def _f32repr(v: float) -> str:

@@ -17,6 +17,7 @@ then skipped.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -835,6 +836,22 @@ def _finite_positive(steps: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(steps)) and np.all(steps > 0))
 
 
+_STEPS: dict[tuple, tuple] = {}  # (id(weight), axis, per_column) -> (weakref to it, steps)
+
+
+def _weight_steps(v: np.ndarray, axis: int, per_column: bool) -> np.ndarray:
+    """`pair_steps` of the constant `v` with K on `axis`, remembered while `v` lives: the
+    engine asks a rule's builders again on every match of every saturation iteration (a
+    BERT-base run asked 798 times for its 72 weights)."""
+    key = (id(v), axis, per_column)
+    hit = _STEPS.get(key)
+    if hit is not None and hit[0]() is v:
+        return hit[1]
+    steps = pair_steps(v if axis == 0 else v.T, per_column=per_column)
+    _STEPS[key] = (weakref.ref(v, lambda _, k=key: _STEPS.pop(k, None)), steps)
+    return steps
+
+
 @builder("pair-step", TERM, ATTR)
 def pair_step(w: ClassInfo, axis: int) -> float | None:
     """The weight step of the dynamic rules, one for the whole tensor (`pair_steps`), of a
@@ -844,7 +861,7 @@ def pair_step(w: ClassInfo, axis: int) -> float | None:
     v = w.value
     if v is None or v.ndim != 2 or axis not in (0, 1) or v.size == 0:
         return None
-    step = pair_steps(v if axis == 0 else v.T)
+    step = _weight_steps(v, axis, per_column=False)
     return float(step) if _finite_positive(step) else None
 
 
@@ -857,8 +874,8 @@ def pair_steps_per_column(w: ClassInfo, axis: int) -> tuple[float, ...] | None:
     v = w.value
     if v is None or v.ndim != 2 or axis not in (0, 1) or v.shape[axis] == 0 or v.size == 0:
         return None
-    steps = pair_steps(v if axis == 0 else v.T, per_column=True)
-    return tuple(float(x) for x in steps) if _finite_positive(steps) else None
+    steps = _weight_steps(v, axis, per_column=True)
+    return tuple(steps.astype(float).tolist()) if _finite_positive(steps) else None
 
 
 @bound("matmul-dynamic-8bit", TERM, TERM)
