@@ -773,8 +773,9 @@ def _with_dim(shape: tuple, axis: int, d: int) -> tuple:
 # onnxruntime's uint8-by-int8 kernels on x86 CPUs without VNNI add each pair of neighbouring
 # products along K in int16, which saturates at 2 * 255 * 127 > 32767 (its quantizer's remedy is
 # `reduce_range`, 7-bit weights); `verify` caught full-range int8 weights off by 22.2 there. The
-# dynamic rules use the full int8 range with a step for pairs, s_w = max_k (|w_k| + |w_k+1|) /
-# 127 (`pair_steps`), so every |q_k| + |q_k+1| <= 128; the static rules use L = 63 (7 bits).
+# dynamic rules and the static MatMul/Gemm rules use the full int8 range with a step for pairs,
+# s_w = max_k (|w_k| + |w_k+1|) / 127 (`pair_steps`), so every |q_k| + |q_k+1| <= 128; the
+# static Conv rules use L = 63 (7 bits).
 
 INT32_MAX = 2**31 - 1
 U8_TIMES_S8 = 255 * 127  # the largest |(x_q - zp_x) * w_q| of a uint8 by int8 product term
@@ -815,15 +816,16 @@ def _matmul_int8_bound(x: np.ndarray, w: np.ndarray, w_step: np.ndarray) -> np.n
     return rounding + activation + float32
 
 
-WEIGHT_LEVELS = 63  # L: the static rules' int8 weights in [-63, 63] (see above)
-PAIR_LEVELS = 127  # the dynamic rules' bound on |q_k| + |q_k+1| before rounding (see above)
+WEIGHT_LEVELS = 63  # L: the static Conv rules' int8 weights in [-63, 63] (see above)
+PAIR_LEVELS = 127  # the pair-stepped rules' bound on |q_k| + |q_k+1| before rounding (see above)
 
 
 def pair_steps(w: np.ndarray, per_column: bool = False) -> np.ndarray:
-    """The dynamic rules' weight step for a [K, N] weight: max over k of |w_k| + |w_k+1| (w_K =
-    0; neighbours along K, the pairs an int16 kernel adds) / 127, over the whole weight (a
-    scalar) or per output column ([N]; a column of zeros gets the step 1, as the rule's scale).
-    In float32, as the rule computes it. Shapes: w [K, N], K >= 1."""
+    """The weight step of the dynamic rules and the static MatMul/Gemm rules for a [K, N]
+    weight: max over k of |w_k| + |w_k+1| (w_K = 0; neighbours along K, the pairs an int16
+    kernel adds) / 127, over the whole weight (a scalar) or per output column ([N]; a column
+    of zeros gets the step 1, as the rule's scale). In float32, as the rule computes it.
+    Shapes: w [K, N], K >= 1."""
     a = np.abs(w.astype(np.float32))
     pairs = a + np.concatenate([a[1:], np.zeros_like(a[:1])], axis=0)
     if not per_column:
@@ -854,7 +856,7 @@ def _weight_steps(v: np.ndarray, axis: int, per_column: bool) -> np.ndarray:
 
 @builder("pair-step", TERM, ATTR)
 def pair_step(w: ClassInfo, axis: int) -> float | None:
-    """The weight step of the dynamic rules, one for the whole tensor (`pair_steps`), of a
+    """The weight step of the pair-stepped rules, one for the whole tensor (`pair_steps`), of a
     constant rank-2 float weight whose K (the pairs' axis) is `axis`: 0 for [K, N], 1 for
     [N, K] (Gemm's transB = 1). A float32 attribute value; None when `w` is not such a
     constant, is all zeros, or is not finite."""
