@@ -1168,12 +1168,6 @@ def requantizes_in_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
     return (k * U8_TIMES_S8 + BIAS_UNITS) * ratio <= 2.0**30
 
 
-def _column_scales(w: np.ndarray) -> np.ndarray:
-    """One scale per output column of a [K, N] weight as the static MatMul and Gemm rules
-    compute it: the int16 pairs' step, `pair_steps(w, per_column=True)`."""
-    return pair_steps(w, per_column=True)
-
-
 @guard("static-matmul-requantizes", TERM, TERM, TERM)
 def static_matmul_requantizes(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
     """True if QLinearMatMul's rescale of its int32 sums, s_x * s_w[n] / s_y (s_w the column
@@ -1182,7 +1176,9 @@ def static_matmul_requantizes(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> boo
     if not (positive_scale(sx) and positive_scale(sy)) or w.value is None or w.value.ndim != 2:
         return False
     k = w.value.shape[0]
-    ratio = float(sx.value.reshape(())) * float(_column_scales(w.value).max(initial=0.0))
+    ratio = float(sx.value.reshape(())) * float(
+        pair_steps(w.value, per_column=True).max(initial=0.0)
+    )
     return k * U8_TIMES_S8 * ratio / float(sy.value.reshape(())) <= 2.0**30
 
 
@@ -1228,7 +1224,7 @@ def matmul_static_8bit(
     / 2 (x = DQ(xq), s_w the column scales), and the float32 rounding of both sums, ((K + 8)
     2^-23 + 2^-20) |x| @ (|w| + s_w / 2)."""
     x = _dequantized(xq, sx, zx)
-    sw = _column_scales(w).astype(np.float64)
+    sw = pair_steps(w, per_column=True).astype(np.float64)
     k = w.shape[0]
     rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
     sums = ((k + 8) * 2.0**-23 + 2.0**-20) * (x @ (np.abs(w.astype(np.float64)) + sw / 2))
@@ -1245,7 +1241,7 @@ def gemm_static_8bit(
     int32-to-float32 cast and rescale (`_sum_rounding`), and of adding c on each side (2^-22
     of |c| and of the products' magnitudes)."""
     x = _dequantized(xq, sx, zx)
-    sw = _column_scales(w).astype(np.float64)
+    sw = pair_steps(w, per_column=True).astype(np.float64)
     aw = np.abs(w.astype(np.float64))
     rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
     sums = _sum_rounding(w.shape[0], x @ (aw + sw / 2))
