@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import rewrite
 from frontends.onnx.api import OptionError
 from rewrite.cli import main
-from vocab.registry import BOUNDS, pair_steps
+from vocab.registry import BOUNDS, conv_pair_steps, pair_steps
 
 RNG = np.random.default_rng(0)
 # trained-like: weights of varied column scales, a nonzero bias
@@ -139,6 +139,72 @@ def test_onnxruntime_sums_weights_quantized_for_pairs_exactly_at_the_limit(k, ki
     else:
         got = _integer_matmul(q, kind).run(None, {"x": np.full((5, k), 255, np.uint8)})[0]
         np.testing.assert_array_equal(got, want)
+
+
+def _qlinear_conv_at_255(wq: np.ndarray, group: int, sy: float) -> np.ndarray:
+    """QLinearConv of an all-255 uint8 image (zero point 0, scale 1) by the int8 weight `wq`
+    [C_out, C_in / group, k, k] (zero point 0, scale 1), padded so that the centre output sees
+    the whole kernel; its centre pixel per output channel, in output levels above the zero
+    point 128 at output scale `sy`."""
+    c_out, c_group, k, _ = wq.shape
+    h = k + 2
+    init = [
+        numpy_helper.from_array(wq, "w"),
+        numpy_helper.from_array(np.float32(1), "one"),
+        numpy_helper.from_array(np.uint8(0), "zx"),
+        numpy_helper.from_array(np.int8(0), "zw"),
+        numpy_helper.from_array(np.float32(sy), "sy"),
+        numpy_helper.from_array(np.uint8(128), "zy"),
+    ]
+    conv = helper.make_node(
+        "QLinearConv",
+        ["x", "one", "zx", "w", "one", "zw", "sy", "zy"],
+        ["y"],
+        group=group,
+        pads=[k // 2] * 4,
+    )
+    shape = [1, c_group * group, h, h]
+    graph = helper.make_graph(
+        [conv],
+        "qlinear_conv",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        init,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    y = session.run(None, {"x": np.full(shape, 255, np.uint8)})[0]
+    return y[0, :, h // 2, h // 2].astype(np.float64) - 128
+
+
+@pytest.mark.parametrize(
+    "c_group, k, group",
+    [(3, 3, 1), (3, 7, 1), (16, 3, 1), (67, 3, 1), (64, 1, 1), (8, 3, 2), (1, 3, 32)],
+    ids=["rgb-3x3", "rgb-7x7", "16-3x3", "67-3x3", "64-1x1", "grouped", "depthwise"],
+)
+def test_onnxruntime_conv_sums_weights_quantized_for_pairs_exactly(c_group, k, group):
+    # The static Conv rule's steps (conv_pair_steps) keep |q_k| + |q_k+1| <= 128 along
+    # QLinearConv's K order: kernel positions and, fastest, input channels. Weights at that
+    # limit (same-sign outliers), activations at 255: the sums are exact to the output's
+    # rounding. Stepped along the weight's own layout (channels slowest) instead, the same
+    # weights saturate where the kernel takes the pairs as above (three input channels).
+    c_out = 24 if group == 1 else group
+    rng = np.random.default_rng(c_group * k + group)
+    w = np.abs(rng.normal(0, 1, (c_out, c_group, k, k))).astype(np.float32)
+    w[:, ::3] *= 40
+    w[:, 1::7] *= 40
+    w[:, :, 0] *= 1.5
+
+    def off_by(steps: np.ndarray) -> float:
+        q = np.clip(np.rint(w / steps[:, None, None, None]), -127, 127).astype(np.int8)
+        want = 255 * q.astype(np.int64).reshape(c_out, -1).sum(axis=1)
+        sy = float(np.abs(want).max()) / 100
+        return float(np.abs(_qlinear_conv_at_255(q, group, sy) - want / sy).max())
+
+    assert off_by(conv_pair_steps(w)) <= 0.5 + 1e-3
+    if c_group == 3:  # the layout's neighbours are not the kernel's: saturation shows
+        layout = pair_steps(w.reshape(c_out, -1).T, per_column=True)
+        assert off_by(layout) > 2
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])

@@ -564,6 +564,27 @@ def test_pair_step_builders_give_the_rules_scales_as_attributes():
     assert per_column(c(np.zeros((0, 3), np.float32)), 0) is None  # K = 0: no products
 
 
+def test_conv_pair_steps_take_the_pairs_in_qlinearconvs_k_order():
+    f = covers("conv-pair-steps").fn
+    # channel 0 of output 0: the weight [C_out=2, C_in=2, 1, 2] read as positions, then
+    # channels: (w[0,0,0,0], w[0,1,0,0], w[0,0,0,1], w[0,1,0,1]) = (1, 3, -4, 0.5): pairs
+    # 4, 7, 4.5; along the layout (1, -4, 3, 0.5) they would be 5, 7, 3.5 - the same max
+    # here, so output 1 has its large neighbours on the kernel axis only: (0, 2, 0, 2) in
+    # K order (pairs 2, 2, 2) but (0, 0, 2, 2) along the layout (pair 4)
+    w = np.zeros((2, 2, 1, 2), np.float32)
+    w[0, 0, 0] = [1.0, -4.0]
+    w[0, 1, 0] = [3.0, 0.5]
+    w[1, 1, 0] = [2.0, 2.0]
+    l127 = np.float32(127)
+    want = (float(np.float32(7) / l127), float(np.float32(2) / l127))
+    assert f(c(w)) == want
+    assert registry.conv_pair_steps(w).tolist() == list(want)
+    assert f(c(np.zeros((3, 2, 1, 1), np.float32))) == (1.0, 1.0, 1.0)  # zeros: step 1
+    assert f(t(2, 2, 3, 3)) is None  # not a constant
+    assert f(c(np.ones((2, 2), np.float32))) is None  # not a Conv weight
+    assert f(c(np.full((1, 1, 1, 1), np.inf, np.float32))) is None
+
+
 def test_gemm_dynamic_bound_adds_the_bias_rounding():
     rng = np.random.default_rng(1)
     gemm, matmul = covers("gemm-dynamic-8bit").fn, registry.BOUNDS["matmul-dynamic-8bit"].fn
@@ -710,9 +731,9 @@ def test_scale_ratio_and_requantization_range():
     assert ratio(s, _q(0.02, np.float32)) and ratio(s, _q(0.01 * 2.0**14, np.float32))
     assert not ratio(s, _q(0.01 * 2.0**15, np.float32)) and not ratio(s, _q(1e-15, np.float32))
     f = covers("requantizes-in-range").fn
-    w = c(np.full((4, 3, 3, 3), 0.63, np.float32))  # s_w = 0.01, K = 27
+    w = c(np.full((4, 3, 3, 3), 0.635, np.float32))  # s_w = (0.635 + 0.635) / 127, K = 27
     top = 27 * 255 * 127 + 2**24
-    assert f(_q(1.0, np.float32), w, _q(0.01 * top / 2.0**30, np.float32))
+    assert f(_q(1.0, np.float32), w, _q(0.01 * top / 2.0**30 * 1.0001, np.float32))
     assert not f(_q(1.0, np.float32), w, _q(0.01 * top / 2.0**31, np.float32))
     assert not f(_q(1.0, np.float32), c(np.ones((4, 3), np.float32)), _q(1.0, np.float32))
 
@@ -723,7 +744,7 @@ def test_conv_accumulates_in_int32_and_bias_fits_int24():
     assert f(t(64, 64, 3, 3)) and f(t(8, k, 1, 1)) and not f(t(8, k + 1, 1, 1))
     assert not f(t(8, 3)) and not f(t(8, "c", 3, 3)) and not f(t(8, 0, 3, 3))
     fits = covers("bias-fits-int24").fn
-    w = np.full((2, 1, 1, 1), 6.3, np.float32)  # s_w = 0.1
+    w = np.full((2, 1, 1, 1), 12.7, np.float32)  # s_w = 0.1 (K = 1: the pair is w and 0)
     sx = _q(0.5, np.float32)  # a unit of the bias: 0.05
     assert fits(c(np.array([0.05 * 2**24, -1.0], np.float32)), sx, c(w))
     assert not fits(c(np.array([0.05 * 2**24 * 1.01, 0.0], np.float32)), sx, c(w))
@@ -746,14 +767,14 @@ def test_fake_quantize_bound_holds_and_is_tight_inside_the_range():
 
 
 def test_conv_static_bound_holds_on_a_quantized_convolution():
-    f = covers("conv-static-7bit").fn
+    f = covers("conv-static-8bit").fn
     rng = np.random.default_rng(6)
     xq = rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)
     w = rng.normal(0, 0.2, (4, 3, 3, 3)).astype(np.float32)
     sx, zx, sy = np.float32(0.05), np.uint8(128), np.float32(0.1)  # zp_y 120
     x = (xq.astype(np.float32) - 128) * sx
-    sw = np.abs(w).reshape(4, -1).max(axis=1) / 63
-    wq = np.clip(np.rint(w / sw[:, None, None, None]), -63, 63)
+    sw = registry.conv_pair_steps(w)
+    wq = np.clip(np.rint(w / sw[:, None, None, None]), -127, 127)
     conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
     g = helper.make_graph(
         [conv],

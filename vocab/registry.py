@@ -773,9 +773,9 @@ def _with_dim(shape: tuple, axis: int, d: int) -> tuple:
 # onnxruntime's uint8-by-int8 kernels on x86 CPUs without VNNI add each pair of neighbouring
 # products along K in int16, which saturates at 2 * 255 * 127 > 32767 (its quantizer's remedy is
 # `reduce_range`, 7-bit weights); `verify` caught full-range int8 weights off by 22.2 there. The
-# dynamic rules and the static MatMul/Gemm rules use the full int8 range with a step for pairs,
-# s_w = max_k (|w_k| + |w_k+1|) / 127 (`pair_steps`), so every |q_k| + |q_k+1| <= 128; the
-# static Conv rules use L = 63 (7 bits).
+# quantization rules use the full int8 range with a step for pairs, s_w = max_k (|w_k| + |w_k+1|)
+# / 127 (`pair_steps`), so every |q_k| + |q_k+1| <= 128. For QLinearConv, K runs over kernel
+# positions and, fastest, input channels (onnxruntime's NHWC im2col; `conv_pair_steps`).
 
 INT32_MAX = 2**31 - 1
 U8_TIMES_S8 = 255 * 127  # the largest |(x_q - zp_x) * w_q| of a uint8 by int8 product term
@@ -816,7 +816,6 @@ def _matmul_int8_bound(x: np.ndarray, w: np.ndarray, w_step: np.ndarray) -> np.n
     return rounding + activation + float32
 
 
-WEIGHT_LEVELS = 63  # L: the static Conv rules' int8 weights in [-63, 63] (see above)
 PAIR_LEVELS = 127  # the pair-stepped rules' bound on |q_k| + |q_k+1| before rounding (see above)
 
 
@@ -838,18 +837,34 @@ def _finite_positive(steps: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(steps)) and np.all(steps > 0))
 
 
-_STEPS: dict[tuple, tuple] = {}  # (id(weight), axis, per_column) -> (weakref to it, steps)
+def conv_pair_steps(w: np.ndarray) -> np.ndarray:
+    """The static Conv rule's weight steps, one per output channel, for a weight [C_out,
+    C_in / group, k...]: `pair_steps` per column of its products in QLinearConv's K order,
+    kernel positions and, fastest, input channels (onnxruntime's NHWC im2col: with C_in = 3
+    and a 3x3 kernel it adds channel 2 of one position to channel 0 of the next in int16;
+    `tests/test_quantize.py` pins this down). Neighbours across kernel positions are
+    included, so either alignment of the pairs is covered. Shape [C_out], float32."""
+    rows = np.moveaxis(w, 1, -1).reshape(w.shape[0], -1)
+    return pair_steps(rows.T, per_column=True)
 
 
-def _weight_steps(v: np.ndarray, axis: int, per_column: bool) -> np.ndarray:
-    """`pair_steps` of the constant `v` with K on `axis`, remembered while `v` lives: the
-    engine asks a rule's builders again on every match of every saturation iteration (a
-    BERT-base run asked 798 times for its 72 weights)."""
-    key = (id(v), axis, per_column)
+_STEPS: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to it, steps)
+
+
+def _weight_steps(v: np.ndarray, how: tuple) -> np.ndarray:
+    """The steps of the constant `v` (`how`: ("conv",) for `conv_pair_steps`, or (axis,
+    per_column) for `pair_steps` with K on `axis`), remembered while `v` lives: the engine
+    asks a rule's builders again on every match of every saturation iteration (a BERT-base
+    run asked 798 times for its 72 weights)."""
+    key = (id(v), how)
     hit = _STEPS.get(key)
     if hit is not None and hit[0]() is v:
         return hit[1]
-    steps = pair_steps(v if axis == 0 else v.T, per_column=per_column)
+    if how == ("conv",):
+        steps = conv_pair_steps(v)
+    else:
+        axis, per_column = how
+        steps = pair_steps(v if axis == 0 else v.T, per_column=per_column)
     _STEPS[key] = (weakref.ref(v, lambda _, k=key: _STEPS.pop(k, None)), steps)
     return steps
 
@@ -863,7 +878,7 @@ def pair_step(w: ClassInfo, axis: int) -> float | None:
     v = w.value
     if v is None or v.ndim != 2 or axis not in (0, 1) or v.size == 0:
         return None
-    step = _weight_steps(v, axis, per_column=False)
+    step = _weight_steps(v, (axis, False))
     return float(step) if _finite_positive(step) else None
 
 
@@ -876,7 +891,19 @@ def pair_steps_per_column(w: ClassInfo, axis: int) -> tuple[float, ...] | None:
     v = w.value
     if v is None or v.ndim != 2 or axis not in (0, 1) or v.shape[axis] == 0 or v.size == 0:
         return None
-    steps = _weight_steps(v, axis, per_column=True)
+    steps = _weight_steps(v, (axis, True))
+    return tuple(steps.astype(float).tolist()) if _finite_positive(steps) else None
+
+
+@builder("conv-pair-steps", TERM)
+def conv_pair_steps_builder(w: ClassInfo) -> tuple[float, ...] | None:
+    """One step per output channel (`conv_pair_steps`) of a constant float Conv weight
+    [C_out, C_in / group, k...] (rank >= 3): a float32 list of C_out, for QuantizeLinear's
+    per-axis scale; None when `w` is not such a constant, or a step is not finite."""
+    v = w.value
+    if v is None or v.ndim < 3 or v.size == 0:
+        return None
+    steps = _weight_steps(v, ("conv",))
     return tuple(steps.astype(float).tolist()) if _finite_positive(steps) else None
 
 
@@ -1020,9 +1047,9 @@ def matmul_weight_8bit_block32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 # ---- static quantization (patterns/quant/static.rules) ------------------------------------------
 # QuantizeLinear (ONNX operator spec): q = saturate(round(x / s) + zp), rounding half to even,
 # saturating to the zero point's type; DequantizeLinear: (q - zp) * s. Activations carry a scale
-# and zero point from calibration; weights get one scale per output channel, max |w_c| / 63 (7
-# bits, as in the dynamic rules); QLinearConv adds an int32 bias in units of s_x * s_w[c] to its
-# integer sums and requantizes the total to the output's scale.
+# and zero point from calibration; weights get one step per output channel, stepped for the
+# kernels' int16 pairs (`pair_steps`, `conv_pair_steps`); QLinearConv adds an int32 bias in
+# units of s_x * s_w[c] to its integer sums and requantizes the total to the output's scale.
 
 _EIGHT_BIT = {2: np.uint8, 3: np.int8}  # ONNX element types uint8, int8
 
@@ -1130,14 +1157,6 @@ def conv_accumulates_in_int32(w: ClassInfo) -> bool:
     return shape[0] >= 1 and 1 <= k and k * U8_TIMES_S8 + BIAS_UNITS <= INT32_MAX
 
 
-def _channel_scales(w: np.ndarray) -> np.ndarray:
-    """One scale per output channel (axis 0) of weight `w`, max |w_c| / 63 in float32 as the
-    rule computes it (1 for a channel of zeros)."""
-    m = np.abs(w.astype(np.float32)).reshape(w.shape[0], int(np.prod(w.shape[1:])))
-    m = m.max(axis=1, initial=0.0)
-    return np.where(m == 0, np.float32(1.0), m / np.float32(WEIGHT_LEVELS)).astype(np.float32)
-
-
 @guard("bias-fits-int24", TERM, TERM, TERM)
 def bias_fits_int24(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> bool:
     """True if the constant Conv bias `b` ([C_out]) is at most 2^24 in units of s_x * s_w[c]
@@ -1147,7 +1166,7 @@ def bias_fits_int24(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> bool:
         return False
     if b.value.ndim != 1 or b.value.shape[0] != w.value.shape[0]:
         return False
-    units = np.float64(sx.value.reshape(())) * _channel_scales(w.value).astype(np.float64)
+    units = np.float64(sx.value.reshape(())) * conv_pair_steps(w.value).astype(np.float64)
     if not np.all(np.isfinite(units) & (units > 0)):
         return False
     ratio = np.abs(b.value.astype(np.float64)) / units
@@ -1163,7 +1182,7 @@ def requantizes_in_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
     if not (positive_scale(sx) and positive_scale(sy)) or w.value is None or w.value.ndim < 3:
         return False
     k = int(np.prod(w.value.shape[1:]))
-    ratio = float(sx.value.reshape(())) * float(_channel_scales(w.value).max(initial=0.0))
+    ratio = float(sx.value.reshape(())) * float(conv_pair_steps(w.value).max(initial=0.0))
     ratio /= float(sy.value.reshape(()))
     return (k * U8_TIMES_S8 + BIAS_UNITS) * ratio <= 2.0**30
 
@@ -1195,8 +1214,8 @@ def fake_quantize(x: np.ndarray, s: np.ndarray, z: np.ndarray) -> np.ndarray:
     return outside + sc / 2 + 2.0**-20 * (np.abs(x) + 256 * sc)
 
 
-@bound("conv-static-7bit", TERM, TERM, TERM, TERM, TERM)
-def conv_static_7bit(
+@bound("conv-static-8bit", TERM, TERM, TERM, TERM, TERM)
+def conv_static_8bit(
     xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, sy: np.ndarray
 ) -> np.ndarray:
     """|Q(Conv(DQ(xq), w, b), s_y, zp_y) - QLinearConv(...)| in output levels, per output
@@ -1207,7 +1226,7 @@ def conv_static_7bit(
     x_max = float(np.abs(xq.astype(np.float64) - float(np.asarray(zx).reshape(()))).max(initial=0))
     sx_, sy_ = float(np.asarray(sx).reshape(())), abs(float(np.asarray(sy).reshape(())))
     x_max *= sx_
-    sw = _channel_scales(w).astype(np.float64)
+    sw = conv_pair_steps(w).astype(np.float64)
     wc = np.abs(w.astype(np.float64)).reshape(w.shape[0], int(np.prod(w.shape[1:])))
     k = wc.shape[1]
     real = k * x_max * sw / 2 + sx_ * sw / 2
