@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.ops.op_topk import TopK_11
 
@@ -172,11 +172,17 @@ def _evaluate(nodes: list[Node], g: TermGraph, consts: dict) -> dict[int, np.nda
     ]
     produced = {o for n in nodes for o in n.outputs}
     needed = sorted({i for n in nodes for i in n.inputs if i != ABSENT and i not in produced})
-    inits = [numpy_helper.from_array(np.asarray(consts[i]), name(i)) for i in needed]
+    # the constants are fed as graph inputs, not initializers: the evaluator takes the arrays
+    # as they are, where initializers would copy every weight into protobuf and out again
+    feeds = {name(i): np.asarray(consts[i]) for i in needed}
+    inputs = [
+        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        for k, v in feeds.items()
+    ]
     outs = sorted(produced)
     graph = helper.make_graph(
-        protos, "fold", [], [helper.make_value_info(name(o), onnx.TypeProto()) for o in outs], inits
+        protos, "fold", inputs, [helper.make_value_info(name(o), onnx.TypeProto()) for o in outs]
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.opset)])
-    results = ReferenceEvaluator(model, new_ops=[TopK]).run(None, {})
+    results = ReferenceEvaluator(model, new_ops=[TopK]).run(None, feeds)
     return {o: np.asarray(r) for o, r in zip(outs, results)}
