@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import tempfile
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import egglog.bindings as egg
@@ -339,14 +340,19 @@ class _LazyInfo(ClassInfo):
         return snap.value_of(c)
 
 
+@lru_cache(maxsize=4096)
 def constant_op_value(attrs: tuple[str, ...]):
     """numpy value of a `Constant` e-node from its attribute strings (value_float,
-    value_floats, value_int, value_ints, in op-table order); None if none is set."""
+    value_floats, value_int, value_ints, in op-table order); None if none is set. Read-only
+    and shared: guards read a rule's per-channel scales (thousands of floats) on every match,
+    so each attribute string is decoded once."""
     spec = OPS.get("Constant")
     for a, text in zip(spec.attrs, attrs):
         v = decode_attr(a.kind, text)
         if v is not None:
-            return np.asarray(v, dtype=np.float32 if a.kind.startswith("float") else np.int64)
+            arr = np.asarray(v, dtype=np.float32 if a.kind.startswith("float") else np.int64)
+            arr.setflags(write=False)
+            return arr
     return None
 
 

@@ -40,7 +40,7 @@ import pickle
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -865,8 +865,8 @@ def encode_attr(kind: str, value: Any) -> str:
         return str(value)
     if kind == "ints":
         return "[" + ",".join(str(int(v)) for v in value) + "]"
-    if kind == "floats":  # each as `_f32repr`, vectorized: a list can hold a scale per channel
-        return "[" + ",".join(map(repr, np.asarray(value, np.float32).astype(float).tolist())) + "]"
+    if kind == "floats":  # a list can hold a scale per channel, written again at every match
+        return _encode_floats(value) if isinstance(value, tuple) else _floats_text(value)
     if kind == "strings":
         return json.dumps(list(value))
     if kind == "tensor":
@@ -892,6 +892,16 @@ def decode_attr(kind: str, text: str) -> Any:
         return TensorValue(dtype, tuple(shape), tuple(values))
     items = [t for t in text[1:-1].split(",") if t]
     return tuple(map(int, items)) if kind == "ints" else tuple(map(float, items))
+
+
+@lru_cache(maxsize=1024)
+def _encode_floats(value: tuple) -> str:
+    return _floats_text(value)
+
+
+def _floats_text(value) -> str:
+    """Each float as `_f32repr`, vectorized."""
+    return "[" + ",".join(map(repr, np.asarray(value, np.float32).astype(float).tolist())) + "]"
 
 
 def _f32repr(v: float) -> str:
