@@ -121,6 +121,7 @@ def test_smoothing_lowers_the_dynamic_quantization_error_of_outlier_channels(tmp
     for q in (plain, smooth):
         assert [n.op_type for n in q.graph.node].count("MatMulInteger") == 3
     assert not [n for n in smooth.graph.node if n.domain == SMOOTH[0]]
+    assert SMOOTH[0] not in {o.domain for o in smooth.opset_import}  # nor the marks' domain
 
     def error(q):
         worst = 0.0

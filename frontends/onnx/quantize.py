@@ -468,10 +468,13 @@ def strip_marks(
     """`model` without `mark` nodes (`rewrite.Observed`, or `SMOOTH`; each use of a mark's
     output reads its input again; their parameter initializers dropped when nothing else reads
     them), and how many there were: the marks of activations the rules could not rewrite (a
-    model at an opset the rules do not run at, say). Changes `model` in place."""
+    model at an opset the rules do not run at, say). The marks' opset import goes too when no
+    node of its domain is left (also when the rules consumed every mark). Changes `model` in
+    place."""
     g = model.graph
     marks = [n for n in g.node if (n.domain, n.op_type) == mark]
     if not marks:
+        _drop_unused_mark_domain(model)
         return model, 0
     source = {m.output[0]: m.input[0] for m in marks}
     params = {i for m in marks for i in m.input[1:]}
@@ -490,11 +493,16 @@ def strip_marks(
     inputs = [i for i in g.input if i.name not in dead]
     del g.input[:]
     g.input.extend(inputs)
-    if not any(n.domain == OBSERVED[0] for n in kept):
+    _drop_unused_mark_domain(model)
+    return model, len(marks)
+
+
+def _drop_unused_mark_domain(model: onnx.ModelProto) -> None:
+    """Remove the marks' opset import (`rewrite`) from `model` when no node uses it."""
+    if not any(n.domain == OBSERVED[0] for n in model.graph.node):
         imports = [o for o in model.opset_import if o.domain != OBSERVED[0]]
         del model.opset_import[:]
         model.opset_import.extend(imports)
-    return model, len(marks)
 
 
 def smoothing_marks(
