@@ -7,13 +7,14 @@
     python bench/quant.py --mode static --models resnet50 mobilenetv2
 
 Models are bench/models.py's full-size ones (bench/.models/, generated when missing). For each
-model, six files: the float original, onnxruntime's
+model, seven files: the float original, onnxruntime's
 (`onnxruntime.quantization.quantize_dynamic(IN, OUT)`, its defaults: int8 weights, one scale
 per tensor), ours (`rewrite quantize IN OUT --mode dynamic`, the shipped library, its output
 check off so that the error is measured here; the same with `--per-channel`; and with
 `--error-budget` at `--budget` times onnxruntime's measured error, calibrated on
-`--calibration` inputs of seeds 1000.., apart from the measured ones; and `--per-channel
---smooth 0.5`, SmoothQuant's scale migration from the same calibration inputs). Reported
+`--calibration` inputs of seeds 1000.., apart from the measured ones, with the default weights
+and with `--per-channel --smooth 0.5`; and `--per-channel --smooth 0.5` alone, SmoothQuant's
+scale migration from the same calibration inputs). Reported
 per quantized model:
 
 * latency: each model and the original run alternately in one process under onnxruntime
@@ -248,14 +249,16 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         print(rows[-1], flush=True)
         if tool == "onnxruntime" and args.budget and args.mode == "dynamic":
             budget = round(measured[tool]["error"] * args.budget, 4)
-            tools.append(
-                (
-                    f"rewrite --error-budget {budget:g}",
-                    lambda s, d, b=budget: quantize_ours(
-                        s, d, "--error-budget", str(b), "--calibration", str(cal)
-                    ),
+            smooth = ("--per-channel", "--smooth", str(SMOOTH_ALPHA))
+            for extra in ((), smooth):  # the default weights, and the lowest-error ones
+                tools.append(
+                    (
+                        " ".join(("rewrite", *extra, "--error-budget", f"{budget:g}")),
+                        lambda s, d, b=budget, x=extra: quantize_ours(
+                            s, d, *x, "--error-budget", str(b), "--calibration", str(cal)
+                        ),
+                    )
                 )
-            )
     return rows
 
 
