@@ -3,6 +3,7 @@
     python bench/zoo.py                        # the nine CNNs: rewrite, onnxsim, onnxslim
     python bench/zoo.py --models resnet50 vgg19 --tools rewrite onnxsim
     python bench/zoo.py --suite                # also the onnx backend node/model test models
+    python bench/zoo.py --quantize             # rewrite quantize, dynamic and static modes
 
 The CNNs are the `onnx` package's own copies (`onnx/backend/test/data/light/light_*.onnx`,
 opset 9, IR 3): AlexNet, DenseNet-121, Inception v1/v2, ResNet-50, ShuffleNet, SqueezeNet,
@@ -214,6 +215,46 @@ def run_rewrite(src: Path, dst: Path, *extra: str) -> tuple[int | None, str]:
     return len(onnx.load(str(dst), load_external_data=False).graph.node), ""
 
 
+def run_quantize(src: Path, dst: Path, mode: str) -> tuple[str, str]:
+    """`rewrite quantize SRC DST --mode MODE` (calibration drawn from the input types in static
+    mode, its output check on): (the integer ops of the result, e.g. "26 QLinearConv", or "",
+    and the error line when it refused)."""
+    from rewrite.cli import main
+    from vocab.ops import FAMILIES
+
+    quantization = set(FAMILIES["QUANTIZATION"])  # Q, DQ: the rest compute on integers
+    integer_ops = {op.rsplit(".", 1)[-1] for op in FAMILIES["QUANTIZED"] if op not in quantization}
+
+    o, e = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+            rc = main(["quantize", str(src), str(dst), "--mode", mode, "--no-bisect"])
+    except Exception as ex:  # a traceback out of the CLI is a bug: show it as one
+        return "", f"crashed: {type(ex).__name__}: {ex}"
+    if rc != 0:
+        lines = [x for x in e.getvalue().splitlines() if "error" in x] or e.getvalue().splitlines()
+        return "", (lines[-1] if lines else f"exit {rc}")
+    ops = Counter(n.op_type for n in onnx.load(str(dst), load_external_data=False).graph.node)
+    integer = [f"{n} {op}" for op, n in sorted(ops.items()) if op in integer_ops]
+    return ", ".join(integer), ""
+
+
+def bench_quantize(names, work: Path) -> None:
+    """`rewrite quantize` in dynamic and static mode on each zoo CNN: a table of what it made
+    (or the first line of its refusal) and the seconds."""
+    print("| model | mode | integer ops | seconds | refused with |")
+    print("|---|---|---|---|---|")
+    for name in names:
+        src = work / f"{name}.onnx"
+        onnx.save(zoo_model(name), str(src))
+        for mode in ("dynamic", "static"):
+            t = time.perf_counter()
+            made, error = run_quantize(src, work / f"{name}.{mode}.onnx", mode)
+            seconds = time.perf_counter() - t
+            why = error.removeprefix("error: ")[:90]
+            print(f"| {name} | {mode} | {made or '-'} | {seconds:.1f} | {why} |", flush=True)
+
+
 def run_peer(tool: str, src: Path) -> tuple[int | None, str]:
     """onnxsim.simplify(model) (check_n=0) or onnxslim.slim(model): (nodes after, error)."""
     model = onnx.load(str(src))
@@ -323,6 +364,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-check", action="store_true", help="also run rewrite with --no-check")
     ap.add_argument("--suite", action="store_true", help="also the onnx backend test models")
     ap.add_argument("--calibrate", action="store_true", help=f"rewrite {STATS.name} first")
+    ap.add_argument(
+        "--quantize",
+        action="store_true",
+        help="instead, `rewrite quantize` in dynamic and static mode on each model",
+    )
     args = ap.parse_args(argv)
     if args.calibrate:
         write_stats()
@@ -331,6 +377,10 @@ def main(argv=None) -> int:
 
     versions = {t: md.version(t) for t in ("onnx", "onnxruntime", "onnxsim", "onnxslim")}
     print("versions:", ", ".join(f"{k} {v}" for k, v in versions.items()))
+    if args.quantize:
+        with tempfile.TemporaryDirectory() as d:
+            bench_quantize(args.models, Path(d))
+        return 0
     with tempfile.TemporaryDirectory() as d:
         rows = bench_zoo(args.models, args.tools, Path(d), args.no_check)
         print()
