@@ -1166,7 +1166,7 @@ def bias_fits_int24(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> bool:
         return False
     if b.value.ndim != 1 or b.value.shape[0] != w.value.shape[0]:
         return False
-    units = np.float64(sx.value.reshape(())) * conv_pair_steps(w.value).astype(np.float64)
+    units = np.float64(sx.value.reshape(())) * _weight_steps(w.value, ("conv",)).astype(np.float64)
     if not np.all(np.isfinite(units) & (units > 0)):
         return False
     ratio = np.abs(b.value.astype(np.float64)) / units
@@ -1182,7 +1182,7 @@ def requantizes_in_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
     if not (positive_scale(sx) and positive_scale(sy)) or w.value is None or w.value.ndim < 3:
         return False
     k = int(np.prod(w.value.shape[1:]))
-    ratio = float(sx.value.reshape(())) * float(conv_pair_steps(w.value).max(initial=0.0))
+    ratio = float(sx.value.reshape(())) * float(_weight_steps(w.value, ("conv",)).max(initial=0.0))
     ratio /= float(sy.value.reshape(()))
     return (k * U8_TIMES_S8 + BIAS_UNITS) * ratio <= 2.0**30
 
@@ -1195,9 +1195,7 @@ def static_matmul_requantizes(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> boo
     if not (positive_scale(sx) and positive_scale(sy)) or w.value is None or w.value.ndim != 2:
         return False
     k = w.value.shape[0]
-    ratio = float(sx.value.reshape(())) * float(
-        pair_steps(w.value, per_column=True).max(initial=0.0)
-    )
+    ratio = float(sx.value.reshape(())) * float(_weight_steps(w.value, (0, True)).max(initial=0.0))
     return k * U8_TIMES_S8 * ratio / float(sy.value.reshape(())) <= 2.0**30
 
 
