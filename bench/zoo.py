@@ -202,16 +202,28 @@ def write_stats(names=ZOO) -> None:
     np.savez_compressed(STATS, **data)
 
 
-def run_rewrite(src: Path, dst: Path, *extra: str) -> tuple[int | None, str]:
-    """`rewrite optimize SRC DST --allow reassoc EXTRA`: (nodes after or None, error line)."""
+def _cli(argv: list[str]) -> str:
+    """Run the `rewrite` CLI quietly: "" when it succeeded, else its last error line ("crashed:
+    ..." for a traceback out of it, which is a bug)."""
     from rewrite.cli import main
 
     o, e = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
-        rc = main(["optimize", str(src), str(dst), "--allow", "reassoc", "--no-bisect", *extra])
-    if rc != 0:
-        lines = [x for x in e.getvalue().splitlines() if "error" in x] or e.getvalue().splitlines()
-        return None, (lines[-1] if lines else f"exit {rc}")
+    try:
+        with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+            rc = main(argv)
+    except Exception as ex:
+        return f"crashed: {type(ex).__name__}: {ex}"
+    if rc == 0:
+        return ""
+    lines = [x for x in e.getvalue().splitlines() if "error" in x] or e.getvalue().splitlines()
+    return lines[-1] if lines else f"exit {rc}"
+
+
+def run_rewrite(src: Path, dst: Path, *extra: str) -> tuple[int | None, str]:
+    """`rewrite optimize SRC DST --allow reassoc EXTRA`: (nodes after or None, error line)."""
+    error = _cli(["optimize", str(src), str(dst), "--allow", "reassoc", "--no-bisect", *extra])
+    if error:
+        return None, error
     return len(onnx.load(str(dst), load_external_data=False).graph.node), ""
 
 
@@ -219,21 +231,13 @@ def run_quantize(src: Path, dst: Path, mode: str) -> tuple[str, str]:
     """`rewrite quantize SRC DST --mode MODE` (calibration drawn from the input types in static
     mode, its output check on): (the integer ops of the result, e.g. "26 QLinearConv", or "",
     and the error line when it refused)."""
-    from rewrite.cli import main
     from vocab.ops import FAMILIES
 
+    error = _cli(["quantize", str(src), str(dst), "--mode", mode, "--no-bisect"])
+    if error:
+        return "", error
     quantization = set(FAMILIES["QUANTIZATION"])  # Q, DQ: the rest compute on integers
     integer_ops = {op.rsplit(".", 1)[-1] for op in FAMILIES["QUANTIZED"] if op not in quantization}
-
-    o, e = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
-            rc = main(["quantize", str(src), str(dst), "--mode", mode, "--no-bisect"])
-    except Exception as ex:  # a traceback out of the CLI is a bug: show it as one
-        return "", f"crashed: {type(ex).__name__}: {ex}"
-    if rc != 0:
-        lines = [x for x in e.getvalue().splitlines() if "error" in x] or e.getvalue().splitlines()
-        return "", (lines[-1] if lines else f"exit {rc}")
     ops = Counter(n.op_type for n in onnx.load(str(dst), load_external_data=False).graph.node)
     integer = [f"{n} {op}" for op, n in sorted(ops.items()) if op in integer_ops]
     return ", ".join(integer), ""
