@@ -404,3 +404,102 @@ def test_quant_keeps_uint8_by_full_range_int8_groups_in_qdq_form(tmp_path):
     assert "QLinearConv" not in ops(out) and ops(out).count("Conv") == 3
     rejected = report.rejected.get("qlinear-conv-of-qdq-with-bias", {})
     assert any("integer-conv-exact" in reason for reason in rejected)
+
+
+def _chain(steps: list[tuple[str, float, int, int]], out_type: int) -> onnx.ModelProto:
+    """x (uint8 [256], every value) -> DequantizeLinear -> QuantizeLinear -> ..., one node per
+    step (op, scale, zero point, its ONNX element type), at opset 19, IR 9."""
+    nodes, inits, prev = [], [], "x"
+    for i, (op, scale, zp, zp_type) in enumerate(steps):
+        s, z = f"s{i}", f"z{i}"
+        inits += [
+            numpy_helper.from_array(np.array(scale, np.float32), s),
+            numpy_helper.from_array(np.array(zp, helper.tensor_dtype_to_np_dtype(zp_type)), z),
+        ]
+        nodes.append(helper.make_node(op, [prev, s, z], [f"t{i}"], name=f"{op}{i}"))
+        prev = f"t{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [256])],
+        [helper.make_tensor_value_info("y", out_type, [256])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+
+
+U8, I8 = TensorProto.UINT8, TensorProto.INT8
+EVERY_UINT8 = np.arange(256, dtype=np.uint8)
+
+
+@pytest.mark.parametrize(
+    "steps, out_type, left",
+    [
+        # on b's grid (0.5 = 2 x 0.25), and c saturates inside b's range: the middle pair goes
+        (
+            [
+                ("DequantizeLinear", 0.5, 10, U8),
+                ("QuantizeLinear", 0.25, 0, I8),
+                ("DequantizeLinear", 0.25, 0, I8),
+                ("QuantizeLinear", 0.1, 0, U8),
+            ],
+            U8,
+            ["DequantizeLinear", "QuantizeLinear"],
+        ),
+        # uint8 -> int8 -> uint8 with one scale and shifted zero points: no value is lost,
+        # the whole chain is x
+        (
+            [
+                ("DequantizeLinear", 0.5, 128, U8),
+                ("QuantizeLinear", 0.5, 0, I8),
+                ("DequantizeLinear", 0.5, 0, I8),
+                ("QuantizeLinear", 0.5, 128, U8),
+            ],
+            U8,
+            [],
+        ),
+        # the same ending in float: one DequantizeLinear is left
+        (
+            [
+                ("DequantizeLinear", 0.5, 128, U8),
+                ("QuantizeLinear", 0.5, 0, I8),
+                ("DequantizeLinear", 0.5, 0, I8),
+            ],
+            TensorProto.FLOAT,
+            ["DequantizeLinear"],
+        ),
+        # on b's grid but b saturates (int8 -32..31.75 of a's -5..122.5): a Clip is left,
+        # cheaper than the pair
+        (
+            [
+                ("DequantizeLinear", 0.5, 10, U8),
+                ("QuantizeLinear", 0.25, 0, I8),
+                ("DequantizeLinear", 0.25, 0, I8),
+            ],
+            TensorProto.FLOAT,
+            ["DequantizeLinear", "Clip"],
+        ),
+        # off the grid (0.3 is not a multiple of 0.2): the requantization rounds, so it stays
+        (
+            [
+                ("DequantizeLinear", 0.3, 10, U8),
+                ("QuantizeLinear", 0.2, 0, I8),
+                ("DequantizeLinear", 0.2, 0, I8),
+                ("QuantizeLinear", 0.1, 0, U8),
+            ],
+            U8,
+            ["DequantizeLinear", "QuantizeLinear", "DequantizeLinear", "QuantizeLinear"],
+        ),
+    ],
+)
+def test_requantization_chains_lose_the_pairs_that_round_nothing(steps, out_type, left):
+    model = _chain(steps, out_type)
+    out, report = rewrite.optimize_model(model)
+    assert [o for o in ops(out) if o != "Identity"] == left
+    if len(left) < len(steps):
+        assert any(r.startswith("requantize-on-grid") for r in report.fired)
+    # bit for bit on onnxruntime over every uint8 value, and not a constant
+    ref = run_plain(model, {"x": EVERY_UINT8})[0]
+    assert len(np.unique(ref)) > 50
+    np.testing.assert_array_equal(run_plain(out, {"x": EVERY_UINT8})[0], ref)

@@ -725,6 +725,36 @@ def test_quantize_saturates_only_when_both_ends_saturate_with_room():
     assert not f(_q(-0.1, np.float32), z, lo, hi)
 
 
+def test_requantization_guards_and_the_saturation_ends():
+    multiple, within = covers("scale-multiple").fn, covers("dequantized-within").fn
+    end = covers("dequantized-end").fn
+    f32 = np.float32
+    assert multiple(_q(0.5, f32), _q(0.25, f32)) and multiple(_q(0.3, f32), _q(0.3, f32))
+    assert multiple(_q(0.75, f32), _q(0.25, f32))  # k = 3
+    assert not multiple(_q(0.3, f32), _q(0.2, f32))  # 1.5: the requantization rounds
+    assert not multiple(_q(0.25, f32), _q(0.5, f32))  # k = 1/2: coarser, rounds
+    assert not multiple(_q(0.1, f32), _q(np.float32(0.1) / 3, f32))  # 3 b is not exactly a
+    assert multiple(_q(256.0, f32), _q(1.0, f32)) and not multiple(_q(257.0, f32), _q(1.0, f32))
+    assert not multiple(_q(-0.5, f32), _q(-0.25, f32)) and not multiple(t(), _q(0.25, f32))
+    # the ends QuantizeLinear(., s, zp) saturates to, in float32: (qmin - zp) s, (qmax - zp) s
+    assert (end(_q(0.25, f32), _q(0, np.int8), 0), end(_q(0.25, f32), _q(0, np.int8), 1)) == (
+        -32.0,
+        31.75,
+    )
+    assert end(_q(0.1, f32), _q(10, np.uint8), 1) == float(np.float32(245) * np.float32(0.1))
+    assert end(_q(0.1, f32), _q(10, f32), 0) is None  # a float zero point has no 8-bit range
+    assert end(_q(0.1, f32), _q(10, np.uint8), 2) is None
+    # uint8 x at zero point 128 dequantizes into [-64, 63.5] with scale 0.5
+    x, s, z = t(2, dtype=TP.UINT8), _q(0.5, f32), _q(128, np.uint8)
+    assert within(x, s, z, _q(-64.0, f32), _q(63.5, f32))
+    assert not within(x, s, z, _q(-64.0, f32), _q(63.25, f32))
+    assert not within(x, s, z, _q(-63.5, f32), _q(64.0, f32))
+    assert within(t(2, dtype=TP.INT8), s, _q(0, np.int8), _q(-64.0, f32), _q(63.5, f32))
+    assert not within(x, s, z, _q(np.nan, f32), _q(64.0, f32))
+    assert not within(t(2), s, z, _q(-64.0, f32), _q(63.5, f32))  # x not 8-bit
+    assert not within(x, _q(-0.5, f32), z, _q(-64.0, f32), _q(64.0, f32))
+
+
 def test_scale_ratio_and_requantization_range():
     ratio = covers("scale-ratio").fn
     s = _q(0.01, np.float32)

@@ -378,6 +378,33 @@ def _quantize_saturates(s: Arg, z: Arg, lo: Arg, hi: Arg) -> list[Request]:
     ]
 
 
+@hint("scale-multiple")
+def _scale_multiple(a: Arg, b: Arg) -> list[Request]:
+    # a = 2 b: every value dequantized with a lies on b's grid (drawn zero points then
+    # saturate some of them and not others)
+    return [*_positive_scale(a), *_positive_scale(b), Fill(a.name, 0.5), Fill(b.name, 0.25)]
+
+
+@hint("dequantized-within")
+def _dequantized_within(x: Arg, s: Arg, z: Arg, lo: Arg, hi: Arg) -> list[Request]:
+    # drawn scales are <= 8 and |q - zp| <= 255: every dequantized value is within +-2040
+    return [
+        *_eight_bit(x),
+        *_positive_scale(s),
+        *_per_tensor(z),
+        *(
+            r
+            for v, e in ((lo, -2040.0), (hi, 2040.0))
+            for r in (
+                Const(v.name),
+                Rank(v.name, 0),
+                DtypeIn(v.name, frozenset({1})),
+                Fill(v.name, e),
+            )
+        ),
+    ]
+
+
 @hint("integer-matmul-exact")
 def _integer_matmul_exact(a: Arg, b: Arg) -> list[Request]:
     # one 8-bit dtype for both (a uint8 a by an int8 b is exact only for small constant b's)

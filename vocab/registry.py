@@ -1142,6 +1142,68 @@ def quantize_saturates(s: ClassInfo, z: ClassInfo, lo: ClassInfo, hi: ClassInfo)
     return low <= info.min + 0.5 - 1e-3 and high >= info.max - 0.5 + 1e-3
 
 
+REQUANTIZE_RATIO = 256  # the largest integer ratio k of `scale-multiple`
+
+
+@guard("scale-multiple", TERM, TERM)
+def scale_multiple(a: ClassInfo, b: ClassInfo) -> bool:
+    """True if positive scales `a` and `b` (`positive-scale`) satisfy a = k b exactly for an
+    integer 1 <= k <= 256: every value (x - za) a of an 8-bit x is then k (x - za) steps of b,
+    so QuantizeLinear(., b, zb) rounds nothing (|k (x - za)| <= 2^16, while float32's rounding
+    of the product and the quotient moves it by at most 2^16 * 2^-23 of a level) and only
+    saturates. (The check k * b == a runs in float64, where it is exact: b has 24 significant
+    bits, k at most 9.)"""
+    if not (positive_scale(a) and positive_scale(b)):
+        return False
+    fa, fb = float(a.value.reshape(())), float(b.value.reshape(()))
+    k = round(fa / fb)
+    return 1 <= k <= REQUANTIZE_RATIO and k * fb == fa
+
+
+def _dequantized_range(x_dtype: int, s: ClassInfo, z: ClassInfo) -> tuple[float, float] | None:
+    """(DQ(lowest), DQ(highest)) of x_dtype (uint8 or int8) dequantized by the one-element scale
+    `s` and zero point `z`, in float32 as DequantizeLinear computes them ((q - zp) * s, ONNX
+    operator spec); None when they are not such constants."""
+    if x_dtype not in _EIGHT_BIT or s.value is None or z.value is None:
+        return None
+    if s.value.size != 1 or s.value.dtype != np.float32 or z.value.size != 1:
+        return None
+    info = np.iinfo(_EIGHT_BIT[x_dtype])
+    zp, sc = int(z.value.reshape(())), s.value.reshape(())
+    lo, hi = (np.float32(info.min - zp) * sc, np.float32(info.max - zp) * sc)
+    return float(lo), float(hi)
+
+
+@builder("dequantized-end", TERM, TERM, ATTR)
+def dequantized_end(s: ClassInfo, z: ClassInfo, end: int) -> float | None:
+    """DequantizeLinear(q, s, z) for q the lowest (`end` 0) or highest (`end` 1) value of the
+    zero point's 8-bit type, as a float32 attribute value: the ends of the range a
+    QuantizeLinear(., s, z) saturates to. None unless `s` is a one-element float32 constant
+    and `z` a one-element uint8 or int8 one."""
+    ends = _dequantized_range(z.type.dtype, s, z)
+    if ends is None or end not in (0, 1) or not np.isfinite(ends[end]):
+        return None
+    return ends[end]
+
+
+@guard("dequantized-within", TERM, TERM, TERM, TERM, TERM)
+def dequantized_within(
+    x: ClassInfo, s: ClassInfo, z: ClassInfo, lo: ClassInfo, hi: ClassInfo
+) -> bool:
+    """True if every value of DequantizeLinear(x, s, z), x uint8 or int8, lies in [lo, hi]: its
+    lowest and highest, (qmin - zp) s and (qmax - zp) s in float32, are within the one-element
+    float32 constants `lo` and `hi` (`s` positive), so a Clip(., lo, hi) of it changes nothing.
+    A NaN bound compares false and is refused."""
+    ends = _dequantized_range(x.type.dtype, s, z) if positive_scale(s) else None
+    if ends is None or lo.value is None or hi.value is None:
+        return False
+    if lo.value.size != 1 or hi.value.size != 1:
+        return False
+    if lo.value.dtype != np.float32 or hi.value.dtype != np.float32:
+        return False
+    return float(lo.value.reshape(())) <= ends[0] and ends[1] <= float(hi.value.reshape(()))
+
+
 BIAS_UNITS = 2**24  # the largest |bias| in units of s_x * s_w (exact in float32 before the cast)
 
 
