@@ -64,8 +64,9 @@ def test_quantize_dynamic_writes_integer_matmuls_that_onnxruntime_runs(per_chann
     weights = [i for i in q.graph.initializer if i.data_type == TensorProto.INT8]
     assert len(weights) == 2  # folded ahead of time, not QuantizeLinear nodes
     for w in weights:  # more than 7 bits, but no two neighbours along K above 128 together
-        a = np.abs(numpy_helper.to_array(w).astype(np.int64))
-        assert 63 < a.max() <= 127 and 126 <= (a[:-1] + a[1:]).max() <= 128
+        wq = numpy_helper.to_array(w).astype(np.int64)
+        a, pairs = np.abs(wq), np.abs(wq[:-1] + wq[1:])  # same-sign neighbours add up
+        assert 63 < a.max() <= 127 and 126 <= max(a.max(), pairs.max()) and pairs.max() <= 128
     x = RNG.normal(0, 1, (64, 256)).astype(np.float32)
     want, got = run(mlp(), x), run(q, x)
     assert want.std() > 0.05  # not a degenerate output
@@ -118,16 +119,25 @@ def _integer_matmul(wq: np.ndarray, kind: str, sy: float = 1.0) -> ort.Inference
 @pytest.mark.parametrize("k", [2, 3, 34, 767, 768, 3074])
 @pytest.mark.parametrize("kind", ["plain", "fused", "qlinear"])
 def test_onnxruntime_sums_weights_quantized_for_pairs_exactly_at_the_limit(k, kind):
-    # The dynamic rules' step (pair_steps) keeps |q_k| + |q_k+1| <= 128, so the int16 pair
-    # sums of onnxruntime's uint8-by-int8 kernels (x86 without VNNI) cannot saturate, at any
-    # alignment of the pairs. Weights at that limit (neighbouring outliers, alternating
-    # signs), activations at 255: the integer products must be exact, K odd or even.
+    # The dynamic rules' step (pair_steps) keeps |q_k| <= 127 and |q_k + q_k+1| <= 128, so
+    # the int16 pair sums of onnxruntime's uint8-by-int8 kernels (x86 without VNNI) cannot
+    # saturate, at any alignment of the pairs: same-sign neighbours add to at most 255 * 128,
+    # opposite-sign ones (here up to 127 and -127 side by side) partly cancel. Weights at that
+    # limit (neighbouring outliers of both signs), activations at 255 (the worst for
+    # same-sign pairs) and at 255 or 0 (the largest part of an opposite-sign pair alone): the
+    # integer products must be exact, K odd or even.
     rng = np.random.default_rng(k)
     w = rng.normal(0, 1, (k, 24)).astype(np.float32)
-    w[::3] *= 40  # outliers, two apart or neighbours
-    w[1::7] *= -40
+    # outliers, two apart or neighbours: positive on rows 0, 3, 6, ...; on rows 1, 8, 15, ...
+    # positive too in the first 12 columns (same-sign neighbours), negative in the others
+    w[::3] = np.abs(w[::3]) * 40
+    rows = w[1::7].shape
+    w[1::7] = np.abs(rng.normal(0, 1, rows)) * 40 * np.where(np.arange(24) < 12, 1, -1)
     q = np.clip(np.rint(w / pair_steps(w, per_column=True)), -127, 127).astype(np.int8)
-    assert (np.abs(q[:-1].astype(int)) + np.abs(q[1:].astype(int))).max() >= 126  # at the limit
+    qi = q.astype(np.int64)
+    same, opposite = qi[:, :12], qi[:, 12:]  # at the same-sign limit; beyond it, cancelling
+    assert np.abs(same[:-1] + same[1:]).max() >= 126
+    assert (np.abs(opposite[:-1]) + np.abs(opposite[1:])).max() > 150
     want = np.broadcast_to(255 * q.astype(np.int64).sum(axis=0), (5, 24))
     if kind == "fused":  # x in [0, 1]: DynamicQuantizeLinear gives zero point 0, 255 for x = 1
         got = _integer_matmul(q, kind).run(None, {"x": np.ones((5, k), np.float32)})[0]
@@ -139,6 +149,15 @@ def test_onnxruntime_sums_weights_quantized_for_pairs_exactly_at_the_limit(k, ki
     else:
         got = _integer_matmul(q, kind).run(None, {"x": np.full((5, k), 255, np.uint8)})[0]
         np.testing.assert_array_equal(got, want)
+        x = rng.choice(np.array([0, 255], np.uint8), (5, k))
+        got = _integer_matmul(q, kind).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, x.astype(np.int64) @ qi)
+        # the control: one same-sign pair at 129 levels (127 + 2) saturates at x = 255
+        over = qi.copy()
+        over[:2, 0] = (127, 2)
+        x = np.full((5, k), 255, np.uint8)
+        got = _integer_matmul(over.astype(np.int8), kind).run(None, {"x": x})[0]
+        assert np.abs(got - x.astype(np.int64) @ over).max() > 0
 
 
 def _qlinear_conv_at_255(wq: np.ndarray, group: int, sy: float) -> np.ndarray:
@@ -182,7 +201,7 @@ def _qlinear_conv_at_255(wq: np.ndarray, group: int, sy: float) -> np.ndarray:
     ids=["rgb-3x3", "rgb-7x7", "16-3x3", "67-3x3", "64-1x1", "grouped", "depthwise"],
 )
 def test_onnxruntime_conv_sums_weights_quantized_for_pairs_exactly(c_group, k, group):
-    # The static Conv rule's steps (conv_pair_steps) keep |q_k| + |q_k+1| <= 128 along
+    # The static Conv rule's steps (conv_pair_steps) keep |q_k + q_k+1| <= 128 along
     # QLinearConv's K order: kernel positions and, fastest, input channels. Weights at that
     # limit (same-sign outliers), activations at 255: the sums are exact to the output's
     # rounding. Stepped along the weight's own layout (channels slowest) instead, the same
@@ -194,16 +213,29 @@ def test_onnxruntime_conv_sums_weights_quantized_for_pairs_exactly(c_group, k, g
     w[:, 1::7] *= 40
     w[:, :, 0] *= 1.5
 
-    def off_by(steps: np.ndarray) -> float:
-        q = np.clip(np.rint(w / steps[:, None, None, None]), -127, 127).astype(np.int8)
+    def quantized(w: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        return np.clip(np.rint(w / steps[:, None, None, None]), -127, 127).astype(np.int8)
+
+    def off_by(w: np.ndarray, steps: np.ndarray) -> float:
+        q = quantized(w, steps)
         want = 255 * q.astype(np.int64).reshape(c_out, -1).sum(axis=1)
         sy = float(np.abs(want).max()) / 100
         return float(np.abs(_qlinear_conv_at_255(q, group, sy) - want / sy).max())
 
-    assert off_by(conv_pair_steps(w)) <= 0.5 + 1e-3
+    assert off_by(w, conv_pair_steps(w)) <= 0.5 + 1e-3
     if c_group == 3:  # the layout's neighbours are not the kernel's: saturation shows
         layout = pair_steps(w.reshape(c_out, -1).T, per_column=True)
-        assert off_by(layout) > 2
+        assert off_by(w, layout) > 2
+    if c_group > 1:  # every other input channel negative, and channels 0 and 1 at the
+        # largest magnitude, +-: neighbours within a kernel position cancel, so they may pass
+        # the same-sign limit; exact all the same
+        mixed = w.copy()
+        mixed[:, 1::2] *= -1
+        mixed[:, 0], mixed[:, 1] = np.abs(w).max(), -np.abs(w).max()
+        steps = conv_pair_steps(mixed)
+        k_order = np.moveaxis(quantized(mixed, steps), 1, -1).reshape(c_out, -1).astype(int)
+        assert (np.abs(k_order[:, :-1]) + np.abs(k_order[:, 1:])).max() > 150
+        assert off_by(mixed, steps) <= 0.5 + 1e-3
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
@@ -697,8 +729,8 @@ def test_static_mode_runs_projections_in_uint8_with_qlinearmatmul(tmp_path):
     weights = [i for i in q.graph.initializer if i.data_type == TensorProto.INT8]
     assert len([w for w in weights if len(w.dims) == 2]) == 2  # and two zero points
     for w in (w for w in weights if len(w.dims) == 2):  # no two neighbours along K above 128
-        a = np.abs(numpy_helper.to_array(w).astype(np.int64))
-        assert 63 < a.max() <= 127 and (a[:-1] + a[1:]).max() <= 128
+        wq = numpy_helper.to_array(w).astype(np.int64)
+        assert 63 < np.abs(wq).max() <= 127 and np.abs(wq[:-1] + wq[1:]).max() <= 128
     # measured on the calibration inputs, where every activation lies inside its calibrated
     # range, so the error is the roundings alone (2.3-3.6% over 12 seeds by hand; a held-out
     # input beyond a range saturates, by up to 17% on those seeds: calibration's limit, not

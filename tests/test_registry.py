@@ -529,8 +529,9 @@ def test_matmul_dynamic_bounds_hold_and_are_not_loose():
 
 
 def test_pair_steps_keep_every_neighbouring_pair_within_int16_and_use_the_range():
-    # |q_k| + |q_k+1| <= 128 for all k, so 255 * (|q_k| + |q_k+1|) fits an int16 pair sum,
-    # and the step is tight: the largest pair lands at 126-128 levels (rounding either way)
+    # |q_k| <= 127 and |q_k + q_k+1| <= 128 for all k, so x_k q_k + x_k+1 q_k+1 fits an int16
+    # pair sum for uint8 x (same signs: <= 255 * 128; opposite: <= 255 * 127), and the step is
+    # tight: the largest |q| or same-sign pair lands at 126-128 levels (rounding either way)
     rng = np.random.default_rng(5)
     for _ in range(300):
         k, n = rng.integers(1, 40, 2)
@@ -540,8 +541,11 @@ def test_pair_steps_keep_every_neighbouring_pair_within_int16_and_use_the_range(
         for per_column in (False, True):
             step = registry.pair_steps(w, per_column=per_column)
             q = np.clip(np.rint(w.astype(np.float32) / step), -127, 127).astype(np.int64)
-            pairs = np.abs(q) + np.abs(np.concatenate([q[1:], 0 * q[:1]]))
-            assert pairs.max() <= 128
+            pairs = np.maximum(np.abs(q), np.abs(q + np.concatenate([q[1:], 0 * q[:1]])))
+            assert pairs.max() <= 128 and np.abs(q).max() <= 127
+            xq = np.full(k, 255)  # the worst activations for same-sign pairs
+            worst = np.abs(xq[:-1, None] * q[:-1] + xq[1:, None] * q[1:]) if k > 1 else 0 * q
+            assert np.max(worst, initial=0) <= 32767
             top = pairs.max(axis=0) if per_column else pairs.max()
             assert np.all(top >= 126), (k, n, per_column)
     assert registry.pair_steps(np.zeros((3, 2)), per_column=True).tolist() == [1.0, 1.0]
@@ -549,11 +553,14 @@ def test_pair_steps_keep_every_neighbouring_pair_within_int16_and_use_the_range(
 
 def test_pair_step_builders_give_the_rules_scales_as_attributes():
     one, per_column = covers("pair-step").fn, covers("pair-steps").fn
-    # columns [1, 3, -1] (pairs 4, 4, 1), [-2, 0.5, 4] (2.5, 4.5, 4) and zeros
+    # columns [1, 3, -1] (|w| <= 3, neighbour sums 4 and -2), [-2, 0.5, 4] (|w| <= 4, sums -1.5
+    # and 4.5) and zeros
     w = np.array([[1.0, -2.0, 0.0], [3.0, 0.5, 0.0], [-1.0, 4.0, 0.0]], np.float32)
     l127 = np.float32(127)
     assert one(c(w), 0) == one(c(w.T.copy()), 1) == float(np.float32(4.5) / l127)
-    assert one(c(w), 1) == float(np.float32(5.0) / l127)  # rows [-1, 4, 0]: 1 + 4
+    # along rows, [-1, 4, 0]'s neighbours -1 and 4 have opposite signs: they partly cancel
+    # (sum 3), so its |4| sets the step, not 1 + 4; [3, 0.5, 0]'s sum is 3.5
+    assert one(c(w), 1) == float(np.float32(4.0) / l127)
     want = [float(np.float32(4) / l127), float(np.float32(4.5) / l127), 1.0]
     assert per_column(c(w), 0) == tuple(want)
     assert per_column(c(w.T.copy()), 1) == tuple(want)  # [N, K]: K on axis 1
@@ -567,16 +574,17 @@ def test_pair_step_builders_give_the_rules_scales_as_attributes():
 def test_conv_pair_steps_take_the_pairs_in_qlinearconvs_k_order():
     f = covers("conv-pair-steps").fn
     # channel 0 of output 0: the weight [C_out=2, C_in=2, 1, 2] read as positions, then
-    # channels: (w[0,0,0,0], w[0,1,0,0], w[0,0,0,1], w[0,1,0,1]) = (1, 3, -4, 0.5): pairs
-    # 4, 7, 4.5; along the layout (1, -4, 3, 0.5) they would be 5, 7, 3.5 - the same max
-    # here, so output 1 has its large neighbours on the kernel axis only: (0, 2, 0, 2) in
-    # K order (pairs 2, 2, 2) but (0, 0, 2, 2) along the layout (pair 4)
+    # channels: (w[0,0,0,0], w[0,1,0,0], w[0,0,0,1], w[0,1,0,1]) = (1, 3, -4, 0.5): neighbour
+    # sums 4, -1, -3.5 and |w| <= 4, so the step is 4 / 127 (3 and -4 are neighbours of
+    # opposite signs: they cannot saturate a pair, so they do not add to 7). Output 1 has its
+    # large neighbours on the kernel axis only: (0, 2, 0, 2) in K order (sums 2, 2, 2) but
+    # (0, 0, 2, 2) along the layout (sum 4)
     w = np.zeros((2, 2, 1, 2), np.float32)
     w[0, 0, 0] = [1.0, -4.0]
     w[0, 1, 0] = [3.0, 0.5]
     w[1, 1, 0] = [2.0, 2.0]
     l127 = np.float32(127)
-    want = (float(np.float32(7) / l127), float(np.float32(2) / l127))
+    want = (float(np.float32(4) / l127), float(np.float32(2) / l127))
     assert f(c(w)) == want
     assert registry.conv_pair_steps(w).tolist() == list(want)
     assert f(c(np.zeros((3, 2, 1, 1), np.float32))) == (1.0, 1.0, 1.0)  # zeros: step 1

@@ -773,8 +773,9 @@ def _with_dim(shape: tuple, axis: int, d: int) -> tuple:
 # onnxruntime's uint8-by-int8 kernels on x86 CPUs without VNNI add each pair of neighbouring
 # products along K in int16, which saturates at 2 * 255 * 127 > 32767 (its quantizer's remedy is
 # `reduce_range`, 7-bit weights); `verify` caught full-range int8 weights off by 22.2 there. The
-# quantization rules use the full int8 range with a step for pairs, s_w = max_k (|w_k| + |w_k+1|)
-# / 127 (`pair_steps`), so every |q_k| + |q_k+1| <= 128. For QLinearConv, K runs over kernel
+# quantization rules use the full int8 range with a step for pairs, s_w = max_k (|w_k|,
+# |w_k + w_k+1|) / 127 (`pair_steps`), so every |q_k| <= 127 and |q_k + q_k+1| <= 128: only
+# neighbours of one sign can add up (opposite signs partly cancel). For QLinearConv, K runs over kernel
 # positions and, fastest, input channels (onnxruntime's NHWC im2col; `conv_pair_steps`).
 
 INT32_MAX = 2**31 - 1
@@ -816,17 +817,24 @@ def _matmul_int8_bound(x: np.ndarray, w: np.ndarray, w_step: np.ndarray) -> np.n
     return rounding + activation + float32
 
 
-PAIR_LEVELS = 127  # the pair-stepped rules' bound on |q_k| + |q_k+1| before rounding (see above)
+PAIR_LEVELS = 127  # the pair-stepped rules' bound on |q_k| and |q_k + q_k+1| before rounding
 
 
 def pair_steps(w: np.ndarray, per_column: bool = False) -> np.ndarray:
     """The weight step of the dynamic rules and the static MatMul/Gemm rules for a [K, N]
-    weight: max over k of |w_k| + |w_k+1| (w_K = 0; neighbours along K, the pairs an int16
-    kernel adds) / 127, over the whole weight (a scalar) or per output column ([N]; a column
-    of zeros gets the step 1, as the rule's scale). In float32, as the rule computes it.
-    Shapes: w [K, N], K >= 1."""
-    a = np.abs(w.astype(np.float32))
-    pairs = a + np.concatenate([a[1:], np.zeros_like(a[:1])], axis=0)
+    weight: the largest of |w_k| and |w_k + w_k+1| over k (neighbours along K, the pairs an
+    int16 kernel adds), / 127, over the whole weight (a scalar) or per output column ([N]; a
+    column of zeros gets the step 1, as the rule's scale). In float32, as the rule computes it.
+    Shapes: w [K, N], K >= 1.
+
+    After rounding, |q_k| <= 127 and |q_k + q_k+1| <= 128. The kernel adds x_k q_k + x_k+1
+    q_k+1 with uint8 x in int16: for neighbours of one sign that is at most 255 * 128 = 32640
+    in magnitude; for neighbours of opposite signs the two products have opposite signs and
+    the sum is at most 255 * 127 whatever their sizes, so only same-sign neighbours constrain
+    the step (|w_k + w_k+1| is |w_k| + |w_k+1| for them and smaller otherwise)."""
+    w32 = w.astype(np.float32)
+    a, sums = np.abs(w32), np.abs(w32[:-1] + w32[1:])
+    pairs = np.maximum(a, np.concatenate([sums, np.zeros_like(a[:1])], axis=0))
     if not per_column:
         return np.float32(pairs.max(initial=0.0)) / np.float32(PAIR_LEVELS)
     m = pairs.max(axis=0, initial=0.0)
