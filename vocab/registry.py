@@ -775,8 +775,9 @@ def _with_dim(shape: tuple, axis: int, d: int) -> tuple:
 # `reduce_range`, 7-bit weights); `verify` caught full-range int8 weights off by 22.2 there. The
 # quantization rules use the full int8 range with a step for pairs, s_w = max_k (|w_k|,
 # |w_k + w_k+1|) / 127 (`pair_steps`), so every |q_k| <= 127 and |q_k + q_k+1| <= 128: only
-# neighbours of one sign can add up (opposite signs partly cancel). For QLinearConv, K runs over kernel
-# positions and, fastest, input channels (onnxruntime's NHWC im2col; `conv_pair_steps`).
+# neighbours of one sign can add up (opposite signs partly cancel). For QLinearConv, K runs
+# over kernel positions and, fastest, input channels (onnxruntime's NHWC im2col;
+# `conv_pair_steps`).
 
 INT32_MAX = 2**31 - 1
 U8_TIMES_S8 = 255 * 127  # the largest |(x_q - zp_x) * w_q| of a uint8 by int8 product term
