@@ -10,19 +10,21 @@ Models are bench/models.py's full-size ones (bench/.models/, generated when miss
 model, seven files: the float original, onnxruntime's
 (`onnxruntime.quantization.quantize_dynamic(IN, OUT)`, its defaults: int8 weights, one scale
 per tensor), ours (`rewrite quantize IN OUT --mode dynamic`, the shipped library, its output
-check off so that the error is measured here; the same with `--per-channel`; and with
-`--error-budget` at `--budget` times onnxruntime's measured error, calibrated on
-`--calibration` inputs of seeds 1000.., apart from the measured ones, with the default weights
-and with `--per-channel --smooth 0.5`; and `--per-channel --smooth 0.5` alone, SmoothQuant's
-scale migration from the same calibration inputs). Reported
+check off so that the error is measured here, its default weights one scale per output column;
+the same with `--per-tensor`, one scale per weight; and with `--error-budget` at `--budget`
+times onnxruntime's measured error, calibrated on `--calibration` inputs of seeds 1000..,
+apart from the measured ones, with the default weights and with `--smooth 0.5`; and `--smooth
+0.5` alone, SmoothQuant's scale migration from the same calibration inputs). Reported
 per quantized model:
 
 * latency: each model and the original run alternately in one process under onnxruntime
   (ORT_ENABLE_ALL, 1 intra-op thread or each of `--threads`, batch 1 at bench/models.py's
   main shape); the median of `--runs` paired ratios quantized / float;
 * error over `--inputs` fixed random inputs (bench/models.py's `make_inputs`, seeds 0..n-1):
-  max |q - ref| / max |ref| per output, the worst output shown, and for language models the
-  share of positions whose argmax over the last axis agrees with the original's;
+  max |q - ref| / max |ref| per output, the worst output and input shown, the worst output's
+  mean over the inputs beside it (the max of a few inputs moves with the rounding), and for
+  language models the share of positions whose argmax over the last axis agrees with the
+  original's;
 * seconds to quantize (one process call each, model load and save included) and file MB.
 
 `--mode static` compares onnxruntime's `quantize_static` (QDQ format, per-channel weights,
@@ -73,9 +75,9 @@ def quantize_ours(src: Path, dst: Path, *extra: str) -> float:
     return _seconds(["rewrite", "quantize", str(src), str(dst), "--no-check", "-q", *extra])
 
 
-def quantize_ours_per_channel(src: Path, dst: Path) -> float:
-    """The same with `--per-channel` (one weight scale per output column)."""
-    return quantize_ours(src, dst, "--per-channel")
+def quantize_ours_per_tensor(src: Path, dst: Path) -> float:
+    """The same with `--per-tensor` (one weight scale per weight, onnxruntime's default)."""
+    return quantize_ours(src, dst, "--per-tensor")
 
 
 def quantize_ours_weight_only(src: Path, dst: Path) -> float:
@@ -157,24 +159,27 @@ def session(path: Path | bytes, threads: int = 1) -> ort.InferenceSession:
 
 
 def errors(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, n: int) -> dict:
-    """Worst max|q - ref| / max|ref| over outputs and `n` inputs, and the argmax agreement over
-    the last axis of the first output (a share of positions); for image models over the
-    channels of the last output (the pooled features, [N, C, 1, 1])."""
-    worst, agree, total = 0.0, 0, 0
+    """Worst max|q - ref| / max|ref| over outputs and `n` inputs (`error`), its mean over the
+    inputs (`mean`: the worst output per input), and the argmax agreement over the last axis
+    of the first output (a share of positions); for image models over the channels of the
+    last output (the pooled features, [N, C, 1, 1])."""
+    per_input, agree, total = [], 0, 0
     for seed in range(n):
         feeds = M.make_inputs(name, seed=seed)
         want, got = ref.run(None, feeds), q.run(None, feeds)
+        worst = 0.0
         for w, g in zip(want, got):
             if np.issubdtype(w.dtype, np.floating) and w.size:
                 scale = float(np.abs(w).max()) or 1.0
                 worst = max(worst, float(np.abs(g - w).max()) / scale)
+        per_input.append(worst)
         if M.SPECS[name].kind == "image":
             a = want[-1].reshape(len(want[-1]), -1).argmax(-1)
             b = got[-1].reshape(len(got[-1]), -1).argmax(-1)
         else:
             a, b = want[0].argmax(-1), got[0].argmax(-1)
         agree, total = agree + int((a == b).sum()), total + a.size
-    return {"error": worst, "argmax": agree / total}
+    return {"error": max(per_input), "mean": float(np.mean(per_input)), "argmax": agree / total}
 
 
 def latency(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, runs: int) -> float:
@@ -208,11 +213,11 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
     tools = [
         ("onnxruntime", quantize_ort),
         ("rewrite", quantize_ours),
-        ("rewrite --per-channel", quantize_ours_per_channel),
+        ("rewrite --per-tensor", quantize_ours_per_tensor),
         (
-            f"rewrite --per-channel --smooth {SMOOTH_ALPHA}",
+            f"rewrite --smooth {SMOOTH_ALPHA}",
             lambda s, d: quantize_ours(
-                s, d, "--per-channel", "--smooth", str(SMOOTH_ALPHA), "--calibration", str(cal)
+                s, d, "--smooth", str(SMOOTH_ALPHA), "--calibration", str(cal)
             ),
         ),
     ]
@@ -243,13 +248,14 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         mb = dst.stat().st_size / 2**20
         argmax = f"{100 * e['argmax']:.1f}%"
         rows.append(
-            f"| {name}.{exporter} | {tool} | {lat} | {100 * e['error']:.1f}% | {argmax} "
+            f"| {name}.{exporter} | {tool} | {lat} | {100 * e['error']:.1f}% "
+            f"| {100 * e['mean']:.1f}% | {argmax} "
             f"| {seconds:.1f} | {mb:.0f} |"
         )
         print(rows[-1], flush=True)
         if tool == "onnxruntime" and args.budget and args.mode == "dynamic":
             budget = round(measured[tool]["error"] * args.budget, 4)
-            smooth = ("--per-channel", "--smooth", str(SMOOTH_ALPHA))
+            smooth = ("--smooth", str(SMOOTH_ALPHA))
             for extra in ((), smooth):  # the default weights, and the lowest-error ones
                 tools.append(
                     (
@@ -377,7 +383,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+", default=["bert"], choices=sorted(M.SPECS))
     ap.add_argument("--exporters", nargs="+", default=list(M.EXPORTERS), choices=M.EXPORTERS)
     ap.add_argument("--runs", type=int, default=30, help="paired latency runs (default 30)")
-    ap.add_argument("--inputs", type=int, default=8, help="inputs for the error (default 8)")
+    ap.add_argument("--inputs", type=int, default=32, help="inputs for the error (default 32)")
     ap.add_argument(
         "--budget",
         type=float,
@@ -414,8 +420,10 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(args.threads)))
     lat = " | ".join(f"latency / float ({t} thread{'s' if t > 1 else ''})" for t in args.threads)
     print(
-        f"| model | quantizer | {lat} | max err / max abs ref | argmax agrees "
-        "| quantize s | file MB |\n|---|---|" + "---|" * len(args.threads) + "---|---|---|---|"
+        f"| model | quantizer | {lat} | max err / max abs ref | mean over inputs "
+        "| argmax agrees | quantize s | file MB |\n|---|---|"
+        + "---|" * len(args.threads)
+        + "---|---|---|---|---|"
     )
     for name in args.models:
         for exporter in args.exporters:

@@ -265,13 +265,30 @@ def test_an_unknown_mode_is_an_option_error():
         rewrite.optimize_model(mlp(), quantize="fancy")
 
 
+def test_dynamic_mode_defaults_to_one_weight_scale_per_output_column():
+    q, report = rewrite.optimize_model(mlp(), quantize="dynamic")
+    assert report.fired.get("quantize-matmul-dynamic-per-column") == 2
+    assert "quantize-matmul-dynamic" not in report.fired
+    scales = [n for n in q.graph.node if n.op_type == "Mul"]
+    assert any(
+        numpy_helper.to_array(i).shape == (256,)
+        for i in q.graph.initializer
+        if i.name in {x for n in scales for x in n.input}
+    )
+    _, per_tensor = rewrite.optimize_model(mlp(), quantize="dynamic", per_channel=False)
+    assert per_tensor.fired.get("quantize-matmul-dynamic") == 2
+    with pytest.raises(OptionError, match="per-tensor does not apply to mode static"):
+        rewrite.optimize_model(mlp(), quantize="static", per_channel=False)
+
+
 def test_cli_quantize(tmp_path, capsys):
     src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
     onnx.save(mlp(), src)
-    assert main(["quantize", str(src), str(dst)]) == 0
+    assert main(["quantize", str(src), str(dst), "--per-tensor"]) == 0
     captured = capsys.readouterr()
     out = captured.out
-    assert "quantize-matmul-dynamic" in out and "quant rules fired" in out
+    assert "quantize-matmul-dynamic" in out and "per-column" not in out
+    assert "quant rules fired" in out
     assert "--skip" not in captured.err  # the other modes' rulesets are not the user's skips
     assert "MatMulInteger" in ops(onnx.load(dst))
     bad = tmp_path / "bad.onnx"
