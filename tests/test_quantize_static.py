@@ -504,3 +504,30 @@ def test_requantization_chains_lose_the_pairs_that_round_nothing(steps, out_type
     ref = run_plain(model, {"x": EVERY_UINT8})[0]
     assert len(np.unique(ref)) > 50
     np.testing.assert_array_equal(run_plain(out, {"x": EVERY_UINT8})[0], ref)
+
+
+@pytest.mark.parametrize("zp, left", [(100, ["Max"]), (0, [])], ids=["zp-100", "zp-at-min"])
+def test_a_relu_between_dequantize_and_quantize_runs_on_the_integers(zp, left):
+    # DQ -> Relu -> Q with one scale and zero point (a PT2E graph's ReLU between two
+    # quantized ops): the Relu becomes a Max with the zero point on uint8, the pair goes
+    s = numpy_helper.from_array(np.array(0.05, np.float32), "s")
+    z = numpy_helper.from_array(np.array(zp, np.uint8), "z")
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "s", "z"], ["d"]),
+        helper.make_node("Relu", ["d"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "s", "z"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "relu",
+        [helper.make_tensor_value_info("x", U8, [256])],
+        [helper.make_tensor_value_info("y", U8, [256])],
+        [s, z],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    out, report = rewrite.optimize_model(model)
+    assert [o for o in ops(out) if o != "Identity"] == left
+    assert report.fired.get("relu-before-dequantize")
+    ref = run_plain(model, {"x": EVERY_UINT8})[0]
+    assert len(np.unique(ref)) > 100
+    np.testing.assert_array_equal(run_plain(out, {"x": EVERY_UINT8})[0], ref)
