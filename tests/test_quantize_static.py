@@ -531,3 +531,45 @@ def test_a_relu_between_dequantize_and_quantize_runs_on_the_integers(zp, left):
     ref = run_plain(model, {"x": EVERY_UINT8})[0]
     assert len(np.unique(ref)) > 100
     np.testing.assert_array_equal(run_plain(out, {"x": EVERY_UINT8})[0], ref)
+
+
+def test_quant_lowers_a_qdq_product_to_qlinearmul_for_onnxruntime():
+    # Q(Mul(DQ(a), DQ(b))) of two uint8 tensors (b broadcast along the rows, as a gate is):
+    # com.microsoft.QLinearMul, within one output level of the QDQ group on every input
+    inits = [
+        numpy_helper.from_array(np.array(v, dt), n)
+        for n, v, dt in (
+            ("sa", 0.04, np.float32),
+            ("za", 120, np.uint8),
+            ("sb", 0.01, np.float32),
+            ("zb", 3, np.uint8),
+            ("sy", 0.02, np.float32),
+            ("zy", 128, np.uint8),
+        )
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["da"]),
+        helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["db"]),
+        helper.make_node("Mul", ["da", "db"], ["m"]),
+        helper.make_node("QuantizeLinear", ["m", "sy", "zy"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gate",
+        [
+            helper.make_tensor_value_info("a", U8, [64, 16]),
+            helper.make_tensor_value_info("b", U8, [16]),
+        ],
+        [helper.make_tensor_value_info("y", U8, [64, 16])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    out, report = rewrite.optimize_model(model, allow=("quant",), target="onnxruntime")
+    assert ops(out) == ["QLinearMul"] and report.fired.get("qlinear-mul-of-qdq") == 1
+    assert not any(op == "QLinearMul" for op in ops(rewrite.optimize_model(model)[0]))
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        feeds = {"a": rng.integers(0, 256, (64, 16), np.uint8), "b": EVERY_UINT8[::16].copy()}
+        ref, got = run_plain(model, feeds)[0], run_plain(out, feeds)[0]
+        assert len(np.unique(ref)) > 100  # not degenerate
+        assert np.abs(got.astype(int) - ref.astype(int)).max() <= 1
