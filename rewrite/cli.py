@@ -217,8 +217,8 @@ def _quantize_parser(sub) -> None:
         action="store_const",
         const=False,
         help="dynamic: one weight scale per weight (onnxruntime quantize_dynamic's default; "
-        "here a third more error at the same speed, because the step is chosen so that the "
-        "kernels' int16 pair sums cannot saturate)",
+        "here a fifth to a third more error at the same speed, because the step is chosen so "
+        "that the kernels' int16 pair sums cannot saturate)",
     )
     q.add_argument(
         "--bits",

@@ -67,7 +67,7 @@ QUANT_RULESETS = {
 QUANT_MODES = tuple(dict.fromkeys(m for m, *_ in QUANT_RULESETS))
 # one weight scale per output channel unless the user asks for one per weight: measured with
 # bench/quant.py on BERT-base, GPT-2, a Llama-style decoder and ViT-B/16, the mean error per
-# input is onnxruntime's quantize_dynamic's or lower per channel and 17-38% above it per
+# input is onnxruntime's quantize_dynamic's or lower per channel and 16-38% above it per
 # tensor, at the same latency (docs/benchmarks.md); static mode is per channel always
 PER_CHANNEL_DEFAULT = {"dynamic": True, "static": True}
 # SmoothQuant's pass (`smooth`) runs these rulesets alone (patterns/quant/smooth.rules): the
@@ -126,7 +126,8 @@ class Options:
         (None: the mode's default, `PER_CHANNEL_DEFAULT`) True picks the dynamic ruleset with
         one weight scale per output column (the default: its error is onnxruntime's per-tensor
         one or lower at the same speed, where one scale per weight, stepped for the kernels'
-        int16 pairs, costs a third more error), False the one with one scale per weight; `bits` the
+        int16 pairs, costs a fifth to a third more error), False the one with one scale per
+        weight; `bits` the
         weight-only ruleset's width (4, the default, or 8). `static`: activations quantized
         with ranges calibrated ahead of time (`calibration`, or inputs drawn at random with a
         warning; `calibrate` is `minmax` or `percentile`, `symmetric` ranges around 0
