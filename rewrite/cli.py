@@ -982,15 +982,23 @@ def _print_quantized(record: dict, verbose: bool) -> None:
         out.print(t)
     if record.get("budget") is not None:
         errors = record.get("calibration_error", {})
+        estimated = record.get("estimated_error", {})
         t = Table(
             title=f"error per output on {record.get('calibration_samples', 0)} calibration "
-            f"inputs ({record.get('evaluations', 0)} graphs measured)",
+            f"inputs ({record.get('evaluations', 0)} graphs measured; estimated: the sum of the "
+            "quantized nodes' estimates it depends on)",
             title_justify="left",
         )
-        for col in ("output", "max|q - ref| / max|ref|", "budget"):
+        for col in ("output", "estimated", "measured max|q - ref| / max|ref|", "budget"):
             t.add_column(col, justify="left" if col == "output" else "right")
         for name, e in errors.items():
-            t.add_row(name, f"{100 * e:.2f}%", f"{100 * record['budget']:.2f}%")
+            est = estimated.get(name)
+            t.add_row(
+                name,
+                "-" if est is None else f"{100 * est:.2f}%",
+                f"{100 * e:.2f}%",
+                f"{100 * record['budget']:.2f}%",
+            )
         out.print(t)
     if record.get("warning"):
         err.print(f"warning: {record['warning']}", markup=False)

@@ -145,6 +145,8 @@ class Chooser:
                     lo = mid + 1
             keep |= {s.index for s in order[:lo]}
             errors = error(lo)
+            quantized = [s for s in free if s.index not in keep]
+            self.record["estimated_error"] = _estimated_per_output(reference, quantized, estimates)
             self.record["evaluations"] = len(measured)
             # the search: how many sites were kept in float, and the worst output's error
             self.record["search"] = [
@@ -235,6 +237,31 @@ class Chooser:
                 big = float(np.abs(ref).max(initial=0))
                 worst[name] = max(worst[name], err / big if big else err)
         return worst
+
+
+def _estimated_per_output(
+    model: onnx.ModelProto, quantized: list[Site], estimates: dict[int, float | None]
+) -> dict[str, float | None]:
+    """Per float output of `model` (the float graph), the sum of the estimates of the
+    `quantized` sites it depends on: a first-order estimate of its relative error that takes
+    each site's relative error to pass through the layers after it unchanged (not a bound:
+    a layer can amplify it, and the bounds are worst cases that typical errors stay far
+    below). None when a site it depends on has no estimate."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    out: dict[str, float | None] = {}
+    for o in model.graph.output:
+        seen, todo = set(), [o.name]
+        while todo:  # every value the output is computed from
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in producer:
+                todo.extend(i for i in producer[v].input if i)
+        upstream = [s for s in quantized if any(v in seen for v in s.values)]
+        parts = [estimates.get(s.index) for s in upstream]
+        out[o.name] = None if any(p is None for p in parts) else float(sum(parts))
+    return out
 
 
 def _estimate(s: Site, values: list[dict]) -> float | None:
