@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dsl.ir import Rule
+from dsl.ir import OpNode, Rule
 from engine.egraph import Snapshot
 from engine.provenance import Firing, matched, original_names
 from vocab.registry import EXACT_BOUNDS
@@ -128,11 +128,15 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
             i = parent[i]
         return i
 
+    # only the ops the quant rules quantize tie sites: a Relu or MaxPool the exact rules moved a
+    # DequantizeLinear through is matched on the way into the next site, not quantized by it
+    chosen = _quantized_ops(by_name[f.name.removesuffix(" (reverse)")] for f in quant)
     first_with: dict[str, int] = {}
     for i, (*_, matched_names) in enumerate(raw):
         for n in matched_names:
-            j = first_with.setdefault(n, i)
-            parent[find(i)] = find(j)
+            if n.startswith("@") or op_of.get(n) in chosen:
+                j = first_with.setdefault(n, i)
+                parent[find(i)] = find(j)
     members: dict[int, list[int]] = {}
     for i in range(len(raw)):
         members.setdefault(find(i), []).append(i)
@@ -204,6 +208,19 @@ class _Origins:
                 out += [n for n in self.of(m, seen) if n not in out]
         self.memo[e] = out
         return out
+
+
+def _quantized_ops(rules) -> set[str]:
+    """The ops that `rules` quantize: each left side's root op, or the op under its root
+    QuantizeLinear (the static rules' Q(Conv(DQ(x), w)))."""
+    ops = set()
+    for r in rules:
+        t = r.lhs
+        if isinstance(t, OpNode) and t.op == "QuantizeLinear" and isinstance(t.args[0], OpNode):
+            t = t.args[0]
+        if isinstance(t, OpNode):
+            ops.add(t.op)
+    return ops
 
 
 def _chooses(rule: Rule) -> bool:

@@ -612,9 +612,15 @@ def test_qdq_canonicalization_moves_a_transpose_before_dequantize_and_drops_q_of
     assert "QuantizeLinear" not in ops(q)
     dq = next(n for n in q.graph.node if n.op_type == "DequantizeLinear")
     transpose = next(n for n in q.graph.node if n.op_type == "Transpose")
-    # the Transpose runs on the int8 input (a quarter of the bytes), before the dequantize;
-    # the Reshape, a view that costs the same either side, stays where it was
-    assert transpose.input[0] == "x" and dq.input[0] == transpose.output[0]
+    # the Transpose runs on the int8 input (a quarter of the bytes), before the dequantize,
+    # and so do the Reshape and the Relu (a Max with the zero point): the dequantize is last
+    assert transpose.input[0] == "x" and dq.output[0] == "y"
+    assert [n.op_type for n in q.graph.node if n.op_type != "Identity"] == [
+        "Transpose",
+        "Reshape",
+        "Max",
+        "DequantizeLinear",
+    ]
     x = np.random.default_rng(0).integers(-128, 128, (6, 8)).astype(np.int8)
     s = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
     r = ort.InferenceSession(qdq_model().SerializeToString(), providers=["CPUExecutionProvider"])
@@ -747,7 +753,11 @@ def test_static_mode_runs_projections_in_uint8_with_qlinearmatmul(tmp_path):
         model, quantize="static", calibration=str(cal), target="onnxruntime"
     )
     assert ops(q).count("QLinearMatMul") == 2 and "MatMul" not in ops(q)
-    assert report.fired.get("quantize-matmul-static") == 2
+    # two sites, each a projection quantized by the rule (it also matches the second one's
+    # input after the Relu moved onto the integers: one more firing, the same site)
+    found = report.extra["quantize"]["sites"]
+    assert len(found) == 2 and all(s["quantized"] for s in found)
+    assert {s["rule"] for s in found} == {"quantize-matmul-static"}
     weights = [i for i in q.graph.initializer if i.data_type == TensorProto.INT8]
     assert len([w for w in weights if len(w.dims) == 2]) == 2  # and two zero points
     for w in (w for w in weights if len(w.dims) == 2):  # no two neighbours along K above 128
