@@ -358,6 +358,11 @@ def _zero_point_at_min(z: Arg) -> list[Request]:
     return [Const(z.name), Rank(z.name, 0), DtypeIn(z.name, frozenset({2})), Fill(z.name, 0)]
 
 
+def _float_scalar(v: Arg, value: float) -> list[Request]:
+    """`v` is a float32 scalar constant equal to `value` (a Clip bound)."""
+    return [Const(v.name), Rank(v.name, 0), DtypeIn(v.name, frozenset({1})), Fill(v.name, value)]
+
+
 @hint("quantize-saturates")
 def _quantize_saturates(s: Arg, z: Arg, lo: Arg, hi: Arg) -> list[Request]:
     # ReLU6 quantized over [0, 6]: s = 6 / 256, zp = 0 (uint8), so Q(0) = 0 and Q(6) = 255
@@ -365,16 +370,8 @@ def _quantize_saturates(s: Arg, z: Arg, lo: Arg, hi: Arg) -> list[Request]:
         *_zero_point_at_min(z),
         *_positive_scale(s),
         Fill(s.name, 6.0 / 256),
-        *(
-            r
-            for v, x in ((lo, 0.0), (hi, 6.0))
-            for r in (
-                Const(v.name),
-                Rank(v.name, 0),
-                DtypeIn(v.name, frozenset({1})),
-                Fill(v.name, x),
-            )
-        ),
+        *_float_scalar(lo, 0.0),
+        *_float_scalar(hi, 6.0),
     ]
 
 
@@ -392,16 +389,8 @@ def _dequantized_within(x: Arg, s: Arg, z: Arg, lo: Arg, hi: Arg) -> list[Reques
         *_eight_bit(x),
         *_positive_scale(s),
         *_per_tensor(z),
-        *(
-            r
-            for v, e in ((lo, -2040.0), (hi, 2040.0))
-            for r in (
-                Const(v.name),
-                Rank(v.name, 0),
-                DtypeIn(v.name, frozenset({1})),
-                Fill(v.name, e),
-            )
-        ),
+        *_float_scalar(lo, -2040.0),
+        *_float_scalar(hi, 2040.0),
     ]
 
 

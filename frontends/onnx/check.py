@@ -256,6 +256,25 @@ def output_diff(
 _PRECISION = (TensorProto.BFLOAT16, TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
 
 
+def upstream(graph: onnx.GraphProto, name: str) -> tuple[set[str], list[onnx.NodeProto]]:
+    """The values `name` is computed from in `graph` (itself included: graph inputs,
+    initializers and node outputs) and the nodes that compute them."""
+    producer = {o: n for n in graph.node for o in n.output}
+    seen: set[str] = set()
+    nodes: list[onnx.NodeProto] = []
+    stack = [name]
+    while stack:
+        v = stack.pop()
+        if v in seen or not v:
+            continue
+        seen.add(v)
+        n = producer.get(v)
+        if n is not None:
+            nodes.append(n)
+            stack.extend(n.input)
+    return seen, nodes
+
+
 def tolerance_types(model: onnx.ModelProto) -> dict[str, int]:
     """For each float output of `model`'s main graph, the ONNX element type whose tolerance
     applies: the least precise float type among the values it is computed from, its own
@@ -272,28 +291,19 @@ def tolerance_types(model: onnx.ModelProto) -> dict[str, int]:
             known[v.name] = v.type.tensor_type.elem_type
     for t in g.initializer:
         known[t.name] = t.data_type
-    producer = {o: n for n in g.node for o in n.output}
     out: dict[str, int] = {}
     for o in g.output:
         own = o.type.tensor_type.elem_type
         if own not in _PRECISION:
             out[o.name] = own
             continue
-        seen, stack, types = set(), [o.name], {own}
-        while stack:
-            v = stack.pop()
-            if v in seen or not v:
-                continue
-            seen.add(v)
-            types.add(known.get(v, 0))
-            n = producer.get(v)
-            if n is None:
-                continue
+        values, nodes = upstream(g, o.name)
+        types = {own, *(known.get(v, 0) for v in values)}
+        for n in nodes:
             for a in n.attribute:
                 if a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT:
                     types.add(a.i)
                 elif a.type == onnx.AttributeProto.TENSOR:
                     types.add(a.t.data_type)
-            stack.extend(n.input)
         out[o.name] = min((t for t in types if t in _PRECISION), key=_PRECISION.index)
     return out

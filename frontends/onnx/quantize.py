@@ -31,7 +31,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from engine.quantize import Site
-from frontends.onnx.check import random_inputs, run, session
+from frontends.onnx.check import random_inputs, run, session, upstream
 from frontends.onnx.exporter import export_model
 from vocab.graph import TermGraph, unique_name
 from vocab.ops import FAMILIES
@@ -247,19 +247,10 @@ def _estimated_per_output(
     each site's relative error to pass through the layers after it unchanged (not a bound:
     a layer can amplify it, and the bounds are worst cases that typical errors stay far
     below). None when a site it depends on has no estimate."""
-    producer = {o: n for n in model.graph.node for o in n.output}
     out: dict[str, float | None] = {}
     for o in model.graph.output:
-        seen, todo = set(), [o.name]
-        while todo:  # every value the output is computed from
-            v = todo.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            if v in producer:
-                todo.extend(i for i in producer[v].input if i)
-        upstream = [s for s in quantized if any(v in seen for v in s.values)]
-        parts = [estimates.get(s.index) for s in upstream]
+        seen, _ = upstream(model.graph, o.name)
+        parts = [estimates.get(s.index) for s in quantized if any(v in seen for v in s.values)]
         out[o.name] = None if any(p is None for p in parts) else float(sum(parts))
     return out
 
