@@ -13,14 +13,60 @@ saturation, with a function that extracts the graph for a candidate choice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+from onnx.reference import ReferenceEvaluator
 
 from dsl.ir import OpNode, Rule
-from engine.egraph import Snapshot
+from engine.egraph import ENode, Snapshot
 from engine.provenance import Firing, matched, original_names
+from vocab.onnx_nodes import onnx_node
+from vocab.ops import OPS, decode_attr
 from vocab.registry import EXACT_BOUNDS
+
+MADE_DEPTH = 2  # how many ops deep an Operand may be computed from graph values
+
+
+@dataclass(frozen=True, eq=False)
+class Operand:
+    """How to read, from one run of the float model, a value that a site's error estimate
+    needs (an argument of its rule's bound, or the float output its error is relative to).
+
+    names: the graph values its e-class holds (a run has any of them, or none). constant: its
+    value, when the e-class holds a constant (read from the e-graph, as the run may have
+    dropped it). made: when neither, an e-node of its e-class as (op, canonical attributes,
+    input Operands), computed with onnx.reference from its inputs: the quantized activation
+    Q(x, s, zp) that only rewriting made, which a static rule's bound reads. opset: the
+    default-domain opset to compute `made` at."""
+
+    names: tuple[str, ...] = ()
+    constant: np.ndarray | None = None
+    made: tuple[str, tuple, tuple[Operand, ...]] | None = None
+    opset: int = 18
+
+    def wanted(self) -> set[str]:
+        """The graph values a run must give for `read` (those of `made`'s inputs too)."""
+        if self.constant is not None:
+            return set()
+        if self.made is not None:
+            return {n for o in self.made[2] for n in o.wanted()}
+        return set(self.names)
+
+    def read(self, run: dict) -> np.ndarray | None:
+        """The value from `run` ({graph value name: array}), or None if it has none."""
+        if self.constant is not None:
+            return np.asarray(self.constant)
+        if self.made is None:
+            return next((np.asarray(run[n]) for n in self.names if n in run), None)
+        op, attrs, operands = self.made
+        args = [o.read(run) for o in operands]
+        if any(a is None for a in args):
+            return None
+        names = [f"in{i}" for i in range(len(args))]
+        node = onnx_node(op, names, ["out"], attrs)
+        feeds = dict(zip(names, args))
+        return np.asarray(ReferenceEvaluator(node, opsets={"": self.opset}).run(None, feeds)[0])
 
 
 @dataclass(frozen=True)
@@ -52,6 +98,9 @@ class Site:
     forbid: frozenset[int]
     enodes: frozenset = frozenset()
     values: tuple[str, ...] = ()
+    operands: dict = field(default_factory=dict)
+    output: Operand | None = None
+    level: Operand | None = None
 
     @property
     def name(self) -> str:
@@ -70,10 +119,11 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
         return []
     index = {(c, n): i for i, (c, n) in enumerate(snap.nodes)}
     names = original_names(snap)
-    value_of: dict[int, str] = {}  # e-class -> the first graph value it holds
+    held: dict[int, list[str]] = {}  # e-class -> the graph values it holds
     for vid, c in snap.handle.items():
         if 0 <= vid < len(snap.graph.values):
-            value_of.setdefault(c, snap.graph.values[vid].name)
+            held.setdefault(c, []).append(snap.graph.values[vid].name)
+    value_of = {c: names[0] for c, names in held.items()}  # e-class -> the first
     computed: dict[int, list[str]] = {}  # e-class -> imported nodes with an output in it
     for n in snap.graph.nodes:
         for v in n.outputs:
@@ -159,26 +209,72 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
             site_names += [n for n in names_i if n not in site_names and not n.startswith("@")]
         first = fs[0]
         imported = [op_of[n] for i in group for n in raw[i][3] if n in op_of]
-        lhs = () if imported else matched(snap, first) or ()  # the root's op, as a fallback
+        lhs = matched(snap, first) or ()
         rule = by_name[first.name.removesuffix(" (reverse)")]
-        bound = None
+        bound, operands = None, {}
         if rule.bound is not None:
             bound = (rule.bound.fn, tuple(a.name for a in rule.bound.args))
+            for a in bound[1]:
+                operands[a] = _operand(snap, held, first.terms.get(a))
+        values = tuple(value_of[r] for r in roots if r in value_of)
+        output, level = Operand(values, opset=snap.graph.opset), None
+        if lhs and lhs[0].op == "QuantizeLinear":  # integers: the bound counts its levels
+            output = _operand(snap, held, lhs[0].children[0])
+            level = _operand(snap, held, lhs[0].children[1])
         out.append(
             Site(
                 index=len(out),
-                op=imported[0] if imported else lhs[0].op if lhs else "",
+                op=imported[0] if imported else lhs[0].op if lhs else "",  # lhs: a fallback
                 rules=tuple(dict.fromkeys(f.name for f in fs)),
                 names=tuple(site_names),
-                value=next((value_of[r] for r in roots if r in value_of), None),
-                values=tuple(value_of[r] for r in roots if r in value_of),
+                value=values[0] if values else None,
+                values=values,
                 captures={k: value_of.get(c) for k, c in first.terms.items()},
                 bound=bound,
                 forbid=frozenset(forbid),
                 enodes=frozenset(snap.nodes[i][1] for i in forbid),
+                operands=operands,
+                output=output,
+                level=level,
             )
         )
     return out
+
+
+def _operand(
+    snap: Snapshot, held: dict[int, list[str]], c: int | None, depth: int = MADE_DEPTH
+) -> Operand | None:
+    """How to read e-class `c`'s value from a run of the float model (`Operand`): its graph
+    values, its constant, or else the first standard-domain e-node of it whose inputs can be
+    read so, up to `depth` ops deep; None if none can."""
+    if c is None:
+        return None
+    constant = snap.value_of(c)
+    if c in held or constant is not None:
+        return Operand(tuple(held.get(c, ())), constant, opset=snap.graph.opset)
+    if depth == 0:
+        return None
+    for n in snap.classes.get(c, ()):
+        if not _computable(snap, n):
+            continue
+        inputs = [_operand(snap, held, k, depth - 1) for k in n.children]
+        if all(i is not None for i in inputs):
+            spec = OPS.get(n.op)
+            attrs = tuple((a.name, decode_attr(a.kind, t)) for a, t in zip(spec.attrs, n.attrs))
+            return Operand(made=(n.op, attrs, tuple(inputs)), opset=snap.graph.opset)
+    return None
+
+
+def _computable(snap: Snapshot, n: ENode) -> bool:
+    """Whether onnx.reference can compute e-node `n` from its inputs: a standard-domain op of
+    one output with every input present."""
+    spec = OPS.get(n.op) if n.op in OPS else None
+    return (
+        spec is not None
+        and not spec.domain
+        and spec.output == 0
+        and not any(snap.is_absent(k) for k in n.children)
+    )
 
 
 class _Origins:

@@ -132,6 +132,36 @@ def test_keep_float_keeps_a_conv_in_float(calibration):
     assert all(s["op"] != "Observed" and "observed" not in s["node"] for s in sites.values())
 
 
+def test_an_error_budget_estimates_static_sites_from_their_quantized_inputs(calibration):
+    # A static rule's bound reads the quantized activation Q(x, s, zp), a value only rewriting
+    # made: the estimate computes it from the float model's x, and counts the bound's output
+    # levels in the output QuantizeLinear's scale, relative to the float Conv's output.
+    budget = 0.5  # above the full quantization's error: every Conv quantized
+    q, report = rewrite.optimize_model(
+        MODEL, quantize="static", calibration=str(calibration), error_budget=budget
+    )
+    record = report.extra["quantize"]
+    sites = {s["node"]: s for s in record["sites"]}
+    assert set(sites) == {"conv1", "conv2", "conv3"} and ops(q).count("QLinearConv") == 3
+    estimates = [sites[n]["estimate"] for n in ("conv1", "conv2", "conv3")]
+    assert all(e is not None and 0 < e < 10 for e in estimates)
+    # y depends on all three: its estimate is their sum, a worst case above the measured error
+    assert record["estimated_error"] == {"y": pytest.approx(sum(estimates))}
+    assert 0 < record["calibration_error"]["y"] < record["estimated_error"]["y"]
+    # a budget below that error keeps the largest estimates in float first
+    tight = record["calibration_error"]["y"] * 0.9
+    q, report = rewrite.optimize_model(
+        MODEL, quantize="static", calibration=str(calibration), error_budget=tight
+    )
+    found = {s["node"]: s for s in report.extra["quantize"]["sites"]}
+    kept = [n for n, s in found.items() if not s["quantized"]]
+    done = [n for n, s in found.items() if s["quantized"]]
+    assert kept and report.extra["quantize"]["calibration_error"]["y"] <= tight
+    assert min(found[n]["estimate"] for n in kept) >= max(
+        (found[n]["estimate"] for n in done), default=0.0
+    )
+
+
 def test_symmetric_quantizes_activations_around_zero_and_percentile_clips_outliers(calibration):
     q, report = rewrite.optimize_model(
         MODEL,

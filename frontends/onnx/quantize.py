@@ -207,8 +207,13 @@ class Chooser:
         per feed."""
         made = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
         inits = {i.name: i for i in model.graph.initializer}
-        wanted = {v for s in free for v in (*s.values, *s.captures.values())}
-        wanted.discard(None)
+        wanted = {
+            v
+            for s in free
+            for o in (s.output, s.level, *s.operands.values())
+            if o is not None
+            for v in o.wanted()
+        }
         outs = [o.name for o in model.graph.output]
         extra = sorted(n for n in wanted if n in made and n not in outs)
         probe = onnx.ModelProto()
@@ -246,31 +251,39 @@ def _estimated_per_output(
     `quantized` sites it depends on: a first-order estimate of its relative error that takes
     each site's relative error to pass through the layers after it unchanged (not a bound:
     a layer can amplify it, and the bounds are worst cases that typical errors stay far
-    below). None when a site it depends on has no estimate."""
+    below). None when a site it depends on, or one whose place in the graph is unknown, has no
+    estimate."""
     out: dict[str, float | None] = {}
     for o in model.graph.output:
         seen, _ = upstream(model.graph, o.name)
-        parts = [estimates.get(s.index) for s in quantized if any(v in seen for v in s.values)]
+        parts = []
+        for s in quantized:
+            names = {*s.values, *(s.output.names if s.output is not None else ())}
+            if not names or names & seen:
+                parts.append(estimates.get(s.index))
         out[o.name] = None if any(p is None for p in parts) else float(sum(parts))
     return out
 
 
 def _estimate(s: Site, values: list[dict]) -> float | None:
-    """The site's rule bound on the calibration values of its captures, over the largest
-    magnitude of the node's output (the first of its values the float model computes), the
-    worst over the feeds; None when a value is not available."""
-    if s.bound is None or not values:
+    """The site's rule bound on the calibration values of its operands (`Site.operands`), in
+    float units (levels times `Site.level`), over the largest magnitude of the float output it
+    is relative to (`Site.output`), the worst over the feeds; None when a value cannot be
+    read."""
+    if s.bound is None or s.output is None or not values:
         return None
     fn, args = s.bound
-    names = [s.captures.get(a) for a in args]
-    value = next((v for v in s.values if v in values[0]), None)
-    if value is None or any(n not in values[0] for n in names):
-        return None
     worst = 0.0
     for got in values:
-        bound = np.asarray(BOUNDS[fn].fn(*(got[n] for n in names)))
-        out = float(np.abs(got[value]).max(initial=0.0))
-        worst = max(worst, float(bound.max(initial=0.0)) / out if out else 0.0)
+        operands = [s.operands.get(a) for a in args]
+        args_now = [o.read(got) if o is not None else None for o in operands]
+        out = s.output.read(got)
+        level = s.level.read(got) if s.level is not None else np.float64(1.0)
+        if out is None or level is None or any(a is None for a in args_now):
+            return None
+        bound = np.asarray(BOUNDS[fn].fn(*args_now), np.float64) * abs(float(np.max(level)))
+        big = float(np.abs(out).max(initial=0.0))
+        worst = max(worst, float(bound.max(initial=0.0)) / big if big else 0.0)
     return worst
 
 
