@@ -82,6 +82,7 @@ SPECS = {
     s.name: s
     for s in [
         Spec("bert", "text", "BertModel", ("last_hidden_state", "pooler_output")),
+        Spec("distilbert", "text", "DistilBertModel", ("last_hidden_state",)),
         Spec("gpt2", "text", "GPT2Model", ("last_hidden_state",), {"use_cache": False}),
         Spec("vit", "image", "ViTModel", ("last_hidden_state", "pooler_output")),
         Spec("resnet50", "image", "ResNetModel", ("last_hidden_state", "pooler_output")),
