@@ -148,6 +148,21 @@ def quantize_ort_weight_only(src: Path, dst: Path) -> float:
     return _seconds([sys.executable, "-c", code, str(src), str(dst)])
 
 
+def cpu() -> str:
+    """The CPU's model name and whether it has VNNI (AVX512-VNNI or AVX-VNNI), from
+    /proc/cpuinfo: onnxruntime's uint8-by-int8 kernels sum products in int32 with it and add
+    neighbouring pairs in int16 without it, which moves both the int8 latency and what
+    full-range int8 weights cost (patterns/quant/dynamic.rules)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return "unknown CPU"
+    model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "?")
+    flags = {f for ln in lines if ln.startswith("flags") for f in ln.split()}
+    vnni = flags & {"avx512_vnni", "avx_vnni"}
+    return f"{model}, {'VNNI (' + ', '.join(sorted(vnni)) + ')' if vnni else 'no VNNI'}"
+
+
 def session(path: Path | bytes, threads: int = 1) -> ort.InferenceSession:
     """An onnxruntime session at ORT_ENABLE_ALL with `threads` intra-op threads, of a model
     file or a serialized model."""
@@ -419,6 +434,7 @@ def main(argv=None) -> int:
         ap.error("--threads: thread counts are 1 or more")
     os.environ.setdefault("OMP_NUM_THREADS", str(max(args.threads)))
     lat = " | ".join(f"latency / float ({t} thread{'s' if t > 1 else ''})" for t in args.threads)
+    print(f"CPU: {cpu()}; onnxruntime {ort.__version__}\n")
     print(
         f"| model | quantizer | {lat} | max err / max abs ref | mean over inputs "
         "| argmax agrees | quantize s | file MB |\n|---|---|"
