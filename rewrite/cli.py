@@ -985,8 +985,9 @@ def _print_quantized(record: dict, verbose: bool) -> None:
         estimated = record.get("estimated_error", {})
         t = Table(
             title=f"error per output on {record.get('calibration_samples', 0)} calibration "
-            f"inputs ({record.get('evaluations', 0)} graphs measured; estimated: the sum of the "
-            "quantized nodes' estimates it depends on)",
+            f"inputs ({record.get('evaluations', 0)} graphs measured, kept in float "
+            f"{record.get('order', '-')}; estimated: the sum of the quantized nodes' estimates "
+            "it depends on)",
             title_justify="left",
         )
         for col in ("output", "estimated", "measured max|q - ref| / max|ref|", "budget"):
