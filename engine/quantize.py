@@ -79,10 +79,14 @@ class Site:
     imported nodes the e-class computes, then the imported nodes the rules' left sides
     matched (what `--keep-float` patterns are matched against). value: the name of a graph
     value the e-class holds (the node's output), or None; values: those of every e-class of
-    the site (a MatMul's and the Gemm's it was fused into). captures: per capture of the first
-    firing, the name of a graph value of its e-class, or None (a value only rewriting made).
-    bound: the first rule's `(bound FN ARGS...)` as (FN, capture names), for an error
-    estimate from the captures' values. forbid: indexes into `Snapshot.nodes` of the e-nodes
+    the site (a MatMul's and the Gemm's it was fused into). bound: the first rule's `(bound FN
+    ARGS...)` as (FN, capture names), for an error estimate from the captures' values;
+    operands: per capture the bound reads, how to read its value from a run of the float
+    model (an `Operand`, or None where it cannot be). output: the float value the error is
+    relative to: the root's, or for a rule whose result is a QuantizeLinear's integers (a
+    static rule), the value that QuantizeLinear quantizes; level: then its scale, the float
+    size of one of the levels the bound counts (None for a bound in float units). forbid:
+    indexes into `Snapshot.nodes` of the e-nodes
     the quant rules created in this e-class (what keeping it in float forbids), and `enodes`
     those e-nodes themselves (to tell whether an extraction chose one). Sites whose rules
     matched a common imported node, or read a common constant (the weight), are one Site (a
@@ -93,7 +97,6 @@ class Site:
     rules: tuple[str, ...]
     names: tuple[str, ...]
     value: str | None
-    captures: dict
     bound: tuple[str, tuple[str, ...]] | None
     forbid: frozenset[int]
     enodes: frozenset = frozenset()
@@ -123,7 +126,7 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
     for vid, c in snap.handle.items():
         if 0 <= vid < len(snap.graph.values):
             held.setdefault(c, []).append(snap.graph.values[vid].name)
-    value_of = {c: names[0] for c, names in held.items()}  # e-class -> the first
+    value_of = {c: vs[0] for c, vs in held.items()}  # e-class -> the first
     computed: dict[int, list[str]] = {}  # e-class -> imported nodes with an output in it
     for n in snap.graph.nodes:
         for v in n.outputs:
@@ -229,7 +232,6 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
                 names=tuple(site_names),
                 value=values[0] if values else None,
                 values=values,
-                captures={k: value_of.get(c) for k, c in first.terms.items()},
                 bound=bound,
                 forbid=frozenset(forbid),
                 enodes=frozenset(snap.nodes[i][1] for i in forbid),
