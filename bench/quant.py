@@ -54,6 +54,8 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from vocab.registry import int8_sums_in_int32
+
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import models as M  # noqa: E402  (bench/models.py, beside this file)
@@ -149,18 +151,17 @@ def quantize_ort_weight_only(src: Path, dst: Path) -> float:
 
 
 def cpu() -> str:
-    """The CPU's model name and whether it has VNNI (AVX512-VNNI or AVX-VNNI), from
-    /proc/cpuinfo: onnxruntime's uint8-by-int8 kernels sum products in int32 with it and add
-    neighbouring pairs in int16 without it, which moves both the int8 latency and what
-    full-range int8 weights cost (patterns/quant/dynamic.rules)."""
+    """The CPU's model name (/proc/cpuinfo) and whether onnxruntime's uint8-by-int8 kernels
+    sum in int32 on it (VNNI: `vocab.registry.int8_sums_in_int32`) or add neighbouring pairs
+    in int16, which moves both the int8 latency and what full-range weights cost (the
+    `--cpu vnni` rows run only with VNNI)."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return "unknown CPU"
+        lines = []
     model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "?")
-    flags = {f for ln in lines if ln.startswith("flags") for f in ln.split()}
-    vnni = flags & {"avx512_vnni", "avx_vnni"}
-    return f"{model}, {'VNNI (' + ', '.join(sorted(vnni)) + ')' if vnni else 'no VNNI'}"
+    sums = "int32 sums (VNNI)" if int8_sums_in_int32() else "int16 pairs (no VNNI)"
+    return f"{model}, {sums}"
 
 
 def session(path: Path | bytes, threads: int = 1) -> ort.InferenceSession:
@@ -236,6 +237,8 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
             ),
         ),
     ]
+    if int8_sums_in_int32():  # full-range weights are exact on this CPU: their rows too
+        tools.insert(3, ("rewrite --cpu vnni", lambda s, d: quantize_ours(s, d, "--cpu", "vnni")))
     if args.mode == "static":
         tools = [
             ("onnxruntime quantize_static", lambda s, d: quantize_ort_static(s, d, cal)),
@@ -271,7 +274,8 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         if tool == "onnxruntime" and args.budget and args.mode == "dynamic":
             budget = round(measured[tool]["error"] * args.budget, 4)
             smooth = ("--smooth", str(SMOOTH_ALPHA))
-            for extra in ((), smooth):  # the default weights, and the lowest-error ones
+            extras = [(), smooth] + ([("--cpu", "vnni")] if int8_sums_in_int32() else [])
+            for extra in extras:  # the default weights, smoothed, and full-range ones
                 tools.append(
                     (
                         " ".join(("rewrite", *extra, "--error-budget", f"{budget:g}")),

@@ -154,16 +154,25 @@ class GuardCall:
     span: Span = _span()
 
 
+# `(ruleset ... :sums S)`: what integer accumulation a ruleset's results assume of the runtime
+INTEGER_SUMS = ("int32",)
+
+
 @dataclass(frozen=True)
 class Ruleset:
-    """`(ruleset NAME [:opset N] [:domain D]...)`: the rules that follow in this file belong
-    to NAME. `opset`: the lowest default-domain opset its results are written for (None: any
-    the model has); `domains`: the other domains its results write ops of."""
+    """`(ruleset NAME [:opset N] [:domain D]... [:sums int32])`: the rules that follow in this
+    file belong to NAME. `opset`: the lowest default-domain opset its results are written for
+    (None: any the model has); `domains`: the other domains its results write ops of; `sums`:
+    what its results need of the runtime's integer kernels, `int32` for products of uint8 by
+    int8 summed in int32 with no int16 pair in between (onnxruntime on x86 CPUs with VNNI;
+    without it, its kernels add neighbouring pairs in int16, which full-range weights can
+    saturate), "" for nothing."""
 
     name: str
     span: Span = _span()
     opset: int | None = None
     domains: tuple[str, ...] = ()
+    sums: str = ""
 
 
 @dataclass(frozen=True)

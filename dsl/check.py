@@ -258,4 +258,5 @@ def _rule(fr: FlatRule, name, kind, lhs, rhs, guards, scope: Scope) -> ir.Rule:
         lists=scope.names("list"),
         opset=(declared.opset or 0) if declared is not None else 0,
         domains=declared.domains if declared is not None else (),
+        sums=declared.sums if declared is not None else "",
     )

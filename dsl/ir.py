@@ -111,6 +111,8 @@ class Rule:
         it fixed), so that each gets its own egglog relation; empty for a written rule.
     opset / domains: what the rule's ruleset declares its results need (`(ruleset NAME :opset N
         :domain D)`): the lowest default-domain opset (0: none), the other domains.
+    sums: the ruleset's `:sums` (`dsl.ast.Ruleset`): `int32` for results exact only where the
+        runtime sums uint8-by-int8 products in int32; "" otherwise.
     roots / results: a multi-root rule's other pattern roots and their results (`(roots ...)`
         on both sides; `lhs` and `rhs` are the first). Each extra root binds its match with
         `OpNode.bind` (`_rootK` unless the rule names it), so it is a term capture.
@@ -134,6 +136,7 @@ class Rule:
     opset: int = 0
     domains: tuple[str, ...] = ()
     bound: Guard | None = None
+    sums: str = ""
 
     @cached_property
     def lhs_ops(self) -> frozenset[str]:

@@ -152,7 +152,7 @@ class _ToAst(Transformer):
         return forms
 
     def ruleset(self, meta, c):
-        opset, domains = None, []
+        opset, domains, sums = None, [], ""
         for key, value in c[1:]:
             if key == ":opset" and value.type == "NUMBER" and re.fullmatch(r"\d+", str(value)):
                 if opset is not None:
@@ -160,10 +160,17 @@ class _ToAst(Transformer):
                 opset = int(str(value))
             elif key == ":domain" and value.type == "OP_ITEM":
                 domains.append(str(value))
+            elif key == ":sums" and str(value) in ast.INTEGER_SUMS and not sums:
+                sums = str(value)
             else:
-                msg = f"a ruleset takes :opset N and :domain NAME, not {key} {value}"
+                msg = (
+                    "a ruleset takes :opset N, :domain NAME and :sums "
+                    f"{'|'.join(ast.INTEGER_SUMS)} (once), not {key} {value}"
+                )
                 raise RulesSyntaxError(self._at(key), msg)
-        return ast.Ruleset(str(c[0]), span=self._at(meta), opset=opset, domains=tuple(domains))
+        return ast.Ruleset(
+            str(c[0]), span=self._at(meta), opset=opset, domains=tuple(domains), sums=sums
+        )
 
     def op_decl(self, meta, c):
         inputs = tuple(

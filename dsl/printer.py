@@ -25,6 +25,7 @@ def format_form(form: ast.Form, indent: str = "") -> str:
     if isinstance(form, ast.Ruleset):
         needs = f" :opset {form.opset}" if form.opset is not None else ""
         needs += "".join(f" :domain {d}" for d in form.domains)
+        needs += f" :sums {form.sums}" if form.sums else ""
         return f"{indent}(ruleset {form.name}{needs})"
     inner = indent + _STEP
     if isinstance(form, ast.OpDecl):

@@ -208,6 +208,7 @@ def optimize(
     only: tuple[str, ...] = (),
     domains: frozenset[str] = frozenset(),
     choose=None,
+    sums: tuple[str, ...] = (),
 ) -> tuple[TermGraph, Report]:
     """Rewrite `graph` with `rules` by equality saturation and cost-based extraction.
 
@@ -219,7 +220,8 @@ def optimize(
     provenance: record rule firings and set `Node.provenance` / `Value.provenance` on what
     rewrites and folding produced (`engine.provenance`); False gives a bare graph.
     skip/only: rule names, globs or `ruleset:NAME` (`engine.selection.pick_rules`); the rules
-    they exclude are in `report.skipped`.
+    they exclude are in `report.skipped`. sums: the integer sums the result's runtime has
+    (`pick_rules`: rules whose ruleset says `:sums int32` run only with `("int32",)`).
     choose(sites, build) -> keep: decides which `quant` rule sites stay in float
     (`engine.quantize`). Called after saturation with the `Site`s (empty when no quant rule
     fired) and `build(keep)`, which extracts and folds the graph with the sites whose indexes
@@ -244,7 +246,7 @@ def optimize(
 
     deadline = limits.deadline if limits.deadline is not None else clock + limits.timeout
     limits = replace(limits, deadline=deadline)
-    rules, excluded = pick_rules(rules, skip, only)
+    rules, excluded = pick_rules(rules, skip, only, sums)
     original = graph
     if not provenance:
         graph = bare(graph)

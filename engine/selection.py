@@ -31,16 +31,22 @@ def matches(pattern: str, rule: Rule) -> bool:
 
 
 def pick_rules(
-    rules: RuleSet, skip: Iterable[str] | str = (), only: Iterable[str] | str = ()
+    rules: RuleSet,
+    skip: Iterable[str] | str = (),
+    only: Iterable[str] | str = (),
+    sums: tuple[str, ...] = (),
 ) -> tuple[RuleSet, dict[str, str]]:
     """The rules of `rules` that `only` keeps and `skip` does not remove, in order, and the
-    excluded ones: rule name -> reason (`not in --only`, `--skip PATTERN`). A string is one
-    pattern (`skip="cast-*"`), not a list of letters.
+    excluded ones: rule name -> reason (`not in --only`, `--skip PATTERN`, `:sums S`). A
+    string is one pattern (`skip="cast-*"`), not a list of letters. `sums`: the integer sums
+    the result's runtime is known to have (`dsl.ast.Ruleset.sums`; `("int32",)` for
+    `rewrite quantize --cpu vnni`); a rule whose ruleset needs others is excluded.
 
     Raises UnknownRulePatternError naming the first pattern (of `only`, then `skip`) that
-    matches no rule of `rules`. With both lists empty `rules` itself comes back."""
+    matches no rule of `rules`. With both lists empty and no rule excluded for its sums,
+    `rules` itself comes back."""
     skip, only = _patterns(skip), _patterns(only)
-    if not skip and not only:
+    if not skip and not only and all(not r.sums or r.sums in sums for r in rules.rules):
         return rules, {}
     for flag, patterns in (("--only", only), ("--skip", skip)):
         for p in patterns:
@@ -52,6 +58,9 @@ def pick_rules(
     keep: list[Rule] = []
     excluded: dict[str, str] = {}
     for r in rules.rules:
+        if r.sums and r.sums not in sums:
+            excluded[r.name] = f":sums {r.sums} (the runtime is not known to sum so)"
+            continue
         if only and not any(matches(p, r) for p in only):
             excluded[r.name] = "not in --only"
             continue

@@ -171,6 +171,7 @@ def _optimize_parser(sub) -> None:
         calibrate="minmax",
         symmetric=False,
         smooth=None,
+        cpu="any",
     )
 
 
@@ -219,6 +220,17 @@ def _quantize_parser(sub) -> None:
         help="dynamic: one weight scale per weight (onnxruntime quantize_dynamic's default; "
         "here a fifth to a third more error at the same speed, because the step is chosen so "
         "that the kernels' int16 pair sums cannot saturate)",
+    )
+    q.add_argument(
+        "--cpu",
+        choices=("any", "vnni"),  # frontends.onnx.api.CPU_RULESETS
+        default="any",
+        help="what the file will run on. any (default): int8 weights stepped so that the "
+        "int16 pair sums of onnxruntime's uint8-by-int8 kernels on x86 CPUs without VNNI "
+        "cannot saturate, exact on every CPU; vnni (mode dynamic, per output column): "
+        "full-range weights, finer, exact where those kernels sum in int32 (x86 with "
+        "AVX512-VNNI or AVX-VNNI: `grep -o 'avx512_vnni\\|avx_vnni' /proc/cpuinfo`); on an "
+        "older x86 CPU they can saturate",
     )
     q.add_argument(
         "--bits",
@@ -697,6 +709,7 @@ def cmd_optimize(args) -> int:
             calibrate=args.calibrate,
             symmetric=args.symmetric,
             smooth=args.smooth,
+            cpu=args.cpu,
         )
     except OptionError as e:
         return _fail(str(e))

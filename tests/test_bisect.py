@@ -107,7 +107,8 @@ def test_only_names_and_globs():
 
 def test_skip_ruleset_and_reason():
     rules = shipped()
-    picked, excluded = pick_rules(rules, skip="ruleset:fusion")  # one string is one pattern
+    # one string is one pattern; int32 sums known, so that no `:sums int32` rule is excluded
+    picked, excluded = pick_rules(rules, skip="ruleset:fusion", sums=("int32",))
     assert picked.rules and all(r.ruleset != "fusion" for r in picked.rules)
     assert excluded and set(excluded.values()) == {"--skip ruleset:fusion"}
 
@@ -122,7 +123,12 @@ def test_only_then_skip():
 
 def test_no_patterns_is_the_same_rule_set():
     rules = shipped()
-    assert pick_rules(rules) == (rules, {})
+    assert pick_rules(rules, sums=("int32",)) == (rules, {})
+    # unless told the runtime sums in int32, the rules that need it are left out, with why
+    picked, excluded = pick_rules(rules)
+    wide = {r.name for r in rules.rules if r.sums == "int32"}
+    assert wide and set(excluded) == wide and {r.name for r in picked.rules}.isdisjoint(wide)
+    assert set(excluded.values()) == {":sums int32 (the runtime is not known to sum so)"}
 
 
 @pytest.mark.parametrize(

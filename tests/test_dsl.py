@@ -388,6 +388,7 @@ def test_shipped_library_checks():
         "layout",
         "quant-dynamic",
         "quant-dynamic-per-channel",
+        "quant-dynamic-per-channel-vnni",
         "quant-embedding",
         "quant-weight-only-4bit",
         "quant-weight-only-8bit",

@@ -4,28 +4,20 @@ pytest plugin, and tests/wrong_rules/quant.rules for the planted wrong ones); he
 path: the engine picks the quantized form where it pays, onnxruntime runs it, and a single
 MatMul's measured error stays within its rule's bound."""
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 import rewrite
+from frontends.onnx import api
 from frontends.onnx.api import OptionError
 from rewrite.cli import main
-from vocab.registry import BOUNDS, conv_pair_steps, pair_steps
+from vocab.registry import BOUNDS, conv_pair_steps, int8_sums_in_int32, pair_steps
 
 RNG = np.random.default_rng(0)
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split()}
 
 
 # onnxruntime's uint8-by-int8 kernels on x86 CPUs with VNNI (AVX512-VNNI or AVX-VNNI) sum the
@@ -33,7 +25,8 @@ def _cpu_flags() -> set[str]:
 # neighbouring pairs in int16 (vpmaddubsw), which the pair steps are for. The tests below check
 # the steps exact on either; their controls, that stepping without them saturates, only where
 # the kernel pairs.
-VNNI = bool(_cpu_flags() & {"avx512_vnni", "avx_vnni"})
+VNNI = int8_sums_in_int32()
+
 # trained-like: weights of varied column scales, a nonzero bias
 W1 = (RNG.normal(0, 0.05, (256, 256)) * RNG.uniform(0.2, 2.0, 256)).astype(np.float32)
 W2 = RNG.normal(0, 0.05, (256, 64)).astype(np.float32)
@@ -485,11 +478,56 @@ def test_weight_only_8bit_for_standard_onnx_passes_the_output_check():
             "used by error-budget, smooth and mode static only",
         ),
         ({"quantize": "dynamic", "op_types": ["Matmul"]}, "'Matmul' is not an ONNX op"),
+        ({"quantize": "dynamic", "cpu": "arm"}, "cpu: unknown choice 'arm'"),
+        ({"cpu": "vnni"}, "cpu needs a quantization mode"),
+        (
+            {"quantize": "dynamic", "cpu": "vnni", "per_channel": False},
+            "cpu vnni applies to mode dynamic with one weight scale per output column",
+        ),
+        ({"quantize": "static", "cpu": "vnni"}, "cpu vnni applies to mode dynamic"),
     ],
 )
 def test_quantization_options_that_cannot_be_used(options, message):
     with pytest.raises(OptionError, match=message):
         rewrite.optimize_model(named_mlp(), **options)
+
+
+def _column_levels(q: onnx.ModelProto) -> list[np.ndarray]:
+    """Per int8 weight of `q`, the largest |level| of each output column."""
+    return [
+        np.abs(numpy_helper.to_array(i).astype(int)).max(axis=0)
+        for i in q.graph.initializer
+        if i.data_type == TensorProto.INT8
+    ]
+
+
+def test_cpu_vnni_quantizes_weights_over_their_full_range_per_column(monkeypatch):
+    # --cpu vnni: each output column's largest weight on +-127, where the default's pair steps
+    # leave same-sign neighbours at most 128 levels together (most columns' largest weight
+    # then below 127); less error for the same ops
+    x = RNG.normal(0, 1, (64, 256)).astype(np.float32)
+    want = run(named_mlp(), x)
+    default, plain = rewrite.optimize_model(named_mlp(), quantize="dynamic")
+    vnni, report = rewrite.optimize_model(named_mlp(), quantize="dynamic", cpu="vnni")
+    assert ops(vnni) == ops(default) and ops(vnni).count("MatMulInteger") == 2
+    assert "quantize-matmul-dynamic-full-range" in report.fired
+    assert not any("full-range" in r for r in plain.fired)
+    assert "quantize-matmul-dynamic-full-range" in plain.skipped  # :sums int32
+    assert all(np.all(m == 127) for m in _column_levels(vnni))
+    assert all(np.mean(m) < 120 for m in _column_levels(default))
+    err = {
+        name: np.abs(run(q, x) - want).max() / np.abs(want).max()
+        for name, q in (("vnni", vnni), ("default", default))
+    }
+    assert 0 < err["vnni"] < err["default"]
+    if VNNI:  # onnxruntime sums in int32 here: its integer products are onnx.reference's
+        got = run(vnni, x)
+        from_reference = ReferenceEvaluator(vnni).run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, from_reference, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    # where this CPU would add int16 pairs, the run says so
+    monkeypatch.setattr(api, "int8_sums_in_int32", lambda: False)
+    _, report = rewrite.optimize_model(named_mlp(), quantize="dynamic", cpu="vnni")
+    assert "this CPU has no VNNI" in report.extra["quantize"]["warning"]
 
 
 def test_cli_error_budget_reports_and_refuses_bad_calibration(tmp_path, capsys):

@@ -513,6 +513,8 @@ def test_matmul_dynamic_bounds_hold_and_are_not_loose():
     rng = np.random.default_rng(0)
     per_tensor = covers("matmul-dynamic-8bit").fn
     per_column = covers("matmul-dynamic-8bit-per-column").fn
+    # full-range columns: exact int32 sums, as onnx.reference and onnxruntime with VNNI have
+    full_range = covers("matmul-dynamic-8bit-full-range").fn
     ratios = []
     for _ in range(200):
         k, n = rng.integers(1, 64, 2)
@@ -521,6 +523,7 @@ def test_matmul_dynamic_bounds_hold_and_are_not_loose():
         for bound, scale in (
             (per_tensor, registry.pair_steps(w)),
             (per_column, registry.pair_steps(w, per_column=True)),
+            (full_range, registry.full_range_steps(w)),
         ):
             err, b = _dynamic_int8_error(x, w, scale), bound(x, w)
             assert np.all(err <= b), (k, n)
@@ -569,6 +572,58 @@ def test_pair_step_builders_give_the_rules_scales_as_attributes():
     assert one(c(np.ones((2, 2, 2), np.float32)), 0) is None and per_column(c(w), 2) is None
     assert one(c(np.array([[np.inf, 1.0]], np.float32)), 0) is None
     assert per_column(c(np.zeros((0, 3), np.float32)), 0) is None  # K = 0: no products
+
+
+def test_full_range_steps_use_every_level_per_column():
+    # max|w| / 127 per column: the largest weight of each column lands on +-127, finer than
+    # the pair steps wherever a same-sign pair outgrows the largest weight
+    f = covers("full-range-steps").fn
+    w = np.array([[1.0, -2.0, 0.0], [3.0, 0.5, 0.0], [-1.0, 4.0, 0.0]], np.float32)
+    l127 = np.float32(127)
+    want = [float(np.float32(3) / l127), float(np.float32(4) / l127), 1.0]
+    assert f(c(w), 0) == tuple(want) and f(c(w.T.copy()), 1) == tuple(want)
+    assert registry.full_range_steps(w).tolist() == want
+    pair = registry.pair_steps(w, per_column=True)
+    assert pair[0] > want[0] and pair[1] > want[1]  # 1 + 3 and -2 + 4.5 pairs: coarser
+    rng = np.random.default_rng(2)
+    for _ in range(100):
+        k, n = rng.integers(1, 40, 2)
+        w = rng.normal(0, 1, (k, n)) * rng.choice([1e-3, 1, 1e3])
+        q = np.rint(w.astype(np.float32) / registry.full_range_steps(w))
+        assert np.abs(q).max() <= 127 and np.all(np.abs(q).max(axis=0) == 127)
+    assert f(t(3, 3), 0) is None and f(c(w), 2) is None  # not a constant; no such axis
+    assert f(c(np.ones((2, 2, 2), np.float32)), 0) is None
+    assert f(c(np.zeros((0, 3), np.float32)), 0) is None  # K = 0: no products
+    assert f(c(np.array([[np.inf, 1.0]], np.float32)), 0) is None
+
+
+def test_full_range_gemm_bounds_add_the_bias_rounding_either_layout():
+    # the Gemm bounds hold the product's error (the MatMul's bound is tested above) in both
+    # weight layouts, and agree between them
+    rng = np.random.default_rng(3)
+    gemm = covers("gemm-dynamic-8bit-full-range").fn
+    gemm_t = covers("gemm-dynamic-8bit-transposed-full-range").fn
+    for _ in range(50):
+        k, n = rng.integers(1, 64, 2)
+        x = rng.normal(0, 1, (4, k)) * rng.choice([0.01, 1, 100])
+        w = rng.normal(0, 1, (k, n)) * rng.uniform(0.01, 2, n)
+        cst = rng.normal(0, 1, n)
+        err = _dynamic_int8_error(x, w, registry.full_range_steps(w))
+        assert np.all(err <= gemm(x, w, cst))
+        assert np.allclose(gemm(x, w, cst), gemm_t(x, w.T.copy(), cst))
+        assert np.all(gemm(x, w, 100 * cst) > gemm(x, w, cst))  # the bias's rounding counts
+
+
+def test_int8_sums_in_int32_reads_the_cpus_vnni_flags(tmp_path):
+    f = registry.int8_sums_in_int32.__wrapped__  # not the cached answer for this machine
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor : 0\nflags : fpu sse avx2 avx512f avx512bw\n")
+    assert not f(str(info))  # AVX512BW without VNNI: int16 pairs
+    info.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_vnni\n")
+    assert f(str(info))
+    info.write_text("processor : 0\nflags : fpu avx2 avx_vnni\n")
+    assert f(str(info))
+    assert not f(str(tmp_path / "absent"))  # not known: not assumed
 
 
 def test_conv_pair_steps_take_the_pairs_in_qlinearconvs_k_order():

@@ -2,6 +2,7 @@
 verdicts, and the engine fixes it led to. (The shipped library itself is verified rule by
 rule by the pytest plugin: see `rules_paths` in pyproject.toml.)"""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -15,6 +16,7 @@ from onnx import TensorProto as TP
 from dsl import load_rules, parse
 from dsl.check import check
 from frontends.onnx import optimize_model
+from verify import check as vcheck
 from verify import hints as H
 from verify.check import run_both
 from verify.compare import Tolerance, compare, mode_of, tolerance
@@ -131,6 +133,35 @@ def test_missing_kernels_are_recorded_with_the_message():
     with pytest.raises(ExecError):
         run_ort(m, {"a": np.eye(2, dtype=np.int64), "b": np.eye(2, dtype=np.int64)})
     assert "Could not find an implementation" in NO_KERNEL[("Gemm", "T", TP.INT64)]
+
+
+def test_an_unjudged_executor_disagreeing_is_a_note_not_a_failure(monkeypatch):
+    # a `:sums int32` rule on a CPU whose onnxruntime adds int16 pairs (simulated: the right
+    # side one off on onnxruntime alone): beyond the bound there is a failure, unless
+    # onnxruntime is unjudged, when it is a note and onnx.reference decides
+    lhs = model("(float[2] x) => (float[2] y) { y = Relu(x) }")
+    rhs = model("(float[2] x) => (float[2] y) { y = Relu(x) }")
+    feeds = {"x": np.array([-1.0, 2.0], np.float32)}
+    real_ort = vcheck.run_ort
+    monkeypatch.setattr(
+        vcheck,
+        "run_ort",
+        lambda m, f: [o + 1 for o in real_ort(m, f)] if m is rhs else real_ort(m, f),
+    )
+    limit = np.full(2, 0.5)
+    out = run_both(lhs, rhs, feeds, "bitwise", "quant", limit)
+    assert out.status == "fail" and "beyond the rule's bound on onnxruntime" in out.reason
+    why = {"onnxruntime": "its kernels add int16 pairs here"}
+    out = run_both(lhs, rhs, feeds, "bitwise", "quant", limit, why)
+    assert out.status == "ok"
+    assert "onnxruntime not judged: its kernels add int16 pairs here" in out.notes
+    # which rules: those whose ruleset says :sums int32, on a CPU without int32 sums
+    rule = check(parse("(ruleset w :sums int32) (simplify a (Relu @x) @x)", "f.rules"))[0]
+    monkeypatch.setattr(vcheck, "int8_sums_in_int32", lambda: True)
+    assert vcheck.unjudged([rule]) == {}
+    monkeypatch.setattr(vcheck, "int8_sums_in_int32", lambda: False)
+    assert set(vcheck.unjudged([rule])) == {"onnxruntime"}
+    assert vcheck.unjudged([dataclasses.replace(rule, sums="")]) == {}
 
 
 def test_the_right_side_not_running_is_a_failure():

@@ -207,13 +207,29 @@ def test_a_rule_can_write_an_op_of_another_domain():
         ("(ruleset r :domain com.nowhere) (simplify a (Relu @x) @x)", "unknown domain"),
         ("(ruleset r :opset 13) (simplify a (Relu @x) (Gelu @x))", "opset 13 does not have"),
         ("(ruleset r :opset 99) (simplify a (Relu @x) @x)", "outside the op table's opsets"),
-        ("(ruleset r :size 3) (simplify a (Relu @x) @x)", "takes :opset N and :domain NAME"),
+        ("(ruleset r :size 3) (simplify a (Relu @x) @x)", "takes :opset N, :domain NAME"),
+        ("(ruleset r :sums int16) (simplify a (Relu @x) @x)", "and :sums int32 (once)"),
+        ("(ruleset r :sums int32 :sums int32) (simplify a (Relu @x) @x)", "not :sums int32"),
     ],
 )
 def test_ruleset_needs_are_checked(text, message):
     with pytest.raises(dsl.RulesError) as info:
         check(parse(text, "f.rules"))
     assert message in str(info.value) and str(info.value).startswith("f.rules:1:")
+
+
+def test_a_ruleset_that_needs_int32_sums_runs_only_for_such_a_runtime():
+    # `:sums int32`: results exact only where uint8-by-int8 products are summed in int32
+    # (full-range int8 weights); the engine runs them only when told the runtime does
+    text = "(ruleset wide :sums int32) (simplify relu-of-relu (Relu (Relu @x)) (Relu @x))"
+    rules = RuleSet(tuple(check(parse(text, "f.rules"))), ("f.rules",))
+    assert rules.rules[0].sums == "int32"
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    model = _model(nodes, [_info("x", [2])], [_info("y", [2])], opsets=[("", 18)])
+    same, report = optimize_model(model, rules)
+    assert same is model and ":sums int32" in report.skipped["relu-of-relu"]
+    out, report = optimize_model(model, rules, sums=("int32",))
+    assert [n.op_type for n in out.graph.node] == ["Relu"]
 
 
 def test_a_ruleset_that_needs_a_newer_opset_is_skipped_on_an_older_model():

@@ -25,6 +25,7 @@ import onnx
 
 from verify.compare import FLOAT_TYPES, Diff, Tolerance, compare, scale_of, tolerance, worst
 from verify.execute import ExecError, hazard, is_random, run_ort, run_reference
+from vocab.registry import int8_sums_in_int32
 
 EXECUTORS = ("onnxruntime", "onnx.reference")
 
@@ -58,11 +59,13 @@ def run_both(
     mode: str,
     fp: str,
     limit: np.ndarray | dict | None = None,
+    unjudged: dict[str, str] | None = None,
 ) -> Outcome:
     """Run both sides on both executors and compare (`mode`: `bitwise` or `scaled`, see
     `verify.compare`; `fp`: the rule's numeric class; `limit`: a `quant` rule's bound (or a
     dict of it by output name, the other outputs compared at the class's tolerance), the
-    largest |lhs - rhs| per element of its one output, in place of the class's tolerance)."""
+    largest |lhs - rhs| per element of its one output, in place of the class's tolerance;
+    `unjudged`: executor -> why its comparison is a note, not a verdict (`unjudged`))."""
     out = Outcome("ok")
     if is_random(lhs):
         return Outcome("reject", "the left side is random (Dropout in training mode)")
@@ -78,7 +81,7 @@ def run_both(
     if why:
         return _fail(out, why)
     out.scale = scale_of(*values)
-    return _judge(out, lhs, mode, fp, limit)
+    return _judge(out, lhs, mode, fp, limit, unjudged or {})
 
 
 def _left(out: Outcome, lhs: onnx.ModelProto, feeds: dict, values: list) -> str | None:
@@ -152,7 +155,22 @@ def _integer_division(model: onnx.ModelProto) -> bool:
     )
 
 
-def _judge(out: Outcome, lhs: onnx.ModelProto, mode: str, fp: str, limit=None) -> Outcome:
+def unjudged(rules) -> dict[str, str]:
+    """Executors whose comparison does not decide for `rules` on this machine, and why: a
+    ruleset with `:sums int32` is for runtimes that sum uint8-by-int8 products in int32, which
+    onnxruntime on an x86 CPU without VNNI does not (`frontends.onnx.check.int8_sums_in_int32`);
+    there its results are checked on onnx.reference (exact int32 sums) alone."""
+    if any(r.sums == "int32" for r in rules) and not int8_sums_in_int32():
+        return {
+            "onnxruntime": "its uint8-by-int8 kernels add int16 pairs on this CPU (no VNNI); "
+            "the rule is for CPUs that sum in int32 (:sums int32)"
+        }
+    return {}
+
+
+def _judge(
+    out: Outcome, lhs: onnx.ModelProto, mode: str, fp: str, limit=None, unjudged=None
+) -> Outcome:
     elem = [o.type.tensor_type.elem_type for o in lhs.graph.output]
     names = [o.name for o in lhs.graph.output]
     limits = limit if isinstance(limit, dict) else dict.fromkeys(names, limit)
@@ -169,6 +187,10 @@ def _judge(out: Outcome, lhs: onnx.ModelProto, mode: str, fp: str, limit=None) -
             out.diffs[ex] = worst(
                 [compare(r, lv, t, out.scale) for lv, r, t in zip(left, right, tols)]
             )
+    for ex, why in (unjudged or {}).items():
+        d = out.diffs.pop(ex, None)
+        if d is not None and not d.ok:
+            out.notes.append(f"{ex} not judged: {why}")
     bad = [ex for ex, d in out.diffs.items() if not d.ok]
     if bad and limit is not None:  # a bound holds on every runtime: integer kernels differ
         return _fail(out, f"beyond the rule's bound on {', '.join(bad)}" + _why(out.diffs[bad[0]]))

@@ -25,7 +25,7 @@ from engine.apply import SAME_ROOTS, UnsoundRuleError
 from engine.optimize import FP_CLASSES
 from frontends.onnx import optimize_model
 from frontends.onnx.check import run
-from verify.check import Outcome, run_both
+from verify.check import Outcome, run_both, unjudged
 from vocab.ops import OPS
 
 
@@ -64,6 +64,7 @@ def run_engine(
                 fp=FP_CLASSES,
                 shapes=False,
                 target="onnxruntime",  # examples run on onnxruntime: its domains are there
+                sums=tuple({r.sums for r in rules if r.sums}),  # the rules' own, to check them
             )
     except UnsoundRuleError as e:
         return EngineResult(f"the engine's type tripwire: {e}", {})
@@ -90,7 +91,7 @@ def run_engine(
         return EngineResult("the engine applied the rule although a guard is violated", fired, opt)
     if opt is model:
         return EngineResult(None, fired, opt)
-    out = run_both(model, opt, feeds, mode, fp, limit)
+    out = run_both(model, opt, feeds, mode, fp, limit, unjudged(rules))
     if out.status == "reject":
         return EngineResult(None, fired, opt, out, rejected=out.reason)
     if out.status == "fail":

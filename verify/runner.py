@@ -42,7 +42,7 @@ from hypothesis.errors import Unsatisfiable, UnsatisfiedAssumption
 from dsl import shipped_rules_dir
 from dsl.ir import OpNode, Rule, RuleSet
 from dsl.lists import concrete, max_items
-from verify.check import run_both
+from verify.check import run_both, unjudged
 from verify.compare import mode_of
 from verify.defaults import DEFAULT_EXAMPLES  # re-exported
 from verify.draw import Gen
@@ -418,7 +418,9 @@ class _Checker:
 
     def numeric(self, inst, res: CheckResult) -> None:
         limit = _limit(self.rule, inst)
-        out = run_both(inst.lhs, inst.rhs, inst.feeds, self.mode, self.rule.fp, limit)
+        out = run_both(
+            inst.lhs, inst.rhs, inst.feeds, self.mode, self.rule.fp, limit, unjudged([self.rule])
+        )
         if out.status == "reject":
             reject()
         self.count(res, out)
@@ -437,7 +439,9 @@ class _Checker:
         for step in sweep_feeds(leaves, inst.feeds):
             values = {name: step.get(name, leaf.value) for name, leaf in leaves.items()}
             limit = _limit(self.rule, inst, values)
-            out = run_both(inst.lhs, inst.rhs, step, self.mode, self.rule.fp, limit)
+            out = run_both(
+                inst.lhs, inst.rhs, step, self.mode, self.rule.fp, limit, unjudged([self.rule])
+            )
             if out.status == "reject":
                 continue
             checked += 1

@@ -17,6 +17,7 @@ then skipped.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -820,6 +821,25 @@ def _matmul_int8_bound(x: np.ndarray, w: np.ndarray, w_step: np.ndarray) -> np.n
 
 PAIR_LEVELS = 127  # the pair-stepped rules' bound on |q_k| and |q_k + q_k+1| before rounding
 
+# x86 CPU flags with which onnxruntime's uint8-by-int8 kernels (MLAS) sum products in int32
+# (vpdpbusd); without them (AVX2, AVX512BW) they add neighbouring pairs in int16 first
+# (vpmaddubsw), which saturates beyond 32767 (tests/test_quantize.py shows both)
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+
+
+@functools.cache
+def int8_sums_in_int32(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether onnxruntime's uint8-by-int8 kernels on this CPU sum products in int32: an x86
+    CPU whose `cpuinfo` flags list AVX512-VNNI or AVX-VNNI. False where they add neighbouring
+    pairs in int16 first (older x86), and where it cannot be told (no such file): full-range
+    int8 weights are then not known to be exact (patterns/quant/dynamic.rules, `:sums int32`)."""
+    try:
+        with open(cpuinfo) as f:
+            flags = {w for line in f if line.startswith("flags") for w in line.split()}
+    except OSError:
+        return False
+    return any(v in flags for v in VNNI_FLAGS)
+
 
 def pair_steps(w: np.ndarray, per_column: bool = False) -> np.ndarray:
     """The weight step of the dynamic rules and the static MatMul/Gemm rules for a [K, N]
@@ -842,6 +862,16 @@ def pair_steps(w: np.ndarray, per_column: bool = False) -> np.ndarray:
     return np.where(m == 0, np.float32(1.0), m / np.float32(PAIR_LEVELS)).astype(np.float32)
 
 
+def full_range_steps(w: np.ndarray) -> np.ndarray:
+    """The weight steps of the `:sums int32` dynamic rules for a [K, N] weight: max_k |w_k| /
+    127 per output column ([N]; a column of zeros gets the step 1), in float32 as the rule
+    computes it: every weight rounds into [-127, 127], its full range. Exact only where the
+    runtime sums the uint8-by-int8 products in int32 (`pair_steps` is for runtimes that add
+    neighbouring pairs in int16 first). Shapes: w [K, N], K >= 1."""
+    m = np.abs(w.astype(np.float32)).max(axis=0, initial=0.0)
+    return np.where(m == 0, np.float32(1.0), m / np.float32(PAIR_LEVELS)).astype(np.float32)
+
+
 def _finite_positive(steps: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(steps)) and np.all(steps > 0))
 
@@ -861,8 +891,9 @@ _STEPS: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to it, steps)
 
 
 def _weight_steps(v: np.ndarray, how: tuple) -> np.ndarray:
-    """The steps of the constant `v` (`how`: ("conv",) for `conv_pair_steps`, or (axis,
-    per_column) for `pair_steps` with K on `axis`), remembered while `v` lives: the engine
+    """The steps of the constant `v` (`how`: ("conv",) for `conv_pair_steps`, ("full", axis)
+    for `full_range_steps`, or (axis, per_column) for `pair_steps`, with K on `axis`),
+    remembered while `v` lives: the engine
     asks a rule's builders again on every match of every saturation iteration (a BERT-base
     run asked 798 times for its 72 weights)."""
     key = (id(v), how)
@@ -871,6 +902,8 @@ def _weight_steps(v: np.ndarray, how: tuple) -> np.ndarray:
         return hit[1]
     if how == ("conv",):
         steps = conv_pair_steps(v)
+    elif how[0] == "full":
+        steps = full_range_steps(v if how[1] == 0 else v.T)
     else:
         axis, per_column = how
         steps = pair_steps(v if axis == 0 else v.T, per_column=per_column)
@@ -901,6 +934,19 @@ def pair_steps_per_column(w: ClassInfo, axis: int) -> tuple[float, ...] | None:
     if v is None or v.ndim != 2 or axis not in (0, 1) or v.shape[axis] == 0 or v.size == 0:
         return None
     steps = _weight_steps(v, (axis, True))
+    return tuple(steps.astype(float).tolist()) if _finite_positive(steps) else None
+
+
+@builder("full-range-steps", TERM, ATTR)
+def full_range_steps_builder(w: ClassInfo, axis: int) -> tuple[float, ...] | None:
+    """One step per output column (`full_range_steps`) of a constant rank-2 float weight whose
+    K is `axis`: 0 for [K, N], 1 for [N, K] (Gemm's transB = 1). A float32 list of N, for
+    QuantizeLinear's per-axis scale; None when `w` is not such a constant, or a step is not
+    finite."""
+    v = w.value
+    if v is None or v.ndim != 2 or axis not in (0, 1) or v.shape[axis] == 0 or v.size == 0:
+        return None
+    steps = _weight_steps(v, ("full", axis))
     return tuple(steps.astype(float).tolist()) if _finite_positive(steps) else None
 
 
@@ -963,6 +1009,27 @@ def gemm_dynamic_8bit_transposed_per_column(
 def matmul_dynamic_8bit_per_column(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The same with one weight step per output column, `pair_steps(w, per_column=True)`."""
     return _matmul_int8_bound(x, w, pair_steps(w, per_column=True).astype(np.float64))
+
+
+@bound("matmul-dynamic-8bit-full-range", TERM, TERM)
+def matmul_dynamic_8bit_full_range(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """`matmul-dynamic-8bit-per-column` with full-range steps, `full_range_steps(w)` (the
+    int32 sums exact: `:sums int32`)."""
+    return _matmul_int8_bound(x, w, full_range_steps(w).astype(np.float64))
+
+
+@bound("gemm-dynamic-8bit-full-range", TERM, TERM, TERM)
+def gemm_dynamic_8bit_full_range(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """`gemm-dynamic-8bit-per-column` with full-range steps, `full_range_steps(w)`."""
+    return _gemm_int8_bound(x, w, c, full_range_steps(w).astype(np.float64))
+
+
+@bound("gemm-dynamic-8bit-transposed-full-range", TERM, TERM, TERM)
+def gemm_dynamic_8bit_transposed_full_range(
+    x: np.ndarray, w: np.ndarray, c: np.ndarray
+) -> np.ndarray:
+    """`gemm-dynamic-8bit-full-range` for Gemm with transB = 1 (w stored [N, K])."""
+    return gemm_dynamic_8bit_full_range(x, np.swapaxes(w, 0, 1), c)
 
 
 @bound("gather-8bit-per-row", TERM, TERM)

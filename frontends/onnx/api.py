@@ -47,6 +47,7 @@ from frontends.onnx.quantize import (
     strip_marks,
 )
 from vocab.ops import OPS, TARGETS
+from vocab.registry import int8_sums_in_int32
 
 NUMERIC_CLASSES = FP_CLASSES[1:]  # beyond `exact`, which always runs
 # quantization modes: (mode, per_channel, weight bits) -> the rulesets of patterns/quant/ that
@@ -65,6 +66,15 @@ QUANT_RULESETS = {
     ),
 }
 QUANT_MODES = tuple(dict.fromkeys(m for m, *_ in QUANT_RULESETS))
+# what the quantized file will run on (`cpu`) -> the rulesets that stand in for others there.
+# `any`: weights stepped for the int16 pair sums of onnxruntime's uint8-by-int8 kernels on
+# x86 CPUs without VNNI, exact everywhere; `vnni`: full-range weights per output column, exact
+# where those kernels sum in int32 (x86 with AVX512-VNNI or AVX-VNNI; their rulesets say
+# `:sums int32`, and run only for this choice)
+CPU_RULESETS = {
+    "any": {},
+    "vnni": {"quant-dynamic-per-channel": "quant-dynamic-per-channel-vnni"},
+}
 # one weight scale per output channel unless the user asks for one per weight: measured with
 # bench/quant.py on BERT-base, GPT-2, a Llama-style decoder and ViT-B/16, the mean error per
 # input is onnxruntime's quantize_dynamic's or lower per channel and 16-38% above it per
@@ -147,6 +157,13 @@ class Options:
         calibration inputs) and the weight's rows multiplied by it, by the rules of
         patterns/quant/smooth.rules in a pass of their own (class `reassoc`). See
         `frontends.onnx.quantize`; the choices are in the report's `extra["quantize"]`.
+    cpu: what the quantized file will run on (`CPU_RULESETS`): `any` (the default: int8
+        weights whose neighbours along K add to at most 128 levels when of one sign, so that
+        onnxruntime's int16 pair sums on x86 CPUs without VNNI cannot saturate; exact on every
+        CPU) or `vnni` (mode dynamic, one scale per output column: full-range weights, exact
+        where onnxruntime's uint8-by-int8 kernels sum in int32, x86 with AVX512-VNNI or
+        AVX-VNNI; on an older x86 CPU they can saturate). Rules whose ruleset says `:sums
+        int32` run only with `vnni`.
     """
 
     rules: object = None
@@ -173,6 +190,7 @@ class Options:
     calibrate: str = "minmax"
     symmetric: bool = False
     smooth: float | None = None
+    cpu: str = "any"
 
     @classmethod
     def from_keywords(cls, keywords: dict) -> Options:
@@ -206,10 +224,13 @@ class Options:
         rulesets of other modes skipped (no change when `quantize` is None)."""
         if self.quantize is None:
             return self
-        keep = QUANT_RULESETS[self._quant_key]
+        keep = tuple(CPU_RULESETS[self.cpu].get(r, r) for r in QUANT_RULESETS[self._quant_key])
         if self.quantize == "weight-only":  # MatMulNBits for onnxruntime, else the ONNX form
             keep = tuple(r for r in keep if r.endswith("-onnx") == (self.target != "onnxruntime"))
-        every = dict.fromkeys(r for rs in QUANT_RULESETS.values() for r in rs)
+        every = dict.fromkeys(
+            [r for rs in QUANT_RULESETS.values() for r in rs]
+            + [r for m in CPU_RULESETS.values() for r in m.values()]
+        )
         others = [f"ruleset:{r}" for r in every if r not in keep]
         # static mode folds BatchNormalization into the Conv before it (class reassoc), as
         # onnxruntime's quantization pre-processing does: a QuantizeLinear then meets the Conv
@@ -232,6 +253,12 @@ class Options:
         return (self.quantize, per_channel, bits)
 
     @property
+    def sums(self) -> tuple[str, ...]:
+        """The integer sums the result's runtime has (`engine.selection.pick_rules`): int32
+        for `cpu` vnni, none known otherwise."""
+        return ("int32",) if self.cpu == "vnni" else ()
+
+    @property
     def plan(self) -> Plan:
         """The quantization choices (`frontends.onnx.quantize.Plan`)."""
         return Plan(self.keep_float, self.op_types, self.error_budget)
@@ -248,6 +275,18 @@ class Options:
             bits = sorted({b for m, _, b in QUANT_RULESETS if m == self.quantize})
             raise OptionError(
                 f"bits: mode {self.quantize} takes {' or '.join(map(str, bits))}, not {self.bits}"
+            )
+        if self.cpu not in CPU_RULESETS:
+            raise OptionError(
+                f"cpu: unknown choice {self.cpu!r} (choose from {', '.join(CPU_RULESETS)})"
+            )
+        if self.cpu != "any" and self.quantize is None:
+            raise OptionError("cpu needs a quantization mode")
+        replaced = CPU_RULESETS[self.cpu]
+        if replaced and not set(replaced) & set(QUANT_RULESETS[self._quant_key]):
+            raise OptionError(
+                f"cpu {self.cpu} applies to mode dynamic with one weight scale per output "
+                "column (its full-range rules); the other modes' weights are exact on any CPU"
             )
         if self.per_channel is False and self.quantize == "static":
             raise OptionError(
@@ -508,7 +547,9 @@ def run(
     start = time.perf_counter() if start is None else start
     clock = time.perf_counter()
     with stage("reading rules"):
-        rules, excluded = pick_rules(load_rules(options.rules), options.skip, options.only)
+        rules, excluded = pick_rules(
+            load_rules(options.rules), options.skip, options.only, options.sums
+        )
     t_rules = time.perf_counter() - clock
     with stage("loading the model"):
         path = model
@@ -636,6 +677,7 @@ def run(
             provenance=options.provenance,
             opset=options.opset,
             target=options.target,
+            sums=options.sums,
             **kw,
         )
         kw.clear()  # the imported graph's arrays: the result holds the weights now
@@ -652,6 +694,13 @@ def run(
             )
             earlier = choose.record.get("warning")
             choose.record["warning"] = f"{earlier}; {warning}" if earlier else warning
+    if options.cpu == "vnni" and not int8_sums_in_int32():
+        warning = (
+            "cpu vnni: this CPU has no VNNI, so onnxruntime here adds int16 pairs of products, "
+            "which full-range weights can saturate; the output check runs on this CPU"
+        )
+        earlier = choose.record.get("warning")
+        choose.record["warning"] = f"{earlier}; {warning}" if earlier else warning
     clock = time.perf_counter()
     source = stage_output(result, model) if stage_output is not None else None
     if source is None and folder is not None:  # the weights in the model the caller gets
