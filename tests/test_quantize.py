@@ -530,6 +530,19 @@ def test_cpu_vnni_quantizes_weights_over_their_full_range_per_column(monkeypatch
     assert "this CPU has no VNNI" in report.extra["quantize"]["warning"]
 
 
+def test_cli_cpu_vnni_writes_full_range_weights_and_refuses_per_tensor(tmp_path, capsys):
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(named_mlp(), src)
+    assert main(["quantize", str(src), str(dst), "--cpu", "vnni"]) == 0
+    assert all(np.all(m == 127) for m in _column_levels(onnx.load(dst)))
+    capsys.readouterr()
+    never = tmp_path / "never.onnx"
+    assert main(["quantize", str(src), str(never), "--cpu", "vnni", "--per-tensor"]) == 1
+    err = capsys.readouterr().err
+    assert "cpu vnni applies to mode dynamic with one weight scale per output column" in err
+    assert len(err.splitlines()) == 1 and not never.exists()
+
+
 def test_cli_error_budget_reports_and_refuses_bad_calibration(tmp_path, capsys):
     src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
     onnx.save(named_mlp(), src)
