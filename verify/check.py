@@ -81,7 +81,7 @@ def run_both(
     if why:
         return _fail(out, why)
     out.scale = scale_of(*values)
-    return _judge(out, lhs, mode, fp, limit, unjudged or {})
+    return _judge(out, lhs, mode, fp, limit, unjudged)
 
 
 def _left(out: Outcome, lhs: onnx.ModelProto, feeds: dict, values: list) -> str | None:
@@ -158,7 +158,7 @@ def _integer_division(model: onnx.ModelProto) -> bool:
 def unjudged(rules) -> dict[str, str]:
     """Executors whose comparison does not decide for `rules` on this machine, and why: a
     ruleset with `:sums int32` is for runtimes that sum uint8-by-int8 products in int32, which
-    onnxruntime on an x86 CPU without VNNI does not (`frontends.onnx.check.int8_sums_in_int32`);
+    onnxruntime on an x86 CPU without VNNI does not (`vocab.registry.int8_sums_in_int32`);
     there its results are checked on onnx.reference (exact int32 sums) alone."""
     if any(r.sums == "int32" for r in rules) and not int8_sums_in_int32():
         return {

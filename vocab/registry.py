@@ -858,7 +858,12 @@ def pair_steps(w: np.ndarray, per_column: bool = False) -> np.ndarray:
     pairs = np.maximum(a, np.concatenate([sums, np.zeros_like(a[:1])], axis=0))
     if not per_column:
         return np.float32(pairs.max(initial=0.0)) / np.float32(PAIR_LEVELS)
-    m = pairs.max(axis=0, initial=0.0)
+    return _column_steps(pairs.max(axis=0, initial=0.0))
+
+
+def _column_steps(m: np.ndarray) -> np.ndarray:
+    """Steps m / 127 of column maxima `m` (float32 [N]), 1 for a column of zeros (any step
+    quantizes zeros exactly, and no scale may be 0)."""
     return np.where(m == 0, np.float32(1.0), m / np.float32(PAIR_LEVELS)).astype(np.float32)
 
 
@@ -868,8 +873,7 @@ def full_range_steps(w: np.ndarray) -> np.ndarray:
     computes it: every weight rounds into [-127, 127], its full range. Exact only where the
     runtime sums the uint8-by-int8 products in int32 (`pair_steps` is for runtimes that add
     neighbouring pairs in int16 first). Shapes: w [K, N], K >= 1."""
-    m = np.abs(w.astype(np.float32)).max(axis=0, initial=0.0)
-    return np.where(m == 0, np.float32(1.0), m / np.float32(PAIR_LEVELS)).astype(np.float32)
+    return _column_steps(np.abs(w.astype(np.float32)).max(axis=0, initial=0.0))
 
 
 def _finite_positive(steps: np.ndarray) -> bool:
@@ -930,10 +934,17 @@ def pair_steps_per_column(w: ClassInfo, axis: int) -> tuple[float, ...] | None:
     float weight whose K (the pairs' axis) is `axis`: 0 for [K, N], 1 for [N, K] (Gemm's
     transB = 1). A float32 list of N, for QuantizeLinear's per-axis scale; None when `w` is
     not such a constant, or a step is not finite."""
+    return _column_steps_value(w, axis, (axis, True))
+
+
+def _column_steps_value(w: ClassInfo, axis: int, how: tuple) -> tuple[float, ...] | None:
+    """The per-column steps `how` (`_weight_steps`) of a constant rank-2 weight with K on
+    `axis` (0 or 1), as a builder's float list; None when `w` is not such a constant (or has
+    no products) or a step is not finite."""
     v = w.value
     if v is None or v.ndim != 2 or axis not in (0, 1) or v.shape[axis] == 0 or v.size == 0:
         return None
-    steps = _weight_steps(v, (axis, True))
+    steps = _weight_steps(v, how)
     return tuple(steps.astype(float).tolist()) if _finite_positive(steps) else None
 
 
@@ -943,11 +954,7 @@ def full_range_steps_builder(w: ClassInfo, axis: int) -> tuple[float, ...] | Non
     K is `axis`: 0 for [K, N], 1 for [N, K] (Gemm's transB = 1). A float32 list of N, for
     QuantizeLinear's per-axis scale; None when `w` is not such a constant, or a step is not
     finite."""
-    v = w.value
-    if v is None or v.ndim != 2 or axis not in (0, 1) or v.shape[axis] == 0 or v.size == 0:
-        return None
-    steps = _weight_steps(v, ("full", axis))
-    return tuple(steps.astype(float).tolist()) if _finite_positive(steps) else None
+    return _column_steps_value(w, axis, ("full", axis))
 
 
 @builder("conv-pair-steps", TERM)

@@ -291,9 +291,9 @@ def _estimate(s: Site, values: list[dict]) -> float | None:
     if s.bound is None or s.output is None or not values:
         return None
     fn, args = s.bound
+    operands = [s.operands.get(a) for a in args]
     worst = 0.0
     for got in values:
-        operands = [s.operands.get(a) for a in args]
         args_now = [o.read(got) if o is not None else None for o in operands]
         out = s.output.read(got)
         level = s.level.read(got) if s.level is not None else np.float64(1.0)
