@@ -31,7 +31,8 @@ per quantized model:
 its defaults otherwise: int8 activations and weights, MinMax) with `rewrite quantize --mode
 static --target onnxruntime`, both calibrated on the same `--calibration` inputs. For image
 models the argmax agreement is over the channels of the pooled output (which feature is
-largest, what a classifier head would read). A third row takes onnxruntime's QDQ file and lowers
+largest, what a classifier head would read). On a CPU with VNNI a row with `--cpu vnni`
+(full-range weights) follows ours. A further row takes onnxruntime's QDQ file and lowers
 its groups to integer kernels with `rewrite optimize --allow quant --target onnxruntime`
 (patterns/quant/lower.rules), for the file a runtime without QDQ fusion could run.
 
@@ -94,10 +95,10 @@ def quantize_ours_weight_only_onnx(src: Path, dst: Path) -> float:
     return quantize_ours(src, dst, "--mode", "weight-only")
 
 
-def quantize_ours_static(src: Path, dst: Path, cal: Path) -> float:
-    """`rewrite quantize --mode static --target onnxruntime --calibration CAL`."""
+def quantize_ours_static(src: Path, dst: Path, cal: Path, *extra: str) -> float:
+    """`rewrite quantize --mode static --target onnxruntime --calibration CAL EXTRA...`."""
     return quantize_ours(
-        src, dst, "--mode", "static", "--target", "onnxruntime", "--calibration", str(cal)
+        src, dst, "--mode", "static", "--target", "onnxruntime", "--calibration", str(cal), *extra
     )
 
 
@@ -245,6 +246,14 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
             ("rewrite --mode static", lambda s, d: quantize_ours_static(s, d, cal)),
             ("quantize_static, lowered by rewrite", lambda s, d: lower_ort_static(s, d, cal)),
         ]
+        if int8_sums_in_int32():
+            tools.insert(
+                2,
+                (
+                    "rewrite --mode static --cpu vnni",
+                    lambda s, d: quantize_ours_static(s, d, cal, "--cpu", "vnni"),
+                ),
+            )
     if args.mode == "weight-only":
         tools = [
             ("onnxruntime MatMulNBits", quantize_ort_weight_only),

@@ -227,7 +227,8 @@ def _quantize_parser(sub) -> None:
         default="any",
         help="what the file will run on. any (default): int8 weights stepped so that the "
         "int16 pair sums of onnxruntime's uint8-by-int8 kernels on x86 CPUs without VNNI "
-        "cannot saturate, exact on every CPU; vnni (mode dynamic, per output column): "
+        "cannot saturate, exact on every CPU; vnni (modes dynamic per output column, and "
+        "static): "
         "full-range weights, finer, exact where those kernels sum in int32 (x86 with "
         "AVX512-VNNI or AVX-VNNI: `grep -o 'avx512_vnni\\|avx_vnni' /proc/cpuinfo`); on an "
         "older x86 CPU they can saturate",

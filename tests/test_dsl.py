@@ -397,6 +397,8 @@ def test_shipped_library_checks():
         "quant-static",
         "quant-static-conv",
         "quant-static-matmul",
+        "quant-static-conv-vnni",
+        "quant-static-matmul-vnni",
         "quant-static-onnxruntime",
         "quant-lower",
         "quant-lower-onnxruntime",

@@ -482,9 +482,9 @@ def test_weight_only_8bit_for_standard_onnx_passes_the_output_check():
         ({"cpu": "vnni"}, "cpu needs a quantization mode"),
         (
             {"quantize": "dynamic", "cpu": "vnni", "per_channel": False},
-            "cpu vnni applies to mode dynamic with one weight scale per output column",
+            "cpu vnni applies to modes dynamic with one weight scale per output column",
         ),
-        ({"quantize": "static", "cpu": "vnni"}, "cpu vnni applies to mode dynamic"),
+        ({"quantize": "weight-only", "cpu": "vnni"}, "cpu vnni applies to modes dynamic"),
     ],
 )
 def test_quantization_options_that_cannot_be_used(options, message):
@@ -539,7 +539,7 @@ def test_cli_cpu_vnni_writes_full_range_weights_and_refuses_per_tensor(tmp_path,
     never = tmp_path / "never.onnx"
     assert main(["quantize", str(src), str(never), "--cpu", "vnni", "--per-tensor"]) == 1
     err = capsys.readouterr().err
-    assert "cpu vnni applies to mode dynamic with one weight scale per output column" in err
+    assert "cpu vnni applies to modes dynamic with one weight scale per output column" in err
     assert len(err.splitlines()) == 1 and not never.exists()
 
 

@@ -9,15 +9,19 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 import rewrite
+from frontends.onnx import api
 from frontends.onnx.api import OptionError
 from frontends.onnx.check import run as run_plain
 from frontends.onnx.quantize import OBSERVED, Range, calibrate, drawn_calibration, observe
 from rewrite.cli import main
+from vocab.registry import int8_sums_in_int32
 
 RNG = np.random.default_rng(11)
+VNNI = int8_sums_in_int32()  # onnxruntime's uint8-by-int8 kernels sum in int32 on this CPU
 
 
 def _conv(name: str, cin: int, cout: int, k: int = 3) -> list:
@@ -119,6 +123,41 @@ def test_static_mode_chains_integer_convs_that_onnxruntime_runs(calibration, tar
         "activations": 10,
     }
     assert "warning" not in record
+
+
+def test_cpu_vnni_gives_each_conv_channel_its_full_range(calibration, monkeypatch):
+    # --cpu vnni: each output channel's largest weight on +-127 (the default's pair steps
+    # leave most channels below), the same integer chain, less error on held-out inputs
+    default, _ = rewrite.optimize_model(MODEL, quantize="static", calibration=str(calibration))
+    monkeypatch.setattr(api, "int8_sums_in_int32", lambda: True)  # no warning, whatever CPU
+    vnni, report = rewrite.optimize_model(
+        MODEL, quantize="static", calibration=str(calibration), cpu="vnni"
+    )
+    assert ops(vnni) == ops(default) and ops(vnni).count("QLinearConv") == 3
+    fired = {r.removesuffix("-alt1") for r in report.fired}  # alt1: the Conv with a bias
+    assert "quantize-conv-static-full-range" in fired and "quantize-conv-static" not in fired
+    assert "warning" not in report.extra["quantize"]
+
+    def channel_levels(q):
+        inits = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}
+        ws = [inits[n.input[3]] for n in q.graph.node if n.op_type == "QLinearConv"]
+        return [np.abs(w.astype(np.int64)).reshape(len(w), -1).max(axis=1) for w in ws]
+
+    assert all(np.all(m == 127) for m in channel_levels(vnni))
+    assert all(np.mean(m) < 120 for m in channel_levels(default))
+    err = {}
+    for name, q in (("vnni", vnni), ("default", default)):
+        diffs = [np.abs(run(q, x) - run(MODEL, x)).max() for x in held_out(8)]
+        err[name] = float(np.mean(diffs))
+    assert 0 < err["vnni"] < err["default"]
+    if VNNI:  # onnxruntime sums in int32 here: its QLinearConvs are onnx.reference's
+        # (which implements (De)QuantizeLinear from opset 19 on, the same for 8 bits)
+        at19 = onnx.ModelProto.FromString(vnni.SerializeToString())
+        for o in at19.opset_import:
+            o.version = max(19, o.version) if o.domain == "" else o.version
+        for x in held_out(2):
+            want = ReferenceEvaluator(at19).run(None, {"x": x})[0]
+            np.testing.assert_allclose(run(vnni, x), want, rtol=0, atol=1e-6)
 
 
 def test_keep_float_keeps_a_conv_in_float(calibration):

@@ -30,6 +30,7 @@ Requests:
 | `Const(x)` / `Input(x)`  | x is an initializer / a graph input                           |
 | `Fill(x, v)`             | x is a constant whose every element is v                      |
 | `Positive(x)`            | x's elements are drawn > 0 (a scale: a 0 would be refused)    |
+| `Wide(x)`                | x's elements are drawn up to 2^12 in magnitude (a bias)       |
 | `OneElement(x)`          | x is a constant of shape (1, ..., 1) or ()                    |
 | `Many(x)`                | x has more than one element                                   |
 | `Within(z, x)`           | z's shape broadcasts into x's (`broadcasts-into z x`)         |
@@ -133,6 +134,13 @@ class CopyValues(Request):
 @dataclass(frozen=True)
 class Positive(Request):
     """`name`'s elements are drawn non-negative (a quantization scale)."""
+
+
+@dataclass(frozen=True)
+class Wide(Request):
+    """`name`'s elements are drawn over a wider range than the others', up to 2^12 in
+    magnitude: a bias that outweighs the products it is added to, so that an error in the
+    bias (wrong units) stands out of the products' rounding bound."""
 
 
 @dataclass(frozen=True)
@@ -430,11 +438,20 @@ def _bias_scales(b: Arg, sb: Arg, axis: Arg, sx: Arg, sw: Arg, w: Arg) -> list[R
     return [Const(b.name), Rank(b.name, 1), *(Fill(a.name, v) for a, v in fills)]
 
 
+@hint("bias-fits-int24")
+@hint("bias-fits-int24-full-range")
+def _bias_fits(b: Arg, sx: Arg, w: Arg) -> list[Request]:
+    # wide biases: with the ordinary |b| <= 8 against products of up to K * 2040 * 8, a bias
+    # in the wrong units hid inside the weights' rounding bound
+    return [Const(b.name), Wide(b.name)]
+
+
 @hint("nonempty")
 @hint("conv-accumulates-in-int32")
-@hint("bias-fits-int24")
 @hint("requantizes-in-range")
+@hint("requantizes-in-range-full-range")
 @hint("static-matmul-requantizes")
+@hint("static-matmul-requantizes-full-range")
 @hint("scale-ratio")
 @hint("pool-sums-in-range")
 def _holds_for_drawn_sizes(*args: Arg) -> list[Request]:

@@ -84,6 +84,8 @@ class Steer:
             leaf.value = self.filled(leaf, mine[H.Fill].value)
         if H.Positive in mine:
             leaf.domains = ("positive",)
+        if H.Wide in mine:
+            leaf.domains = (*leaf.domains, "wide")
         if H.Const in mine or H.Fill in mine or leaf.copy_of:
             leaf.const = True
         if H.Input in mine and leaf.value is None:

@@ -10,7 +10,8 @@ NaN. Floats, `grid` (`verify.sweep`'s check): quarters in [-128, 128), scales po
 so that quantization meets rounding ties. Integers: the whole range of the dtype (Hypothesis
 favours small values and the bounds). A leaf a hint asks to be positive (`hints.Positive`, a
 quantization scale) has its drawn zeros replaced by 1 and its negatives by their magnitudes:
-with the 1 in 8 zeros of `finite`, a rule of five scales had half its draws refused. Every
+with the 1 in 8 zeros of `finite`, a rule of five scales had half its draws refused. A leaf a
+hint asks to be wide (`hints.Wide`, a bias) draws half its `finite` elements up to 2^9. Every
 element is drawn on its own, so a counterexample shrinks element by element.
 """
 
@@ -129,6 +130,8 @@ def elements(dtype: int, mode: str, domains: frozenset):
         elif mode == "finite":
             finite = st.floats(-8, 8, width=width, allow_subnormal=False)
             s = st.one_of(*[finite] * 7, st.sampled_from([0.0, -0.0]))
+            if "wide" in domains:  # a bias (`hints.Wide`): half its elements up to 2^9
+                s = st.one_of(s, st.floats(-512, 512, width=width, allow_subnormal=False))
         else:
             finite = st.floats(-8, 8, width=width, allow_subnormal=False)
             s = st.one_of(*[finite] * 7, st.sampled_from([0.0, -0.0, math.nan]))

@@ -891,12 +891,22 @@ def conv_pair_steps(w: np.ndarray) -> np.ndarray:
     return pair_steps(rows.T, per_column=True)
 
 
+def conv_full_range_steps(w: np.ndarray) -> np.ndarray:
+    """The `:sums int32` static Conv rule's weight steps, one per output channel, for a weight
+    [C_out, C_in / group, k...]: max |w_c| / 127 over the channel's weights (`full_range_steps`
+    of its rows; 1 for a channel of zeros), so that each channel spans [-127, 127]. Exact only
+    where the runtime sums uint8-by-int8 products in int32 (`conv_pair_steps` is for int16
+    pairs). Shape [C_out], float32."""
+    return full_range_steps(w.reshape(w.shape[0], -1).T)
+
+
 _STEPS: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to it, steps)
 
 
 def _weight_steps(v: np.ndarray, how: tuple) -> np.ndarray:
-    """The steps of the constant `v` (`how`: ("conv",) for `conv_pair_steps`, ("full", axis)
-    for `full_range_steps`, or (axis, per_column) for `pair_steps`, with K on `axis`),
+    """The steps of the constant `v` (`how`: ("conv",) for `conv_pair_steps`, ("conv-full",)
+    for `conv_full_range_steps`, ("full", axis) for `full_range_steps`, or (axis, per_column)
+    for `pair_steps`, with K on `axis`),
     remembered while `v` lives: the engine
     asks a rule's builders again on every match of every saturation iteration (a BERT-base
     run asked 798 times for its 72 weights)."""
@@ -906,6 +916,8 @@ def _weight_steps(v: np.ndarray, how: tuple) -> np.ndarray:
         return hit[1]
     if how == ("conv",):
         steps = conv_pair_steps(v)
+    elif how == ("conv-full",):
+        steps = conv_full_range_steps(v)
     elif how[0] == "full":
         steps = full_range_steps(v if how[1] == 0 else v.T)
     else:
@@ -962,10 +974,23 @@ def conv_pair_steps_builder(w: ClassInfo) -> tuple[float, ...] | None:
     """One step per output channel (`conv_pair_steps`) of a constant float Conv weight
     [C_out, C_in / group, k...] (rank >= 3): a float32 list of C_out, for QuantizeLinear's
     per-axis scale; None when `w` is not such a constant, or a step is not finite."""
+    return _conv_steps_value(w, ("conv",))
+
+
+@builder("conv-full-range-steps", TERM)
+def conv_full_range_steps_builder(w: ClassInfo) -> tuple[float, ...] | None:
+    """One step per output channel (`conv_full_range_steps`) of a constant float Conv weight
+    [C_out, C_in / group, k...] (rank >= 3), as `conv-pair-steps`."""
+    return _conv_steps_value(w, ("conv-full",))
+
+
+def _conv_steps_value(w: ClassInfo, how: tuple) -> tuple[float, ...] | None:
+    """The per-channel steps `how` (`_weight_steps`) of a constant Conv weight (rank >= 3) as
+    a builder's float list; None when `w` is not such a constant or a step is not finite."""
     v = w.value
     if v is None or v.ndim < 3 or v.size == 0:
         return None
-    steps = _weight_steps(v, ("conv",))
+    steps = _weight_steps(v, how)
     return tuple(steps.astype(float).tolist()) if _finite_positive(steps) else None
 
 
@@ -1305,13 +1330,25 @@ def conv_accumulates_in_int32(w: ClassInfo) -> bool:
 @guard("bias-fits-int24", TERM, TERM, TERM)
 def bias_fits_int24(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> bool:
     """True if the constant Conv bias `b` ([C_out]) is at most 2^24 in units of s_x * s_w[c]
-    (s_x the one-element input scale, s_w the per-channel weight scales of `w`): its int32
-    form is exact to the rounding and leaves the int32 sums room."""
+    (s_x the one-element input scale, s_w the per-channel weight scales of `w`,
+    `conv_pair_steps`): its int32 form is exact to the rounding and leaves the int32 sums
+    room."""
+    return _bias_fits(b, sx, w, ("conv",))
+
+
+@guard("bias-fits-int24-full-range", TERM, TERM, TERM)
+def bias_fits_int24_full_range(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> bool:
+    """`bias-fits-int24` with the weight's full-range steps (`conv_full_range_steps`, finer,
+    so a bias counts more units)."""
+    return _bias_fits(b, sx, w, ("conv-full",))
+
+
+def _bias_fits(b: ClassInfo, sx: ClassInfo, w: ClassInfo, how: tuple) -> bool:
     if b.value is None or sx.value is None or w.value is None or sx.value.size != 1:
         return False
-    if b.value.ndim != 1 or b.value.shape[0] != w.value.shape[0]:
+    if b.value.ndim != 1 or w.value.ndim < 3 or b.value.shape[0] != w.value.shape[0]:
         return False
-    units = np.float64(sx.value.reshape(())) * _weight_steps(w.value, ("conv",)).astype(np.float64)
+    units = np.float64(sx.value.reshape(())) * _weight_steps(w.value, how).astype(np.float64)
     if not np.all(np.isfinite(units) & (units > 0)):
         return False
     ratio = np.abs(b.value.astype(np.float64)) / units
@@ -1320,14 +1357,24 @@ def bias_fits_int24(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> bool:
 
 @guard("requantizes-in-range", TERM, TERM, TERM)
 def requantizes_in_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
-    """True if QLinearConv's rescale of its int32 sums, s_x * s_w[c] / s_y, keeps the largest
-    sum (K * 255 * 127 + 2^24, see `conv-accumulates-in-int32`) within 2^30: the float
-    product then converts to an integer before it saturates to 8 bits (a larger one
-    overflows the conversion)."""
+    """True if QLinearConv's rescale of its int32 sums, s_x * s_w[c] / s_y (s_w the
+    per-channel steps `conv_pair_steps` of `w`), keeps the largest sum (K * 255 * 127 + 2^24,
+    see `conv-accumulates-in-int32`) within 2^30: the float product then converts to an
+    integer before it saturates to 8 bits (a larger one overflows the conversion)."""
+    return _conv_requantizes(sx, w, sy, ("conv",))
+
+
+@guard("requantizes-in-range-full-range", TERM, TERM, TERM)
+def requantizes_in_range_full_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
+    """`requantizes-in-range` with the weight's full-range steps (`conv_full_range_steps`)."""
+    return _conv_requantizes(sx, w, sy, ("conv-full",))
+
+
+def _conv_requantizes(sx: ClassInfo, w: ClassInfo, sy: ClassInfo, how: tuple) -> bool:
     if not (positive_scale(sx) and positive_scale(sy)) or w.value is None or w.value.ndim < 3:
         return False
     k = int(np.prod(w.value.shape[1:]))
-    ratio = float(sx.value.reshape(())) * float(_weight_steps(w.value, ("conv",)).max(initial=0.0))
+    ratio = float(sx.value.reshape(())) * float(_weight_steps(w.value, how).max(initial=0.0))
     ratio /= float(sy.value.reshape(()))
     return (k * U8_TIMES_S8 + BIAS_UNITS) * ratio <= 2.0**30
 
@@ -1335,12 +1382,23 @@ def requantizes_in_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
 @guard("static-matmul-requantizes", TERM, TERM, TERM)
 def static_matmul_requantizes(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
     """True if QLinearMatMul's rescale of its int32 sums, s_x * s_w[n] / s_y (s_w the column
-    scales of the constant [K, N] weight `w`), keeps the largest sum (K * 255 * 127) within
-    2^30 (see `requantizes-in-range`, the QLinearConv form)."""
+    steps `pair_steps(w, per_column=True)` of the constant [K, N] weight `w`), keeps the
+    largest sum (K * 255 * 127) within 2^30 (see `requantizes-in-range`, the QLinearConv
+    form)."""
+    return _matmul_requantizes(sx, w, sy, (0, True))
+
+
+@guard("static-matmul-requantizes-full-range", TERM, TERM, TERM)
+def static_matmul_requantizes_full_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) -> bool:
+    """`static-matmul-requantizes` with the weight's full-range steps (`full_range_steps`)."""
+    return _matmul_requantizes(sx, w, sy, ("full", 0))
+
+
+def _matmul_requantizes(sx: ClassInfo, w: ClassInfo, sy: ClassInfo, how: tuple) -> bool:
     if not (positive_scale(sx) and positive_scale(sy)) or w.value is None or w.value.ndim != 2:
         return False
     k = w.value.shape[0]
-    ratio = float(sx.value.reshape(())) * float(_weight_steps(w.value, (0, True)).max(initial=0.0))
+    ratio = float(sx.value.reshape(())) * float(_weight_steps(w.value, how).max(initial=0.0))
     return k * U8_TIMES_S8 * ratio / float(sy.value.reshape(())) <= 2.0**30
 
 
@@ -1362,14 +1420,28 @@ def conv_static_8bit(
     xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, sy: np.ndarray
 ) -> np.ndarray:
     """|Q(Conv(DQ(xq), w, b), s_y, zp_y) - QLinearConv(...)| in output levels, per output
-    channel (shape [C_out, 1, ...], broadcasting over the output): one level for the two
-    roundings, plus (over s_y) the weight's rounding, K max|x| s_w / 2 (K terms of at most
-    max|x| = max|xq - zp_x| s_x each), the bias's, s_x s_w / 2, and the float32 rounding of
-    both sums, 2^-20 K (max|x| sum|w_c| + 2^24 s_x s_w)."""
+    channel (shape [C_out, 1, ...], broadcasting over the output), weights stepped by
+    `conv_pair_steps` (see `_conv_static_bound`)."""
+    return _conv_static_bound(xq, sx, zx, w, sy, conv_pair_steps(w))
+
+
+@bound("conv-static-8bit-full-range", TERM, TERM, TERM, TERM, TERM)
+def conv_static_8bit_full_range(
+    xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, sy: np.ndarray
+) -> np.ndarray:
+    """`conv-static-8bit` with full-range weight steps, `conv_full_range_steps(w)`."""
+    return _conv_static_bound(xq, sx, zx, w, sy, conv_full_range_steps(w))
+
+
+def _conv_static_bound(xq, sx, zx, w, sy, steps: np.ndarray) -> np.ndarray:
+    """One level for the two roundings, plus (over s_y) the weight's rounding, K max|x| s_w / 2
+    (K terms of at most max|x| = max|xq - zp_x| s_x each; s_w = `steps`, [C_out]), the
+    bias's, s_x s_w / 2, and the float32 rounding of both sums, 2^-20 K (max|x| sum|w_c| +
+    2^24 s_x s_w)."""
     x_max = float(np.abs(xq.astype(np.float64) - float(np.asarray(zx).reshape(()))).max(initial=0))
     sx_, sy_ = float(np.asarray(sx).reshape(())), abs(float(np.asarray(sy).reshape(())))
     x_max *= sx_
-    sw = conv_pair_steps(w).astype(np.float64)
+    sw = steps.astype(np.float64)
     wc = np.abs(w.astype(np.float64)).reshape(w.shape[0], int(np.prod(w.shape[1:])))
     k = wc.shape[1]
     real = k * x_max * sw / 2 + sx_ * sw / 2
@@ -1381,12 +1453,25 @@ def conv_static_8bit(
 def matmul_static_8bit(
     xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, sy: np.ndarray
 ) -> np.ndarray:
-    """|Q(MatMul(DQ(xq), w), s_y, zp_y) - QLinearMatMul(...)| in output levels, per element:
-    one level for the two roundings, plus (over s_y) the weight's rounding, sum_k |x_k| s_w[n]
-    / 2 (x = DQ(xq), s_w the column scales), and the float32 rounding of both sums, ((K + 8)
-    2^-23 + 2^-20) |x| @ (|w| + s_w / 2)."""
+    """|Q(MatMul(DQ(xq), w), s_y, zp_y) - QLinearMatMul(...)| in output levels, per element,
+    weights stepped by `pair_steps(w, per_column=True)` (see `_matmul_static_bound`)."""
+    return _matmul_static_bound(xq, sx, zx, w, sy, pair_steps(w, per_column=True))
+
+
+@bound("matmul-static-8bit-full-range", TERM, TERM, TERM, TERM, TERM)
+def matmul_static_8bit_full_range(
+    xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, sy: np.ndarray
+) -> np.ndarray:
+    """`matmul-static-8bit` with full-range weight steps, `full_range_steps(w)`."""
+    return _matmul_static_bound(xq, sx, zx, w, sy, full_range_steps(w))
+
+
+def _matmul_static_bound(xq, sx, zx, w, sy, steps: np.ndarray) -> np.ndarray:
+    """One level for the two roundings, plus (over s_y) the weight's rounding, sum_k |x_k|
+    s_w[n] / 2 (x = DQ(xq), s_w = `steps`, [N]), and the float32 rounding of both sums, ((K +
+    8) 2^-23 + 2^-20) |x| @ (|w| + s_w / 2)."""
     x = _dequantized(xq, sx, zx)
-    sw = pair_steps(w, per_column=True).astype(np.float64)
+    sw = steps.astype(np.float64)
     k = w.shape[0]
     rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
     sums = ((k + 8) * 2.0**-23 + 2.0**-20) * (x @ (np.abs(w.astype(np.float64)) + sw / 2))
@@ -1398,16 +1483,9 @@ def gemm_static_8bit(
     xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, c: np.ndarray
 ) -> np.ndarray:
     """|Gemm(DQ(xq), w, c) - (MatMulInteger(xq, q(w), zx) s_x s_w + c)| per output element
-    (float units): the weight's rounding, sum_k |x_k| s_w[n] / 2 (x = DQ(xq), exact; s_w the
-    column scales of the [K, N] weight), the float32 rounding of both sums and of the
-    int32-to-float32 cast and rescale (`_sum_rounding`), and of adding c on each side (2^-22
-    of |c| and of the products' magnitudes)."""
-    x = _dequantized(xq, sx, zx)
-    sw = pair_steps(w, per_column=True).astype(np.float64)
-    aw = np.abs(w.astype(np.float64))
-    rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
-    sums = _sum_rounding(w.shape[0], x @ (aw + sw / 2))
-    return rounding + sums + 2.0**-22 * (np.abs(c.astype(np.float64)) + x @ (aw + sw))
+    (float units), weights stepped by `pair_steps(w, per_column=True)` (see
+    `_gemm_static_bound`)."""
+    return _gemm_static_bound(xq, sx, zx, w, c, pair_steps(w, per_column=True))
 
 
 @bound("gemm-static-8bit-transposed", TERM, TERM, TERM, TERM, TERM)
@@ -1416,6 +1494,35 @@ def gemm_static_8bit_transposed(
 ) -> np.ndarray:
     """`gemm-static-8bit` for Gemm with transB = 1 (w stored [N, K])."""
     return gemm_static_8bit(xq, sx, zx, np.swapaxes(w, 0, 1), c)
+
+
+@bound("gemm-static-8bit-full-range", TERM, TERM, TERM, TERM, TERM)
+def gemm_static_8bit_full_range(
+    xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, c: np.ndarray
+) -> np.ndarray:
+    """`gemm-static-8bit` with full-range weight steps, `full_range_steps(w)`."""
+    return _gemm_static_bound(xq, sx, zx, w, c, full_range_steps(w))
+
+
+@bound("gemm-static-8bit-transposed-full-range", TERM, TERM, TERM, TERM, TERM)
+def gemm_static_8bit_transposed_full_range(
+    xq: np.ndarray, sx: np.ndarray, zx: np.ndarray, w: np.ndarray, c: np.ndarray
+) -> np.ndarray:
+    """`gemm-static-8bit-full-range` for Gemm with transB = 1 (w stored [N, K])."""
+    return gemm_static_8bit_full_range(xq, sx, zx, np.swapaxes(w, 0, 1), c)
+
+
+def _gemm_static_bound(xq, sx, zx, w, c, steps: np.ndarray) -> np.ndarray:
+    """The weight's rounding, sum_k |x_k| s_w[n] / 2 (x = DQ(xq), exact; s_w = `steps`, the
+    column scales of the [K, N] weight), the float32 rounding of both sums and of the
+    int32-to-float32 cast and rescale (`_sum_rounding`), and of adding c on each side (2^-22
+    of |c| and of the products' magnitudes)."""
+    x = _dequantized(xq, sx, zx)
+    sw = steps.astype(np.float64)
+    aw = np.abs(w.astype(np.float64))
+    rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
+    sums = _sum_rounding(w.shape[0], x @ (aw + sw / 2))
+    return rounding + sums + 2.0**-22 * (np.abs(c.astype(np.float64)) + x @ (aw + sw))
 
 
 @bound("one-level", TERM, TERM)

@@ -68,12 +68,16 @@ QUANT_RULESETS = {
 QUANT_MODES = tuple(dict.fromkeys(m for m, *_ in QUANT_RULESETS))
 # what the quantized file will run on (`cpu`) -> the rulesets that stand in for others there.
 # `any`: weights stepped for the int16 pair sums of onnxruntime's uint8-by-int8 kernels on
-# x86 CPUs without VNNI, exact everywhere; `vnni`: full-range weights per output column, exact
-# where those kernels sum in int32 (x86 with AVX512-VNNI or AVX-VNNI; their rulesets say
-# `:sums int32`, and run only for this choice)
+# x86 CPUs without VNNI, exact everywhere; `vnni`: full-range weights per output channel or
+# column (dynamic per channel, and static), exact where those kernels sum in int32 (x86 with
+# AVX512-VNNI or AVX-VNNI; their rulesets say `:sums int32`, and run only for this choice)
 CPU_RULESETS = {
     "any": {},
-    "vnni": {"quant-dynamic-per-channel": "quant-dynamic-per-channel-vnni"},
+    "vnni": {
+        "quant-dynamic-per-channel": "quant-dynamic-per-channel-vnni",
+        "quant-static-conv": "quant-static-conv-vnni",
+        "quant-static-matmul": "quant-static-matmul-vnni",
+    },
 }
 # one weight scale per output channel unless the user asks for one per weight: measured with
 # bench/quant.py on BERT-base, GPT-2, a Llama-style decoder and ViT-B/16, the mean error per
@@ -160,7 +164,8 @@ class Options:
     cpu: what the quantized file will run on (`CPU_RULESETS`): `any` (the default: int8
         weights whose neighbours along K add to at most 128 levels when of one sign, so that
         onnxruntime's int16 pair sums on x86 CPUs without VNNI cannot saturate; exact on every
-        CPU) or `vnni` (mode dynamic, one scale per output column: full-range weights, exact
+        CPU) or `vnni` (modes dynamic with one scale per output column, and static:
+        full-range weights per output channel or column, exact
         where onnxruntime's uint8-by-int8 kernels sum in int32, x86 with AVX512-VNNI or
         AVX-VNNI; on an older x86 CPU they can saturate). Rules whose ruleset says `:sums
         int32` run only with `vnni`.
@@ -285,8 +290,9 @@ class Options:
         replaced = CPU_RULESETS[self.cpu]
         if replaced and not set(replaced) & set(QUANT_RULESETS[self._quant_key]):
             raise OptionError(
-                f"cpu {self.cpu} applies to mode dynamic with one weight scale per output "
-                "column (its full-range rules); the other modes' weights are exact on any CPU"
+                f"cpu {self.cpu} applies to modes dynamic with one weight scale per output "
+                "column and static (their full-range rules); the other modes' weights are "
+                "exact on any CPU"
             )
         if self.per_channel is False and self.quantize == "static":
             raise OptionError(
