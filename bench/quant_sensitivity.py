@@ -1,0 +1,183 @@
+"""How the int8 error of a transformer spreads over its products: measured sensitivity.
+
+    python bench/quant_sensitivity.py                        # BERT-base and DistilBERT
+    python bench/quant_sensitivity.py --models gpt2 --weights pairs --fraction 0.5
+
+Why: `rewrite quantize --error-budget E` keeps products in float until the measured error is
+within E. At half of what quantizing every product costs (the issue's target: half of
+onnxruntime's error), BERT-base kept about half its products float (0.66-0.80x of the float
+latency, not 0.50x). This measures whether any choice of products could do better: if a few
+products carried most of the error, keeping those float would meet the budget cheaply.
+
+For each model (bench/models.py's full-size TorchScript export, generated when missing), a copy
+in which every MatMul or Gemm by a constant 2-D weight reads its activation through
+DynamicQuantizeLinear + DequantizeLinear (uint8, one scale per tensor, as `rewrite quantize
+--mode dynamic` quantizes it) and its weight rounded to int8 with one step per output column
+(`--weights full-range`: `vocab.registry.full_range_steps`, what `--cpu vnni` writes; `pairs`:
+`pair_steps`, the default's), each product behind a boolean switch input (Where), so that one
+onnxruntime session runs any subset quantized. This is fake quantization: the integer kernels
+compute the same products from the same 8-bit values, up to float32 rounding. Embedding tables
+stay float (their quantization saves memory, not time). Then, the error being the worst output's
+max |q - ref| / max |ref| over the inputs (bench/quant.py's):
+
+* all quantized, on `--calibration` inputs (seeds 1000..) and `--inputs` held-out ones (0..);
+* leave one out: per product, the calibration error with it alone in float; its drop from the
+  all-quantized error is its measured share;
+* greedy: products put back in float in the order of their drops, largest first, until the
+  calibration error is within `--fraction` of the all-quantized one: how many, their share of
+  the products' multiply-adds (K * N per output row), and the held-out error then.
+
+Prints one row per model. Takes about 2 minutes for BERT-base on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from vocab.registry import full_range_steps, pair_steps
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+import models as M  # noqa: E402  (bench/models.py, beside this file)
+
+STEPS = {"full-range": full_range_steps, "pairs": lambda w: pair_steps(w, per_column=True)}
+
+
+def switched(model: onnx.ModelProto, weights: str) -> tuple[onnx.ModelProto, list, list]:
+    """`model` with each product by a constant 2-D weight fake-quantized behind a switch (a
+    bool graph input `fq{i}_on`); returns the model, the products' node names and their
+    multiply-adds per output row (K * N)."""
+    inits = {i.name: i for i in model.graph.initializer}
+    nodes, names, macs = [], [], []
+    for n in model.graph.node:
+        w = inits.get(n.input[1]) if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 else None
+        value = numpy_helper.to_array(w).astype(np.float32) if w is not None else None
+        if value is None or value.ndim != 2:
+            nodes.append(n)
+            continue
+        transposed = n.op_type == "Gemm" and any(
+            a.name == "transB" and a.i == 1 for a in n.attribute
+        )
+        kn = value.T if transposed else value  # [K, N]
+        steps = STEPS[weights](kn)
+        rounded = np.clip(np.rint(kn / steps), -127, 127) * steps
+        p = f"fq{len(names)}_"
+        model.graph.initializer.append(
+            numpy_helper.from_array(
+                (rounded.T if transposed else rounded).astype(np.float32), p + "w"
+            )
+        )
+        model.graph.input.append(helper.make_tensor_value_info(p + "on", TensorProto.BOOL, []))
+        nodes += [
+            helper.make_node("DynamicQuantizeLinear", [n.input[0]], [p + "q", p + "s", p + "z"]),
+            helper.make_node("DequantizeLinear", [p + "q", p + "s", p + "z"], [p + "xq"]),
+            helper.make_node("Where", [p + "on", p + "xq", n.input[0]], [p + "x"]),
+            helper.make_node("Where", [p + "on", p + "w", n.input[1]], [p + "wsel"]),
+        ]
+        n.input[0], n.input[1] = p + "x", p + "wsel"
+        nodes.append(n)
+        names.append(n.name)
+        macs.append(kn.shape[0] * kn.shape[1])
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model, names, macs
+
+
+def measure(name: str, args) -> str:
+    """One table row for model `name` (see the module docstring)."""
+    (_, _, src, failure), *_ = M.ensure([name], ["torchscript"])
+    if src is None:
+        raise SystemExit(f"{name}: the TorchScript export failed: {failure}")
+    model, names, macs = switched(onnx.load(src), args.weights)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    ref = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    fq = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+    def feeds(seeds):
+        return [(f, ref.run(None, f)) for f in (M.make_inputs(name, seed=s) for s in seeds)]
+
+    cal = feeds(range(1000, 1000 + args.calibration))
+    held = feeds(range(args.inputs))
+    n = len(names)
+
+    def error(quantized: np.ndarray, data) -> float:
+        switches = {f"fq{i}_on": np.array(bool(quantized[i])) for i in range(n)}
+        worst = 0.0
+        for f, want in data:
+            got = fq.run(None, {**f, **switches})
+            for w, g in zip(want, got):
+                if np.issubdtype(w.dtype, np.floating) and w.size:
+                    worst = max(worst, float(np.abs(g - w).max()) / (float(np.abs(w).max()) or 1.0))
+        return worst
+
+    everything = np.ones(n, bool)
+    # every switch off: the float model's outputs, up to float32 rounding (the switches
+    # change which kernels onnxruntime fuses)
+    if (off := error(~everything, cal[:1])) > 1e-4:
+        raise SystemExit(f"{name}: with every product in float the outputs differ by {off:.2g}")
+    full = error(everything, cal)
+    drops = np.empty(n)
+    for i in range(n):
+        one_float = everything.copy()
+        one_float[i] = False
+        drops[i] = full - error(one_float, cal)
+        if sys.stderr.isatty():
+            print(f"  {name}: {i + 1}/{n} products", end="\r", file=sys.stderr, flush=True)
+    budget = args.fraction * full
+    quantized, kept = everything.copy(), 0
+    for i in np.argsort(-drops):
+        if error(quantized, cal) <= budget:
+            break
+        quantized[i] = False
+        kept += 1
+    share = np.sort(np.maximum(drops, 0))[::-1]
+    top5 = share[:5].sum() / full if full else 0.0
+    mac_share = np.asarray(macs)[~quantized].sum() / sum(macs)
+    return (
+        f"| {name} | {args.weights} | {n} | {100 * full:.2f}% "
+        f"| {100 * error(everything, held):.2f}% "
+        f"| {100 * share[0] / full:.1f}% | {100 * top5:.1f}% | {100 * budget:.2f}% "
+        f"| {kept} | {100 * mac_share:.0f}% | {100 * error(quantized, cal):.2f}% "
+        f"| {100 * error(quantized, held):.2f}% |"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=["bert", "distilbert"], choices=sorted(M.SPECS))
+    ap.add_argument("--weights", choices=sorted(STEPS), default="full-range")
+    ap.add_argument(
+        "--fraction",
+        type=float,
+        default=0.5,
+        help="the budget, as a fraction of the all-quantized calibration error (default 0.5)",
+    )
+    ap.add_argument("--calibration", type=int, default=4, help="calibration inputs (default 4)")
+    ap.add_argument("--inputs", type=int, default=8, help="held-out inputs (default 8)")
+    ap.add_argument("--threads", type=int, default=2, help="onnxruntime threads (default 2)")
+    args = ap.parse_args()
+    print(f"onnxruntime {ort.__version__}; budget {args.fraction} of the all-quantized error\n")
+    print(
+        "| model | weights | products | all quantized (cal) | all quantized (held out) "
+        "| largest drop / error | 5 largest drops / error | budget | kept float | their MACs "
+        "| error then (cal) | error then (held out) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.models:
+        start = time.perf_counter()
+        row = measure(name, args)
+        print(row, flush=True)
+        print(f"  {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
