@@ -175,6 +175,16 @@ def session(path: Path | bytes, threads: int = 1) -> ort.InferenceSession:
     return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
+def worst_output(want: list, got: list) -> float:
+    """The largest max|g - w| / max|w| over the float outputs of one input (w the float
+    model's, g the quantized one's; 1 stands for max|w| when an output is all zeros)."""
+    worst = 0.0
+    for w, g in zip(want, got):
+        if np.issubdtype(w.dtype, np.floating) and w.size:
+            worst = max(worst, float(np.abs(g - w).max()) / (float(np.abs(w).max()) or 1.0))
+    return worst
+
+
 def errors(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, n: int) -> dict:
     """Worst max|q - ref| / max|ref| over outputs and `n` inputs (`error`), its mean over the
     inputs (`mean`: the worst output per input), and the argmax agreement over the last axis
@@ -184,12 +194,7 @@ def errors(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, n: int
     for seed in range(n):
         feeds = M.make_inputs(name, seed=seed)
         want, got = ref.run(None, feeds), q.run(None, feeds)
-        worst = 0.0
-        for w, g in zip(want, got):
-            if np.issubdtype(w.dtype, np.floating) and w.size:
-                scale = float(np.abs(w).max()) or 1.0
-                worst = max(worst, float(np.abs(g - w).max()) / scale)
-        per_input.append(worst)
+        per_input.append(worst_output(want, got))
         if M.SPECS[name].kind == "image":
             a = want[-1].reshape(len(want[-1]), -1).argmax(-1)
             b = got[-1].reshape(len(got[-1]), -1).argmax(-1)

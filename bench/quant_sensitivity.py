@@ -23,9 +23,12 @@ max |q - ref| / max |ref| over the inputs (bench/quant.py's):
 * all quantized, on `--calibration` inputs (seeds 1000..) and `--inputs` held-out ones (0..);
 * leave one out: per product, the calibration error with it alone in float; its drop from the
   all-quantized error is its measured share;
-* greedy: products put back in float in the order of their drops, largest first, until the
-  calibration error is within `--fraction` of the all-quantized one: how many, their share of
-  the products' multiply-adds (K * N per output row), and the held-out error then.
+* greedy, in two orders: products put back in float in the order of their drops, largest
+  first, and of their drops per multiply-add (the most error removed per unit of work kept in
+  float), until the calibration error is within `--fraction` of the all-quantized one: how
+  many, their share of the products' multiply-adds (rows * K * N on bench/models.py's main
+  input: BERT's pooler reads one row, the token projections one per token), and the errors
+  then.
 
 Prints one row per model. Takes about 2 minutes for BERT-base on 2 cores.
 """
@@ -47,16 +50,17 @@ from vocab.registry import full_range_steps, pair_steps
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import models as M  # noqa: E402  (bench/models.py, beside this file)
+from quant import worst_output  # noqa: E402  (bench/quant.py's error measure)
 
 STEPS = {"full-range": full_range_steps, "pairs": lambda w: pair_steps(w, per_column=True)}
 
 
 def switched(model: onnx.ModelProto, weights: str) -> tuple[onnx.ModelProto, list, list]:
     """`model` with each product by a constant 2-D weight fake-quantized behind a switch (a
-    bool graph input `fq{i}_on`); returns the model, the products' node names and their
-    multiply-adds per output row (K * N)."""
+    bool graph input `fq{i}_on`); returns the model and per product its activation's name and
+    its weight's (K, N)."""
     inits = {i.name: i for i in model.graph.initializer}
-    nodes, names, macs = [], [], []
+    nodes, activations, sizes = [], [], []
     for n in model.graph.node:
         w = inits.get(n.input[1]) if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 else None
         value = numpy_helper.to_array(w).astype(np.float32) if w is not None else None
@@ -69,7 +73,7 @@ def switched(model: onnx.ModelProto, weights: str) -> tuple[onnx.ModelProto, lis
         kn = value.T if transposed else value  # [K, N]
         steps = STEPS[weights](kn)
         rounded = np.clip(np.rint(kn / steps), -127, 127) * steps
-        p = f"fq{len(names)}_"
+        p = f"fq{len(activations)}_"
         model.graph.initializer.append(
             numpy_helper.from_array(
                 (rounded.T if transposed else rounded).astype(np.float32), p + "w"
@@ -82,13 +86,26 @@ def switched(model: onnx.ModelProto, weights: str) -> tuple[onnx.ModelProto, lis
             helper.make_node("Where", [p + "on", p + "xq", n.input[0]], [p + "x"]),
             helper.make_node("Where", [p + "on", p + "w", n.input[1]], [p + "wsel"]),
         ]
+        activations.append(n.input[0])
         n.input[0], n.input[1] = p + "x", p + "wsel"
         nodes.append(n)
-        names.append(n.name)
-        macs.append(kn.shape[0] * kn.shape[1])
+        sizes.append(kn.shape)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    return model, names, macs
+    return model, activations, sizes
+
+
+def multiply_adds(src: Path, activations: list, sizes: list, feeds: dict) -> np.ndarray:
+    """Each product's multiply-adds on `feeds`: rows * K * N, the rows read from a run of the
+    float model with the activations as extra outputs (BERT's pooler reads one row, the
+    token projections a row per token)."""
+    model = onnx.load(src)
+    model.graph.output.extend(
+        helper.make_tensor_value_info(a, TensorProto.FLOAT, None) for a in activations
+    )
+    run = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    values = run.run(activations, feeds)
+    return np.array([v.size // k * k * n for v, (k, n) in zip(values, sizes)], dtype=np.float64)
 
 
 def measure(name: str, args) -> str:
@@ -96,7 +113,8 @@ def measure(name: str, args) -> str:
     (_, _, src, failure), *_ = M.ensure([name], ["torchscript"])
     if src is None:
         raise SystemExit(f"{name}: the TorchScript export failed: {failure}")
-    model, names, macs = switched(onnx.load(src), args.weights)
+    model, activations, sizes = switched(onnx.load(src), args.weights)
+    macs = multiply_adds(src, activations, sizes, M.make_inputs(name))
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     ref = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
@@ -107,17 +125,11 @@ def measure(name: str, args) -> str:
 
     cal = feeds(range(1000, 1000 + args.calibration))
     held = feeds(range(args.inputs))
-    n = len(names)
+    n = len(activations)
 
     def error(quantized: np.ndarray, data) -> float:
         switches = {f"fq{i}_on": np.array(bool(quantized[i])) for i in range(n)}
-        worst = 0.0
-        for f, want in data:
-            got = fq.run(None, {**f, **switches})
-            for w, g in zip(want, got):
-                if np.issubdtype(w.dtype, np.floating) and w.size:
-                    worst = max(worst, float(np.abs(g - w).max()) / (float(np.abs(w).max()) or 1.0))
-        return worst
+        return max(worst_output(want, fq.run(None, {**f, **switches})) for f, want in data)
 
     everything = np.ones(n, bool)
     # every switch off: the float model's outputs, up to float32 rounding (the switches
@@ -133,21 +145,29 @@ def measure(name: str, args) -> str:
         if sys.stderr.isatty():
             print(f"  {name}: {i + 1}/{n} products", end="\r", file=sys.stderr, flush=True)
     budget = args.fraction * full
-    quantized, kept = everything.copy(), 0
-    for i in np.argsort(-drops):
-        if error(quantized, cal) <= budget:
-            break
-        quantized[i] = False
-        kept += 1
-    share = np.sort(np.maximum(drops, 0))[::-1]
-    top5 = share[:5].sum() / full if full else 0.0
-    mac_share = np.asarray(macs)[~quantized].sum() / sum(macs)
+
+    def greedy(order) -> str:
+        """Products put back in float in `order` until the calibration error is within
+        budget: how many, their share of the multiply-adds, the errors then."""
+        quantized, kept = everything.copy(), 0
+        for i in order:
+            if error(quantized, cal) <= budget:
+                break
+            quantized[i] = False
+            kept += 1
+        share = macs[~quantized].sum() / macs.sum()
+        return (
+            f"{kept} | {100 * share:.0f}% "
+            f"| {100 * error(quantized, cal):.2f}% / {100 * error(quantized, held):.2f}%"
+        )
+
+    ranked = np.sort(np.maximum(drops, 0))[::-1]
     return (
-        f"| {name} | {args.weights} | {n} | {100 * full:.2f}% "
-        f"| {100 * error(everything, held):.2f}% "
-        f"| {100 * share[0] / full:.1f}% | {100 * top5:.1f}% | {100 * budget:.2f}% "
-        f"| {kept} | {100 * mac_share:.0f}% | {100 * error(quantized, cal):.2f}% "
-        f"| {100 * error(quantized, held):.2f}% |"
+        f"| {name} | {args.weights} | {n} "
+        f"| {100 * full:.2f}% / {100 * error(everything, held):.2f}% "
+        f"| {100 * ranked[0] / full:.1f}% | {100 * ranked[:5].sum() / full:.1f}% "
+        f"| {100 * budget:.2f}% | {greedy(np.argsort(-drops))} "
+        f"| {greedy(np.argsort(-drops / macs))} |"
     )
 
 
@@ -167,11 +187,11 @@ def main() -> None:
     args = ap.parse_args()
     print(f"onnxruntime {ort.__version__}; budget {args.fraction} of the all-quantized error\n")
     print(
-        "| model | weights | products | all quantized (cal) | all quantized (held out) "
-        "| largest drop / error | 5 largest drops / error | budget | kept float | their MACs "
-        "| error then (cal) | error then (held out) |"
+        "| model | weights | products | all quantized (cal / held out) | largest drop "
+        "| 5 largest drops | budget | by drop: kept float | MACs | error then (cal / held out) "
+        "| by drop per MAC: kept float | MACs | error then (cal / held out) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models:
         start = time.perf_counter()
         row = measure(name, args)

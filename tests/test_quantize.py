@@ -845,3 +845,57 @@ def test_static_mode_runs_projections_in_uint8_with_qlinearmatmul(tmp_path):
         got = quant_run.run(None, {"x": x})[0]
         assert want.std() > 0.05  # not a degenerate output
         assert 0 < np.abs(got - want).max() / np.abs(want).max() < 0.05
+
+
+@pytest.mark.parametrize(
+    "make, shape, fired",
+    [
+        (projections, (2, 32, 256), {"quantize-matmul-static-full-range"}),
+        (
+            linear_layers,
+            (64, 256),
+            {"quantize-gemm-transposed-static-full-range", "quantize-gemm-static-full-range"},
+        ),
+    ],
+    ids=["qlinear-matmul", "linear-layers"],
+)
+def test_static_cpu_vnni_steps_each_column_over_its_full_range(
+    tmp_path, monkeypatch, reference_at_19, make, shape, fired
+):
+    # --mode static --cpu vnni: the MatMul and both Gemm forms take full-range weights per
+    # output column (each column's largest weight on +-127), less error than the pair steps
+    rng = np.random.default_rng(23)
+    cal = tmp_path / "cal.npz"
+    samples = rng.normal(0, 1, (8, *shape)).astype(np.float32)
+    np.savez(cal, x=samples)
+    model = make()
+    monkeypatch.setattr(api, "int8_sums_in_int32", lambda: True)  # no warning, whatever CPU
+    results = {
+        cpu: rewrite.optimize_model(model, quantize="static", calibration=str(cal), cpu=cpu)
+        for cpu in ("any", "vnni")
+    }
+    q, report = results["vnni"]
+    assert fired <= set(report.fired) and not any(
+        "full-range" in r for r in results["any"][1].fired
+    )
+    assert ops(q) == ops(results["any"][0])
+    inits = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}
+    weights = [
+        inits[n.input[3] if n.op_type == "QLinearMatMul" else n.input[1]]
+        for n in q.graph.node
+        if n.op_type in ("QLinearMatMul", "MatMulInteger")
+    ]
+    assert len(weights) == 2 and all(w.dtype == np.int8 for w in weights)
+    assert all(np.all(np.abs(w.astype(np.int64)).max(axis=0) == 127) for w in weights)  # [K, N]
+    errors = {}
+    for cpu, (quantized, _) in results.items():
+        # exact int32 sums: onnxruntime's on a CPU with VNNI, else onnx.reference's
+        runner = reference_at_19(quantized) if not VNNI else None
+        worst = 0.0
+        for x in samples:
+            want = run(model, x)
+            got = run(quantized, x) if VNNI else runner.run(None, {"x": x})[0]
+            assert want.std() > 0.05  # not a degenerate output
+            worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
+        errors[cpu] = worst
+    assert 0 < errors["vnni"] < errors["any"] < 0.05

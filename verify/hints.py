@@ -30,7 +30,7 @@ Requests:
 | `Const(x)` / `Input(x)`  | x is an initializer / a graph input                           |
 | `Fill(x, v)`             | x is a constant whose every element is v                      |
 | `Positive(x)`            | x's elements are drawn > 0 (a scale: a 0 would be refused)    |
-| `Wide(x)`                | x's elements are drawn up to 2^12 in magnitude (a bias)       |
+| `Wide(x)`                | x's elements are drawn up to 2^9 in magnitude (a bias)        |
 | `OneElement(x)`          | x is a constant of shape (1, ..., 1) or ()                    |
 | `Many(x)`                | x has more than one element                                   |
 | `Within(z, x)`           | z's shape broadcasts into x's (`broadcasts-into z x`)         |
@@ -138,7 +138,7 @@ class Positive(Request):
 
 @dataclass(frozen=True)
 class Wide(Request):
-    """`name`'s elements are drawn over a wider range than the others', up to 2^12 in
+    """`name`'s elements are drawn over a wider range than the others', up to 2^9 in
     magnitude: a bias that outweighs the products it is added to, so that an error in the
     bias (wrong units) stands out of the products' rounding bound."""
 

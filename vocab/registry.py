@@ -1346,7 +1346,9 @@ def bias_fits_int24_full_range(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> boo
 def _bias_fits(b: ClassInfo, sx: ClassInfo, w: ClassInfo, how: tuple) -> bool:
     if b.value is None or sx.value is None or w.value is None or sx.value.size != 1:
         return False
-    if b.value.ndim != 1 or w.value.ndim < 3 or b.value.shape[0] != w.value.shape[0]:
+    if b.value.ndim != 1 or w.value.ndim < 3 or w.value.size == 0:
+        return False
+    if b.value.shape[0] != w.value.shape[0]:
         return False
     units = np.float64(sx.value.reshape(())) * _weight_steps(w.value, how).astype(np.float64)
     if not np.all(np.isfinite(units) & (units > 0)):
@@ -1372,6 +1374,8 @@ def requantizes_in_range_full_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) 
 
 def _conv_requantizes(sx: ClassInfo, w: ClassInfo, sy: ClassInfo, how: tuple) -> bool:
     if not (positive_scale(sx) and positive_scale(sy)) or w.value is None or w.value.ndim < 3:
+        return False
+    if w.value.size == 0:  # no channel to step
         return False
     k = int(np.prod(w.value.shape[1:]))
     ratio = float(sx.value.reshape(())) * float(_weight_steps(w.value, how).max(initial=0.0))
@@ -1474,7 +1478,7 @@ def _matmul_static_bound(xq, sx, zx, w, sy, steps: np.ndarray) -> np.ndarray:
     sw = steps.astype(np.float64)
     k = w.shape[0]
     rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
-    sums = ((k + 8) * 2.0**-23 + 2.0**-20) * (x @ (np.abs(w.astype(np.float64)) + sw / 2))
+    sums = _sum_rounding(k, x @ (np.abs(w.astype(np.float64)) + sw / 2))
     return 1 + (rounding + sums) / abs(float(np.asarray(sy).reshape(())))
 
 
