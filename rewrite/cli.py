@@ -1017,6 +1017,8 @@ def _print_quantized(record: dict, verbose: bool) -> None:
         out.print(t)
     if record.get("warning"):
         err.print(f"warning: {record['warning']}", markup=False)
+    if record.get("note"):
+        err.print(f"note: {record['note']}", markup=False)
 
 
 def _print_summary(report, diffs, options, verbose: bool = False) -> None:

@@ -899,3 +899,21 @@ def test_static_cpu_vnni_steps_each_column_over_its_full_range(
             worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
         errors[cpu] = worst
     assert 0 < errors["vnni"] < errors["any"] < 0.05
+
+
+def test_a_vnni_cpu_gets_a_note_pointing_to_cpu_vnni(monkeypatch, tmp_path, capsys):
+    # quantizing for any CPU on one that sums in int32: a note says --cpu vnni would do better
+    # there, only for the modes it applies to and not when it was chosen or cannot apply
+    def note(vnni_here, **options):
+        monkeypatch.setattr(api, "int8_sums_in_int32", lambda: vnni_here)
+        _, report = rewrite.optimize_model(named_mlp(), quantize="dynamic", **options)
+        return report.extra["quantize"].get("note")
+
+    assert "--cpu vnni gives full-range weights" in note(True)
+    assert note(False) is None  # this CPU adds int16 pairs: the default is what it needs
+    assert note(True, cpu="vnni") is None and note(True, per_channel=False) is None
+    monkeypatch.setattr(api, "int8_sums_in_int32", lambda: True)
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(named_mlp(), src)
+    assert main(["quantize", str(src), str(dst)]) == 0
+    assert "note: this CPU sums int8 products in int32 (VNNI)" in capsys.readouterr().err

@@ -509,6 +509,12 @@ def check_outputs(
     )
 
 
+def _vnni_applies(options: Options) -> bool:
+    """Whether `--cpu vnni` has rules for these options' mode (`CPU_RULESETS`)."""
+    rulesets = QUANT_RULESETS.get(options._quant_key, ()) if options.quantize else ()
+    return bool(set(CPU_RULESETS["vnni"]) & set(rulesets))
+
+
 @dataclass(frozen=True)
 class Run:
     """What `run` did: the model as optimized (`original`: the input with `input_shapes`
@@ -707,6 +713,11 @@ def run(
         )
         earlier = choose.record.get("warning")
         choose.record["warning"] = f"{earlier}; {warning}" if earlier else warning
+    if options.cpu == "any" and _vnni_applies(options) and int8_sums_in_int32():
+        choose.record["note"] = (
+            "this CPU sums int8 products in int32 (VNNI): for a file that will run on such a "
+            "CPU, --cpu vnni gives full-range weights, with less error"
+        )
     clock = time.perf_counter()
     source = stage_output(result, model) if stage_output is not None else None
     if source is None and folder is not None:  # the weights in the model the caller gets
