@@ -263,6 +263,12 @@ class Options:
         for `cpu` vnni, none known otherwise."""
         return ("int32",) if self.cpu == "vnni" else ()
 
+    def cpu_applies(self, cpu: str) -> bool:
+        """Whether `CPU_RULESETS[cpu]` replaces a ruleset of this quantization mode (False
+        without one)."""
+        rulesets = QUANT_RULESETS.get(self._quant_key, ()) if self.quantize else ()
+        return bool(set(CPU_RULESETS[cpu]) & set(rulesets))
+
     @property
     def plan(self) -> Plan:
         """The quantization choices (`frontends.onnx.quantize.Plan`)."""
@@ -287,8 +293,7 @@ class Options:
             )
         if self.cpu != "any" and self.quantize is None:
             raise OptionError("cpu needs a quantization mode")
-        replaced = CPU_RULESETS[self.cpu]
-        if replaced and not set(replaced) & set(QUANT_RULESETS[self._quant_key]):
+        if CPU_RULESETS[self.cpu] and not self.cpu_applies(self.cpu):
             raise OptionError(
                 f"cpu {self.cpu} applies to modes dynamic with one weight scale per output "
                 "column and static (their full-range rules); the other modes' weights are "
@@ -509,12 +514,6 @@ def check_outputs(
     )
 
 
-def _vnni_applies(options: Options) -> bool:
-    """Whether `--cpu vnni` has rules for these options' mode (`CPU_RULESETS`)."""
-    rulesets = QUANT_RULESETS.get(options._quant_key, ()) if options.quantize else ()
-    return bool(set(CPU_RULESETS["vnni"]) & set(rulesets))
-
-
 @dataclass(frozen=True)
 class Run:
     """What `run` did: the model as optimized (`original`: the input with `input_shapes`
@@ -713,7 +712,7 @@ def run(
         )
         earlier = choose.record.get("warning")
         choose.record["warning"] = f"{earlier}; {warning}" if earlier else warning
-    if options.cpu == "any" and _vnni_applies(options) and int8_sums_in_int32():
+    if options.cpu == "any" and options.cpu_applies("vnni") and int8_sums_in_int32():
         choose.record["note"] = (
             "this CPU sums int8 products in int32 (VNNI): for a file that will run on such a "
             "CPU, --cpu vnni gives full-range weights, with less error"
