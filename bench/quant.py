@@ -13,9 +13,10 @@ per tensor), ours (`rewrite quantize IN OUT --mode dynamic`, the shipped library
 check off so that the error is measured here, its default weights one scale per output column;
 the same with `--per-tensor`, one scale per weight; and with `--error-budget` at `--budget`
 times onnxruntime's measured error, calibrated on `--calibration` inputs of seeds 1000..,
-apart from the measured ones, with the default weights and with `--smooth 0.5`; and `--smooth
-0.5` alone, SmoothQuant's scale migration from the same calibration inputs). Reported
-per quantized model:
+apart from the measured ones, with the default weights, with `--smooth 0.5` and with
+`--rounding gptq`; `--smooth 0.5` alone, SmoothQuant's scale migration from the same
+calibration inputs; and `--rounding gptq` alone, GPTQ's weight rounding from them; on a CPU with
+VNNI, `--cpu vnni` rows too, with and without `--rounding gptq`). Reported per quantized model:
 
 * latency: each model and the original run alternately in one process under onnxruntime
   (ORT_ENABLE_ALL, 1 intra-op thread or each of `--threads`, batch 1 at bench/models.py's
@@ -243,8 +244,17 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
             ),
         ),
     ]
+    gptq = ("--rounding", "gptq", "--calibration", str(cal))
+    tools.insert(2, ("rewrite --rounding gptq", lambda s, d: quantize_ours(s, d, *gptq)))
     if int8_sums_in_int32():  # full-range weights are exact on this CPU: their rows too
-        tools.insert(3, ("rewrite --cpu vnni", lambda s, d: quantize_ours(s, d, "--cpu", "vnni")))
+        tools.insert(4, ("rewrite --cpu vnni", lambda s, d: quantize_ours(s, d, "--cpu", "vnni")))
+        tools.insert(
+            5,
+            (
+                "rewrite --cpu vnni --rounding gptq",
+                lambda s, d: quantize_ours(s, d, "--cpu", "vnni", *gptq),
+            ),
+        )
     if args.mode == "static":
         tools = [
             ("onnxruntime quantize_static", lambda s, d: quantize_ort_static(s, d, cal)),
@@ -288,8 +298,12 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         if tool == "onnxruntime" and args.budget and args.mode == "dynamic":
             budget = round(measured[tool]["error"] * args.budget, 4)
             smooth = ("--smooth", str(SMOOTH_ALPHA))
-            extras = [(), smooth] + ([("--cpu", "vnni")] if int8_sums_in_int32() else [])
-            for extra in extras:  # the default weights, smoothed, and full-range ones
+            vnni = ("--cpu", "vnni")
+            rounded = ("--rounding", "gptq")
+            extras = [(), smooth, rounded]
+            extras += [vnni, (*vnni, *rounded)] if int8_sums_in_int32() else []
+            # the default weights, smoothed, GPTQ-rounded, and full-range ones (also rounded)
+            for extra in extras:
                 tools.append(
                     (
                         " ".join(("rewrite", *extra, "--error-budget", f"{budget:g}")),

@@ -108,11 +108,15 @@ def _original(n: Node) -> bool:
 
 
 def _foldable(n: Node, g: TermGraph, consts: dict) -> bool:
-    if n.op in _NEVER or n.op in KEPT_UNFOLDED or (n.opaque and n.domain not in ("", "ai.onnx")):
+    if n.op in _NEVER or n.op in KEPT_UNFOLDED or n.domain not in ("", "ai.onnx"):
         return False
     if n.opaque and n.payload is not None and any(a.type in (5, 10) for a in n.payload.attribute):
         return False  # graph-valued attributes
     spec = OPS.get(n.op)
+    if spec is not None and spec.domain not in ("", "ai.onnx"):
+        # the reference evaluator runs the default domain only: an op of another (a contrib
+        # op, a mark of patterns/quant/) would fail the whole batch it is evaluated in
+        return False
     if spec is not None and spec.random:
         return False
     if n.op == "Dropout" and len(n.inputs) > 2 and n.inputs[2] != ABSENT:

@@ -389,6 +389,8 @@ def test_shipped_library_checks():
         "quant-dynamic",
         "quant-dynamic-per-channel",
         "quant-dynamic-per-channel-vnni",
+        "quant-dynamic-per-channel-rounded",
+        "quant-dynamic-per-channel-vnni-rounded",
         "quant-embedding",
         "quant-weight-only-4bit",
         "quant-weight-only-8bit",

@@ -475,7 +475,7 @@ def test_weight_only_8bit_for_standard_onnx_passes_the_output_check():
         ({"quantize": "dynamic", "error_budget": 0}, "error-budget must be a number > 0"),
         (
             {"quantize": "dynamic", "calibration": "c.npz"},
-            "used by error-budget, smooth and mode static only",
+            "used by error-budget, smooth, rounding gptq and mode static only",
         ),
         ({"quantize": "dynamic", "op_types": ["Matmul"]}, "'Matmul' is not an ONNX op"),
         ({"quantize": "dynamic", "cpu": "arm"}, "cpu: unknown choice 'arm'"),

@@ -614,6 +614,36 @@ def test_full_range_gemm_bounds_add_the_bias_rounding_either_layout():
         assert np.all(gemm(x, w, 100 * cst) > gemm(x, w, cst))  # the bias's rounding counts
 
 
+@pytest.mark.parametrize("steps", ["per-column", "full-range"])
+def test_rounded_bounds_add_the_weights_move_either_layout(steps):
+    # MatMul(x, orig) computed from w, a rounding of orig onto its own levels (the GPTQ rules,
+    # patterns/quant/rounding.rules): the error holds within the bound, which is the plain
+    # bound of w plus sum_k |x_k| |w_k - orig_k| (exactly, up to the float32 rounding term)
+    rng = np.random.default_rng(4)
+    matmul = covers(f"matmul-dynamic-8bit-{steps}-rounded").fn
+    gemm = covers(f"gemm-dynamic-8bit-{steps}-rounded").fn
+    gemm_t = covers(f"gemm-dynamic-8bit-transposed-{steps}-rounded").fn
+    plain = covers(f"matmul-dynamic-8bit-{steps}").fn
+    step_of = registry.full_range_steps if steps == "full-range" else registry.pair_steps
+    for _ in range(50):
+        k, n = rng.integers(1, 64, 2)
+        x = rng.normal(0, 1, (4, k)) * rng.choice([0.01, 1, 100])
+        orig = rng.normal(0, 1, (k, n)) * rng.uniform(0.01, 2, n)
+        scale = step_of(orig) if steps == "full-range" else step_of(orig, per_column=True)
+        w = (np.rint(orig / scale) + rng.integers(-2, 3, (k, n))) * scale  # moved 0-2 levels
+        cst = rng.normal(0, 1, n)
+        w_scale = step_of(w) if steps == "full-range" else step_of(w, per_column=True)
+        err = _dynamic_int8_error(x, w, w_scale) + np.abs(x @ (w - orig))
+        assert np.all(err <= matmul(x, w, orig))
+        moved = np.abs(x) @ np.abs(w - orig)
+        extra = matmul(x, w, orig) - plain(x, w) - moved
+        assert np.all(extra >= 0) and np.all(extra <= 1e-5 * (np.abs(x) @ np.abs(orig)) + 1e-30)
+        assert np.all(err <= gemm(x, w, cst, orig))
+        assert np.allclose(gemm(x, w, cst, orig), gemm_t(x, w.T.copy(), cst, orig.T.copy()))
+        # the move is the point: a w farther from orig has the larger bound
+        assert np.all(matmul(x, w + 10 * scale, orig) > matmul(x, w, orig))
+
+
 def test_int8_sums_in_int32_reads_the_cpus_vnni_flags(tmp_path):
     f = registry.int8_sums_in_int32.__wrapped__  # not the cached answer for this machine
     info = tmp_path / "cpuinfo"

@@ -45,6 +45,8 @@ def _gemm(ctx) -> None:
     if b is None:
         n = g.dim()
         b = ctx.put(1, (n, k) if tb else (k, n)).shape
+    # likewise B: a declared op's output (a weight's mark) drawn before, of any shape
+    assume(len(b) == 2 and (b[1] if tb else b[0]) == k)
     n = b[0] if tb else b[-1]
     ctx.put(2, g.sub_shape((m, n)))
     for name in ("alpha", "beta"):

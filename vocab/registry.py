@@ -1064,6 +1064,54 @@ def gemm_dynamic_8bit_transposed_full_range(
     return gemm_dynamic_8bit_full_range(x, np.swapaxes(w, 0, 1), c)
 
 
+def _moved(x: np.ndarray, w: np.ndarray, orig: np.ndarray) -> np.ndarray:
+    """|x @ orig - x @ w| per output element, for a weight `w` [K, N] that stands in for `orig`
+    (a calibrated rounding of it, patterns/quant/dynamic.rules' `rewrite.Rounded`):
+    sum_k |x_k| |w_k - orig_k|, plus the float32 rounding of x @ orig ((K + 8) 2^-23 of
+    |x| @ |orig|)."""
+    x, w, orig = x.astype(np.float64), w.astype(np.float64), orig.astype(np.float64)
+    ax = np.abs(x)
+    return ax @ np.abs(w - orig) + (w.shape[0] + 8) * 2.0**-23 * (ax @ np.abs(orig))
+
+
+@bound("matmul-dynamic-8bit-per-column-rounded", TERM, TERM, TERM)
+def matmul_dynamic_8bit_per_column_rounded(x, w, orig) -> np.ndarray:
+    """The error of MatMul(x, orig) computed as `matmul-dynamic-8bit-per-column` of x by w, a
+    rounding of orig: that bound plus the weight's move (`_moved`)."""
+    return matmul_dynamic_8bit_per_column(x, w) + _moved(x, w, orig)
+
+
+@bound("gemm-dynamic-8bit-per-column-rounded", TERM, TERM, TERM, TERM)
+def gemm_dynamic_8bit_per_column_rounded(x, w, c, orig) -> np.ndarray:
+    """`gemm-dynamic-8bit-per-column` of Gemm(x, w, c) standing in for Gemm(x, orig, c), plus
+    the weight's move (`_moved`)."""
+    return gemm_dynamic_8bit_per_column(x, w, c) + _moved(x, w, orig)
+
+
+@bound("gemm-dynamic-8bit-transposed-per-column-rounded", TERM, TERM, TERM, TERM)
+def gemm_dynamic_8bit_transposed_per_column_rounded(x, w, c, orig) -> np.ndarray:
+    """The same for Gemm with transB = 1 (w and orig stored [N, K])."""
+    return gemm_dynamic_8bit_per_column_rounded(x, np.swapaxes(w, 0, 1), c, np.swapaxes(orig, 0, 1))
+
+
+@bound("matmul-dynamic-8bit-full-range-rounded", TERM, TERM, TERM)
+def matmul_dynamic_8bit_full_range_rounded(x, w, orig) -> np.ndarray:
+    """`matmul-dynamic-8bit-full-range` of x by w, a rounding of orig, plus the weight's move."""
+    return matmul_dynamic_8bit_full_range(x, w) + _moved(x, w, orig)
+
+
+@bound("gemm-dynamic-8bit-full-range-rounded", TERM, TERM, TERM, TERM)
+def gemm_dynamic_8bit_full_range_rounded(x, w, c, orig) -> np.ndarray:
+    """`gemm-dynamic-8bit-full-range` of Gemm(x, w, c), w a rounding of orig, plus its move."""
+    return gemm_dynamic_8bit_full_range(x, w, c) + _moved(x, w, orig)
+
+
+@bound("gemm-dynamic-8bit-transposed-full-range-rounded", TERM, TERM, TERM, TERM)
+def gemm_dynamic_8bit_transposed_full_range_rounded(x, w, c, orig) -> np.ndarray:
+    """The same for Gemm with transB = 1 (w and orig stored [N, K])."""
+    return gemm_dynamic_8bit_full_range_rounded(x, np.swapaxes(w, 0, 1), c, np.swapaxes(orig, 0, 1))
+
+
 @bound("gather-8bit-per-row", TERM, TERM)
 def gather_8bit_per_row(w: np.ndarray, i: np.ndarray) -> np.ndarray:
     """The error of Gather(w, i) (axis 0) from w stored as int8 with one scale per row,

@@ -35,6 +35,8 @@ from frontends.onnx.importer import default_opset
 from frontends.onnx.opset import auto_target
 from frontends.onnx.quantize import (
     CALIBRATION_METHODS,
+    ROUNDED,
+    ROUNDINGS,
     SMOOTH,
     CalibrationError,
     Chooser,
@@ -43,6 +45,7 @@ from frontends.onnx.quantize import (
     drawn_calibration,
     load_calibration,
     observe,
+    rounding_marks,
     smoothing_marks,
     strip_marks,
 )
@@ -54,7 +57,11 @@ NUMERIC_CLASSES = FP_CLASSES[1:]  # beyond `exact`, which always runs
 # run; the other quant rulesets are skipped. The first bits listed for a mode is its default.
 QUANT_RULESETS = {
     ("dynamic", False, 8): ("quant-dynamic", "quant-embedding"),
-    ("dynamic", True, 8): ("quant-dynamic-per-channel", "quant-embedding"),
+    ("dynamic", True, 8): (
+        "quant-dynamic-per-channel",
+        "quant-dynamic-per-channel-rounded",
+        "quant-embedding",
+    ),
     ("weight-only", False, 4): ("quant-weight-only-4bit", "quant-weight-only-4bit-onnx"),
     ("weight-only", False, 8): ("quant-weight-only-8bit", "quant-weight-only-8bit-onnx"),
     ("static", True, 8): (
@@ -75,6 +82,7 @@ CPU_RULESETS = {
     "any": {},
     "vnni": {
         "quant-dynamic-per-channel": "quant-dynamic-per-channel-vnni",
+        "quant-dynamic-per-channel-rounded": "quant-dynamic-per-channel-vnni-rounded",
         "quant-static-conv": "quant-static-conv-vnni",
         "quant-static-matmul": "quant-static-matmul-vnni",
     },
@@ -169,6 +177,13 @@ class Options:
         where onnxruntime's uint8-by-int8 kernels sum in int32, x86 with AVX512-VNNI or
         AVX-VNNI; on an older x86 CPU they can saturate). Rules whose ruleset says `:sums
         int32` run only with `vnni`.
+    rounding: how weights round to their int8 levels (`ROUNDINGS`): `nearest` (the default),
+        or `gptq` (mode dynamic with one scale per output column): each weight is rounded by
+        GPTQ (Frantar et al., ICLR 2023) on the calibration inputs' activations, row by row,
+        each row's error spread over the rows not yet rounded, at no cost at run time
+        (`frontends.onnx.quantize.calibrated_rounding`; patterns/quant/rounding.rules'
+        `*-rounded` rules, whose bounds include the weight's move). A product kept in float
+        keeps its weight.
     """
 
     rules: object = None
@@ -196,6 +211,7 @@ class Options:
     symmetric: bool = False
     smooth: float | None = None
     cpu: str = "any"
+    rounding: str = "nearest"
 
     @classmethod
     def from_keywords(cls, keywords: dict) -> Options:
@@ -331,10 +347,21 @@ class Options:
             self.calibration is not None
             and self.error_budget is None
             and self.smooth is None
+            and self.rounding == "nearest"
             and self.quantize != "static"
         ):
             raise OptionError(
-                "calibration inputs are used by error-budget, smooth and mode static only"
+                "calibration inputs are used by error-budget, smooth, rounding gptq and mode "
+                "static only"
+            )
+        if self.rounding not in ROUNDINGS:
+            raise OptionError(
+                f"rounding: unknown choice {self.rounding!r} (choose from {', '.join(ROUNDINGS)})"
+            )
+        if self.rounding != "nearest" and self._quant_key != ("dynamic", True, 8):
+            raise OptionError(
+                f"rounding {self.rounding} applies to mode dynamic with one weight scale per "
+                "output column"
             )
         if self.quantize != "static" and (self.symmetric or self.calibrate != "minmax"):
             raise OptionError("symmetric and calibrate apply to mode static only")
@@ -536,6 +563,16 @@ def _no_stage(label: str):
     return contextlib.nullcontext()
 
 
+@contextlib.contextmanager
+def _calibration_runs():
+    """Around a stage that runs the model on the calibration inputs: onnxruntime's refusal
+    (inputs of the wrong rank or type, say) becomes an OptionError naming them."""
+    try:
+        yield
+    except CheckError as e:
+        raise OptionError(f"calibration inputs: {e}") from None
+
+
 def run(
     model,
     options: Options,
@@ -591,6 +628,7 @@ def run(
         and time.perf_counter() < options.limits(start).deadline
         and options.quantize != "static"  # calibration runs the model with its weights
         and options.smooth is None  # and so does smoothing's
+        and options.rounding == "nearest"  # and calibrated rounding's
     )
     choose = None
     if options.quantize is not None:
@@ -602,6 +640,7 @@ def run(
                 if options.error_budget is not None
                 or options.quantize == "static"
                 or options.smooth is not None
+                or options.rounding != "nearest"
                 else []
             )
         except CalibrationError as e:
@@ -614,18 +653,22 @@ def run(
                 + (
                     "the activations' ranges come from those"
                     if options.quantize == "static" or options.smooth is not None
+                    else "the weights' rounding comes from those"
+                    if options.error_budget is None
                     else "the error budget holds on those"
                 )
                 + ", which may not be the data the model sees"
             )
     engine_input = model
-    if folder is not None and (options.smooth is not None or options.quantize == "static"):
+    if folder is not None and (
+        options.smooth is not None or options.quantize == "static" or options.rounding != "nearest"
+    ):
         with_weights(model, folder)  # calibration runs the model with its weights
     if options.smooth is not None:
         # SmoothQuant's scale migration (patterns/quant/smooth.rules), in a pass of its own
         # (its rulesets alone) before the quantization, whose rules then see the smoothed
         # products
-        with stage("smoothing activations into weights (SmoothQuant)"):
+        with stage("smoothing activations into weights (SmoothQuant)"), _calibration_runs():
             marked, count = smoothing_marks(model, feeds, options.smooth)
             smoothing = RuleSet(
                 tuple(r for r in rules.rules if r.ruleset in SMOOTH_RULESETS), rules.files
@@ -647,6 +690,16 @@ def run(
                 "activations": count,
                 "smoothed": count - left,
             }
+    if options.rounding == "gptq":
+        # each product's weight marked with its GPTQ rounding (patterns/quant/rounding.rules'
+        # rewrite.Rounded), from the activations of the model the quantization rules will see
+        with stage("rounding weights on calibration activations (GPTQ)"), _calibration_runs():
+            engine_input, count = rounding_marks(engine_input, feeds, pairs=options.cpu != "vnni")
+            choose.record["rounding"] = {
+                "method": options.rounding,
+                "samples": len(feeds),
+                "weights": count,
+            }
     if options.quantize == "static":
         # the calibrated marks go on the graph the static rules will see: BatchNormalization
         # folded into its Conv (a weight the rules can read as a constant) and a model of an
@@ -663,7 +716,7 @@ def run(
                 opset=options.opset,
                 target=options.target,
             )
-        with stage("calibrating activation ranges under onnxruntime"):
+        with stage("calibrating activation ranges under onnxruntime"), _calibration_runs():
             ranges = calibrate(cleaned, feeds, options.calibrate)
             engine_input = observe(cleaned, ranges, options.symmetric)
             choose.record["calibration"] = {
@@ -692,7 +745,11 @@ def run(
             **kw,
         )
         kw.clear()  # the imported graph's arrays: the result holds the weights now
-    if options.smooth is not None and options.quantize != "static":
+    if options.rounding != "nearest":  # weights kept in float read their own values again
+        result, _ = strip_marks(result, ROUNDED)
+    if (
+        options.smooth is not None or options.rounding != "nearest"
+    ) and options.quantize != "static":
         report = onnx_counts(report, model, result)  # counted against the user's model
     if options.quantize == "static":  # marks the rules did not consume never reach the output
         result, left = strip_marks(result)

@@ -38,7 +38,7 @@ from frontends.onnx.check import random_inputs, run, session, upstream
 from frontends.onnx.exporter import export_model
 from vocab.graph import TermGraph, unique_name
 from vocab.ops import FAMILIES
-from vocab.registry import BOUNDS, SMOOTHING_RANGE
+from vocab.registry import BOUNDS, PAIR_LEVELS, SMOOTHING_RANGE, full_range_steps, pair_steps
 
 DRAWN_SAMPLES = 8  # calibration inputs drawn when the user gives none
 OBSERVED = ("rewrite", "Observed")  # patterns/quant/static.rules' activation mark
@@ -46,6 +46,10 @@ SMOOTH = ("rewrite", "Smooth")  # patterns/quant/smooth.rules' mark
 SMOOTH_ALPHA = 0.5  # SmoothQuant's migration strength, the paper's default for most models
 # the products smoothed (their weight's K axis: rows of MatMul's, of Gemm's unless transB)
 SMOOTHED_PRODUCTS = ("MatMul", "Gemm")
+ROUNDED = ("rewrite", "Rounded")  # patterns/quant/rounding.rules' weight mark
+ROUNDINGS = ("nearest", "gptq")  # how weights round to their levels (`rounding_marks`)
+GPTQ_DAMPING = 0.01  # GPTQ's dampening: this fraction of the mean of diag(H) added to H
+GPTQ_BLOCK = 128  # rows rounded between two block updates of the rest (GPTQ's lazy batches)
 CALIBRATION_METHODS = ("minmax", "percentile")
 PERCENTILE = 99.999  # the percentile method's range: [the 0.001th, the 99.999th] percentile
 
@@ -642,3 +646,174 @@ def _absorbs(x: str, made_by: dict, weights: dict) -> bool:
     if n.op_type in FAMILIES["NORMALIZATION"]:
         return True
     return n.op_type == "Mul" and any(i in weights for i in n.input)
+
+
+def _upper_inverse_factor(h: np.ndarray) -> np.ndarray:
+    """The upper triangular U with U^T U = H^-1, for a symmetric positive definite H [K, K]
+    (float64): with P the reversal of the K axis and L the Cholesky factor of P H P,
+    U = P L^-1 P (then U^T U = P (P H P)^-1 P = H^-1). L^-1 by blocks (`_lower_inverse`), so
+    that no general inverse of H is needed. Raises numpy.linalg.LinAlgError when H is not
+    positive definite."""
+    lower = np.linalg.cholesky(h[::-1, ::-1])
+    return _lower_inverse(lower)[::-1, ::-1]
+
+
+def _lower_inverse(a: np.ndarray) -> np.ndarray:
+    """The inverse of the lower triangular `a` [K, K], by 2 x 2 blocks:
+    [[A, 0], [C, D]]^-1 = [[A^-1, 0], [-D^-1 C A^-1, D^-1]], down to GPTQ_BLOCK rows."""
+    k = a.shape[0]
+    if k <= GPTQ_BLOCK:
+        return np.linalg.inv(a)
+    m = k // 2
+    ai, di = _lower_inverse(a[:m, :m]), _lower_inverse(a[m:, m:])
+    out = np.zeros_like(a)
+    out[:m, :m], out[m:, m:] = ai, di
+    out[m:, :m] = -di @ (a[m:, :m] @ ai)
+    return out
+
+
+def calibrated_rounding(w: np.ndarray, hessian: np.ndarray, pairs: bool) -> np.ndarray:
+    """GPTQ (Frantar et al., "GPTQ: Accurate Post-Training Quantization for Generative
+    Pre-trained Transformers", ICLR 2023, Algorithm 1): the weight `w` [K, N] (float32) rounded
+    to int8 levels of the quantization rules' steps, one per output column
+    (`vocab.registry.pair_steps(w, per_column=True)` when `pairs`, else `full_range_steps`),
+    row by row along K, each row's rounding error spread over the rows not yet rounded so that
+    ||X (w~ - w)|| stays small on the calibration activations X whose H = X^T X is `hessian`
+    [K, K] (float64). Returns w~ = q * step, float32 [K, N], q integers in [-127, 127].
+
+    The rules that quantize w~ compute their steps from it; so that they find these steps and
+    round w~ to exactly q, the entries that define each column's step keep their nearest
+    levels (127 for a column's largest |w|; for pairs, a neighbour pair whose sum defines the
+    step sums to 127 levels), and no other entry exceeds them: |q_k| <= 127 and, for pairs,
+    |q_k + q_k+1| <= 127. A column where this does not hold in float32 (it always has here)
+    keeps its nearest-level rounding. H gets GPTQ_DAMPING of its mean diagonal added; rows
+    that no calibration input reaches (H_kk = 0) round to nearest."""
+    k, n = w.shape
+    w32 = w.astype(np.float32)
+    steps = (pair_steps(w32, per_column=True) if pairs else full_range_steps(w32)).astype(
+        np.float32
+    )
+    levels = np.float32(PAIR_LEVELS)
+    nearest = np.clip(np.rint(w32 / steps), -levels, levels)
+    h = np.array(hessian, np.float64)
+    unseen = np.diag(h) == 0
+    h[unseen, :] = 0.0
+    h[:, unseen] = 0.0
+    h[unseen, unseen] = 1.0
+    h[np.diag_indices(k)] += GPTQ_DAMPING * float(np.mean(np.diag(h)))
+    u = _upper_inverse_factor(h).astype(np.float32)
+    fixed = _step_defining_levels(w32, steps, pairs)
+    work = w32.copy()
+    q = np.zeros((k, n), np.float32)
+    prev = np.zeros(n, np.float32)
+    for i1 in range(0, k, GPTQ_BLOCK):
+        i2 = min(i1 + GPTQ_BLOCK, k)
+        rows, errors = work[i1:i2].copy(), np.zeros((i2 - i1, n), np.float32)
+        for j in range(i2 - i1):
+            r = i1 + j
+            lo, hi = np.full(n, -levels, np.float32), np.full(n, levels, np.float32)
+            if pairs:  # this row's pair with the one before, and with a fixed one after
+                lo, hi = np.maximum(lo, -levels - prev), np.minimum(hi, levels - prev)
+                if r + 1 < k:
+                    after = fixed[r + 1]
+                    known = ~np.isnan(after)
+                    lo = np.where(known, np.maximum(lo, -levels - after), lo)
+                    hi = np.where(known, np.minimum(hi, levels - after), hi)
+            here = np.clip(np.rint(rows[j] / steps), lo, hi)
+            here = np.where(np.isnan(fixed[r]), here, fixed[r])
+            here = np.where(unseen[r], nearest[r], here)
+            q[r] = prev = here
+            errors[j] = (rows[j] - here * steps) / u[r, r]
+            rows[j + 1 :] -= np.outer(u[r, r + 1 : i2], errors[j])
+        work[i2:] -= u[i1:i2, i2:].T @ errors
+    out = (q * steps).astype(np.float32)
+    again = pair_steps(out, per_column=True) if pairs else full_range_steps(out)
+    differs = (np.rint(out / again) != q).any(axis=0)
+    if differs.any():  # keep the rules' rounding exact: such a column rounds to nearest
+        out[:, differs] = (nearest * steps)[:, differs]
+    return out
+
+
+def _step_defining_levels(w: np.ndarray, steps: np.ndarray, pairs: bool) -> np.ndarray:
+    """Per column of `w` [K, N], the levels of the entries that define its step (NaN
+    elsewhere): its largest |w_k| at +-127, or for pairs, when a neighbour pair's |w_k +
+    w_k+1| is larger, w_k's nearest level and w_k+1's the rest of +-127."""
+    k, n = w.shape
+    levels = np.float32(PAIR_LEVELS)
+    fixed = np.full((k, n), np.nan, np.float32)
+    cols = np.arange(n)
+    a = np.abs(w)
+    top = a.argmax(axis=0)
+    if not pairs or k == 1:
+        fixed[top, cols] = np.sign(w[top, cols]) * levels
+        return fixed
+    sums = np.abs(w[:-1] + w[1:])
+    by_pair = sums.max(axis=0) > a.max(axis=0)
+    top = np.where(by_pair, sums.argmax(axis=0), top)
+    after = np.minimum(top + 1, k - 1)
+    sign = np.sign(np.where(by_pair, w[top, cols] + w[after, cols], w[top, cols]))
+    first = np.clip(np.rint(w[top, cols] / steps), -levels, levels)
+    fixed[top, cols] = np.where(by_pair, first, sign * levels)
+    fixed[after[by_pair], cols[by_pair]] = (sign * levels - first)[by_pair]
+    return fixed
+
+
+def rounding_marks(
+    model: onnx.ModelProto, feeds: list[dict], pairs: bool
+) -> tuple[onnx.ModelProto, int]:
+    """A copy of `model` in which the weight w of each product the dynamic per-column rules
+    quantize is read through `rewrite.Rounded(w, w~)` (patterns/quant/rounding.rules), w~ its
+    GPTQ rounding (`calibrated_rounding`, H = X^T X of the product's activation X over the
+    calibration `feeds`, rows over every leading axis), and how many were marked. Such a
+    product is a MatMul or a Gemm (transA 0, alpha and beta 1) whose weight is a 2-D float32
+    initializer of K >= 1 that is not all zeros, and whose activation is float32 of K on
+    its last axis. Each product gets its own w~ (two products of one weight read different
+    activations). Raises CheckError when onnxruntime cannot run the model."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    weights = {t.name: t for t in g.initializer}
+    products = []
+    for n in g.node:
+        w = _smoothable_weight(n, weights)
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        if w is None or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
+            continue
+        if w.shape[0] >= 1 and w.size and np.any(w != 0):
+            products.append((n, w, bool(attrs.get("transB", 0))))
+    if not products:
+        return out, 0
+    hessians: dict[str, np.ndarray] = {}
+    for got in _activations(out, feeds, {n.input[0] for n, _, _ in products}):
+        for name, v in got.items():
+            if v.dtype == np.float32 and v.ndim >= 1 and v.size:
+                x = np.nan_to_num(v).reshape(-1, v.shape[-1])
+                h = (x.T @ x).astype(np.float64)
+                hessians[name] = hessians[name] + h if name in hessians else h
+    taken = _taken_names(g)
+    marks = []
+    for n, w, transposed in products:
+        h = hessians.get(n.input[0])
+        if h is None or h.shape[0] != w.shape[0]:
+            continue
+        rounded = calibrated_rounding(w, h, pairs)
+        tensor = numpy_helper.from_array(
+            rounded.T if transposed else rounded, unique_name(f"{n.input[1]}_rounded", taken)
+        )
+        _add_initializers(out, [tensor])
+        read = unique_name(f"{n.input[1]}_marked", taken)
+        g.value_info.append(  # the weight's type: shape inference does not see through a mark
+            helper.make_tensor_value_info(read, onnx.TensorProto.FLOAT, list(tensor.dims))
+        )
+        marks.append(
+            helper.make_node(
+                ROUNDED[1],
+                [n.input[1], tensor.name],
+                [read],
+                name=unique_name(f"{n.input[1]}/rounded", taken),
+                domain=ROUNDED[0],
+            )
+        )
+        n.input[1] = read
+    _place_marks(out, marks)
+    return out, len(marks)
