@@ -12,7 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 import rewrite
 from frontends.onnx.api import OptionError
-from frontends.onnx.quantize import ROUNDED, calibrated_rounding, rounding_marks
+from frontends.onnx.quantize import (
+    ROUNDED,
+    _upper_inverse_factor,
+    calibrated_rounding,
+    rounding_marks,
+)
 from rewrite.cli import main
 from vocab.registry import full_range_steps, pair_steps
 
@@ -65,6 +70,19 @@ def test_calibrated_rounding_keeps_the_rules_steps_and_lowers_the_products_error
         gptq = np.linalg.norm(seen @ (rounded - w))
         plain = np.linalg.norm(seen @ (nearest - w))
         assert gptq < 0.85 * plain, (gptq, plain)
+
+
+@pytest.mark.parametrize("k", [1, 5, 128, 300])
+def test_the_inverse_factor_is_upper_triangular_and_gives_the_inverse(k):
+    # U^T U = H^-1 (what GPTQ's updates read), computed by blocks of 128 rows and columns
+    x = correlated(2 * k + 8, k, 6).astype(np.float64)
+    h = (x.T @ x + 0.1 * np.eye(k)).astype(np.float32)
+    u = _upper_inverse_factor(h).astype(np.float64)
+    assert np.array_equal(u, np.triu(u))
+    want = np.linalg.inv(h.astype(np.float64))
+    np.testing.assert_allclose(u.T @ u, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    with pytest.raises(np.linalg.LinAlgError):
+        _upper_inverse_factor(-np.eye(k, dtype=np.float32))
 
 
 def test_rows_no_calibration_input_reaches_round_to_their_nearest_level():

@@ -286,6 +286,12 @@ class Options:
         return bool(set(CPU_RULESETS[cpu]) & set(rulesets))
 
     @property
+    def runs_model(self) -> bool:
+        """Whether quantizing runs the model on the calibration inputs before the engine does
+        (static ranges, SmoothQuant's factors, GPTQ's activations): it needs its weights."""
+        return self.quantize == "static" or self.smooth is not None or self.rounding != "nearest"
+
+    @property
     def plan(self) -> Plan:
         """The quantization choices (`frontends.onnx.quantize.Plan`)."""
         return Plan(self.keep_float, self.op_types, self.error_budget)
@@ -626,9 +632,7 @@ def run(
         and auto_target(model) is None
         and not any(True for _ in external.external_tensors(model))
         and time.perf_counter() < options.limits(start).deadline
-        and options.quantize != "static"  # calibration runs the model with its weights
-        and options.smooth is None  # and so does smoothing's
-        and options.rounding == "nearest"  # and calibrated rounding's
+        and not options.runs_model  # calibrating runs the model with its weights
     )
     choose = None
     if options.quantize is not None:
@@ -637,10 +641,7 @@ def run(
                 load_calibration(options.calibration, model)
                 if options.calibration
                 else drawn_calibration(model)
-                if options.error_budget is not None
-                or options.quantize == "static"
-                or options.smooth is not None
-                or options.rounding != "nearest"
+                if options.error_budget is not None or options.runs_model
                 else []
             )
         except CalibrationError as e:
@@ -660,9 +661,7 @@ def run(
                 + ", which may not be the data the model sees"
             )
     engine_input = model
-    if folder is not None and (
-        options.smooth is not None or options.quantize == "static" or options.rounding != "nearest"
-    ):
+    if folder is not None and options.runs_model:
         with_weights(model, folder)  # calibration runs the model with its weights
     if options.smooth is not None:
         # SmoothQuant's scale migration (patterns/quant/smooth.rules), in a pass of its own

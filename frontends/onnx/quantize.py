@@ -667,8 +667,8 @@ def _cholesky(a: np.ndarray) -> np.ndarray:
     """The lower Cholesky factor of the symmetric positive definite `a` [K, K], by blocks of
     GPTQ_BLOCK columns (right-looking: each block's factor, the panel below it by its inverse,
     the rest updated by one matrix product), so that nearly all the work is in matrix
-    products: K = 3072 in a fraction of numpy.linalg.cholesky's 0.35-0.4 s on 2 cores. Raises
-    numpy.linalg.LinAlgError when `a` is not positive definite."""
+    products: K = 3072 in 0.36 s against numpy.linalg.cholesky's 0.50 s (float32, 2 cores, by
+    hand). Raises numpy.linalg.LinAlgError when `a` is not positive definite."""
     k = a.shape[0]
     rest = a.copy()
     lower = np.zeros_like(a)
@@ -687,8 +687,8 @@ def _lower_inverse(a: np.ndarray) -> np.ndarray:
     """The inverse of the lower triangular `a` [K, K], by 2 x 2 blocks:
     [[A, 0], [C, D]]^-1 = [[A^-1, 0], [-D^-1 C A^-1, D^-1]], down to GPTQ_BLOCK rows."""
     k = a.shape[0]
-    if k <= GPTQ_BLOCK:
-        return np.linalg.inv(a)
+    if k <= GPTQ_BLOCK:  # a general inverse: its rounding above the diagonal dropped
+        return np.tril(np.linalg.inv(a))
     m = k // 2
     ai, di = _lower_inverse(a[:m, :m]), _lower_inverse(a[m:, m:])
     out = np.zeros_like(a)
