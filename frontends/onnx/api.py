@@ -746,9 +746,7 @@ def run(
         kw.clear()  # the imported graph's arrays: the result holds the weights now
     if options.rounding != "nearest":  # weights kept in float read their own values again
         result, _ = strip_marks(result, ROUNDED)
-    if (
-        options.smooth is not None or options.rounding != "nearest"
-    ) and options.quantize != "static":
+    if options.runs_model and options.quantize != "static":  # (static: below)
         report = onnx_counts(report, model, result)  # counted against the user's model
     if options.quantize == "static":  # marks the rules did not consume never reach the output
         result, left = strip_marks(result)
