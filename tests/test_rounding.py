@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import rewrite
+from frontends.onnx import quantize
 from frontends.onnx.api import OptionError
 from frontends.onnx.quantize import (
     ROUNDED,
@@ -216,6 +217,16 @@ def test_rounding_marks_mark_each_product_with_its_own_rounding():
         np.testing.assert_allclose(levels, np.rint(levels), atol=1e-4)
     # the marked model still runs (the mark is an identity of its first input)
     assert {o.domain for o in marked.opset_import} >= {"", ROUNDED[0]}
+
+
+def test_a_weight_of_k_beyond_the_limit_keeps_its_nearest_levels(monkeypatch):
+    # H is K x K: VGG-19's K = 25088 would need gigabytes, so such a product is not marked
+    monkeypatch.setattr(quantize, "GPTQ_MAX_K", K - 1)  # fc1's K is K, fc2's is K too
+    _, count = rounding_marks(block(), [{"x": x} for x in inputs(2, 10)], pairs=True)
+    assert count == 0
+    monkeypatch.setattr(quantize, "GPTQ_MAX_K", K)
+    _, count = rounding_marks(block(), [{"x": x} for x in inputs(2, 10)], pairs=True)
+    assert count == 2
 
 
 @pytest.mark.parametrize(

@@ -55,6 +55,9 @@ ROUNDINGS = ("nearest", "gptq")  # how weights round to their levels (`rounding_
 # at either with 32
 GPTQ_DAMPING = 0.1
 GPTQ_BLOCK = 128  # rows rounded between two block updates of the rest (GPTQ's lazy batches)
+# the largest K rounded by GPTQ: H is K x K (float32, a few copies while it is factorized), so
+# VGG-19's first fully connected layer (K = 25088, 2.5 GB per copy) keeps its nearest levels
+GPTQ_MAX_K = 8192
 CALIBRATION_METHODS = ("minmax", "percentile")
 PERCENTILE = 99.999  # the percentile method's range: [the 0.001th, the 99.999th] percentile
 
@@ -807,9 +810,10 @@ def rounding_marks(
     GPTQ rounding (`calibrated_rounding`, H = X^T X of the product's activation X over the
     calibration `feeds`, rows over every leading axis), and how many were marked. Such a
     product is a MatMul or a Gemm (transA 0, alpha and beta 1) whose weight is a 2-D float32
-    initializer of K >= 1 that is not all zeros, and whose activation is float32 of K on
-    its last axis. Each product gets its own w~ (two products of one weight read different
-    activations). Raises CheckError when onnxruntime cannot run the model."""
+    initializer of 1 <= K <= GPTQ_MAX_K that is not all zeros, and whose activation is float32
+    of K on its last axis (a larger K keeps its nearest levels). Each product gets its own w~
+    (two products of one weight read different activations). Raises CheckError when
+    onnxruntime cannot run the model."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
@@ -820,7 +824,7 @@ def rounding_marks(
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
         if w is None or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
             continue
-        if w.shape[0] >= 1 and w.size and np.any(w != 0):
+        if 1 <= w.shape[0] <= GPTQ_MAX_K and w.size and np.any(w != 0):
             products.append((n, w, bool(attrs.get("transB", 0))))
     if not products:
         return out, 0
