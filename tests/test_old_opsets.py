@@ -14,13 +14,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper, version_converter
 
 import rewrite
 from dsl import load_rules, shipped_rules_dir
 from engine.cost import CostModel
 from frontends.onnx import OpsetError, optimize_model
 from frontends.onnx.check import ORT, REFERENCE, compare, random_inputs, run
+from frontends.onnx.opset import _convert_skeleton, convert_opset
 from rewrite.cli import main
 from vocab.types import TensorType
 
@@ -92,6 +93,42 @@ def test_single_conv_at_old_opsets(opset):
     out, report = optimize_model(model, RULES)
     assert report.extra["opset"]["input"] == opset
     assert len(out.graph.node) == 1
+
+
+def test_conversion_passes_weights_around_the_converter():
+    """`convert_opset` converts the model's skeleton and puts the large initializers back:
+    the result is the converter's own on the whole model (same nodes, inputs, initializer
+    values), for weights declared as graph inputs too (as IR 3 asks, the zoo's models) and not."""
+    rng = np.random.default_rng(2)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], rng.standard_normal(216))
+    v = helper.make_tensor("v", TensorProto.FLOAT, [8, 3, 3, 3], rng.standard_normal(216))
+    b = helper.make_tensor("b", TensorProto.FLOAT, [8], rng.standard_normal(8))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3]),
+        helper.make_node("Conv", ["x", "v"], ["d"], kernel_shape=[3, 3]),
+        helper.make_node("Add", ["c", "d"], ["s"]),
+        helper.make_node("BatchNormalization", ["s", "b", "b", "b", "b"], ["y"], epsilon=1.0),
+    ]
+    declared = helper.make_tensor_value_info("w", TensorProto.FLOAT, [8, 3, 3, 3])
+    model = _model(nodes, [x, declared], [y], [w, v, b], opset=7, ir=4)
+    # the skeleton's path itself (convert_opset would fall back to the whole model if it raised)
+    ours, theirs = _convert_skeleton(model, 18), version_converter.convert_version(model, 18)
+    assert ours.graph.node == theirs.graph.node
+    assert (
+        [i.name for i in ours.graph.input]
+        == [i.name for i in theirs.graph.input]
+        == [
+            "x",
+            "w",
+        ]
+    )
+    values = {t.name: numpy_helper.to_array(t) for t in ours.graph.initializer}
+    assert values.keys() == {t.name for t in theirs.graph.initializer}
+    for t in theirs.graph.initializer:
+        np.testing.assert_array_equal(values[t.name], numpy_helper.to_array(t))
+    onnx.checker.check_model(convert_opset(model, 18), full_check=True)
 
 
 def test_gemm_and_pad_at_opset_6(tmp_path):

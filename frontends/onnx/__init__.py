@@ -29,7 +29,7 @@ from frontends.onnx.importer import (
     import_model,
     skeleton,
 )
-from frontends.onnx.opset import OpsetError, auto_target, convert_opset
+from frontends.onnx.opset import OLDEST_TABLE_OPSET, OpsetError, auto_target, convert_opset
 from vocab.ops import TARGETS
 
 __all__ = [
@@ -202,6 +202,7 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
     t_convert = time.perf_counter() - clock
     if info["converted"]:
         kw.pop("graph", None)  # an import of the unconverted model
+    if info["converted"] and source < OLDEST_TABLE_OPSET:
         result, report = _rounds(work, rules, **kw)
     else:
         result, report = _optimize_model(work, rules, **kw)
@@ -228,11 +229,11 @@ def _rounds(model: onnx.ModelProto, rules, **kw):
     a rewrite computes: a BatchNormalization folded into a Conv gives it a weight that is a
     constant only after constant folding, so the Mul and Add that follow (DenseNet's and
     Inception v2's explicit scale and bias) fold into it in the next round, on the folded
-    graph. Only models converted from an old opset get more than one round (their converted
-    BatchNormalization, scale and bias chains are where it pays; a round costs a whole
-    optimization, so a current model gets one). The report adds up the rounds (`fired`,
-    `iterations`, `seconds`) and keeps the last round's stop reason and provenance;
-    `extra["rounds"]` is how many ran."""
+    graph. Only models converted from an opset older than OLDEST_TABLE_OPSET get more than one
+    round (their converted BatchNormalization, scale and bias chains are where it pays; a round
+    costs a whole optimization, so a current model, converted up or not, gets one). The report
+    adds up the rounds (`fired`, `iterations`, `seconds`) and keeps the last round's stop
+    reason and provenance; `extra["rounds"]` is how many ran."""
     clock = time.perf_counter()
     limits = kw.pop("limits", Limits())
     limits = replace(
