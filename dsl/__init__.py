@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import patterns
+from dsl.ast import OpDecl
+from dsl.cache import cached_rules
 from dsl.check import check
 from dsl.errors import (
     ArgumentError,
@@ -41,6 +43,7 @@ from dsl.errors import (
 from dsl.ir import RuleSet
 from dsl.parse import parse
 from dsl.printer import format_file
+from vocab.declared import declaration
 
 __all__ = [
     "parse",
@@ -98,7 +101,9 @@ def load_rules(paths: Iterable[str | Path] | str | Path | None = None) -> RuleSe
     """Parse and check `.rules` files together (rule names unique across all of them).
 
     paths: files and directories (searched recursively for `*.rules`); None means the shipped
-    library. Returns a `RuleSet` with the rules in file order, then source order.
+    library. Returns a `RuleSet` with the rules in file order, then source order. Files
+    checked before (the same text, and the same DSL and op table) come from the on-disk
+    cache of `dsl.cache`, their op declarations registered again.
     Raises `RulesError` (a subclass, or `RulesErrors` for several); `OSError` for a missing
     file.
     """
@@ -106,6 +111,12 @@ def load_rules(paths: Iterable[str | Path] | str | Path | None = None) -> RuleSe
         paths = [shipped_rules_dir()]
     elif isinstance(paths, (str, Path)):
         paths = [paths]
-    files = rule_files(paths)
-    trees = [parse(f.read_text(encoding="utf-8"), file=label) for f, label in files]
-    return RuleSet(tuple(check(trees)), tuple(label for _, label in files))
+    texts = [(label, f.read_text(encoding="utf-8")) for f, label in rule_files(paths)]
+
+    def load() -> tuple[RuleSet, list]:
+        trees = [parse(text, file=label) for label, text in texts]
+        rules = RuleSet(tuple(check(trees)), tuple(label for label, _ in texts))
+        made = [form.name for t in trees for form in t.forms if isinstance(form, OpDecl)]
+        return rules, [declaration(name) for name in made]
+
+    return cached_rules(texts, load)

@@ -138,14 +138,17 @@ def map_elems(f, arr: np.ndarray) -> np.ndarray:
     return obj_array(flat).reshape(arr.shape)
 
 
+@functools.lru_cache(maxsize=4096)
 def simplify(e: Expr) -> Expr:
     """`sympy.simplify(e)`, skipped when `e` is already simplest: an atom (a number or a
-    symbol), a monomial (`197*batch`, `batch*sequence**2`) or a monomial plus an integer
-    (`batch + 1`), which `simplify` returns as they are. Most shape arithmetic is of these
-    forms, and the first `simplify` call of a process imports `sympy.physics.units` (2-3 s)."""
+    symbol), a monomial (`197*batch`, `batch*sequence**2`, `64*a*b/c`) or a monomial without
+    division plus an integer (`batch + 1`), which `simplify` returns as they are. Most shape
+    arithmetic is of these forms (a Reshape's -1 is the input's size over the other dims: a
+    product over a product), and a `simplify` call costs 4-8 ms (the first of a process also
+    imports `sympy.physics.units`). Cached: a model's layers repeat their shape arithmetic."""
     return (
         e
-        if _monomial(e)
+        if _monomial(e, divides=True)
         or (
             e.is_Add
             and len(e.args) == 2
@@ -156,10 +159,11 @@ def simplify(e: Expr) -> Expr:
     )
 
 
-def _monomial(e: Expr) -> bool:
-    """An atom, a positive integer power of a symbol, or a product of those."""
+def _monomial(e: Expr, divides: bool = False) -> bool:
+    """An atom, a positive integer power of a symbol, or a product of those; with `divides`,
+    negative powers too (`a*b/c`, sympy's canonical form of such a product)."""
     if e.is_Atom:
         return True
     if e.is_Pow:
-        return bool(e.base.is_Symbol and e.exp.is_Integer and e.exp > 0)
-    return bool(e.is_Mul) and all(a.is_Atom or (a.is_Pow and _monomial(a)) for a in e.args)
+        return bool(e.base.is_Symbol and e.exp.is_Integer and (e.exp > 0 or divides))
+    return bool(e.is_Mul) and all(a.is_Atom or (a.is_Pow and _monomial(a, divides)) for a in e.args)
