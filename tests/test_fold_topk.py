@@ -1,6 +1,7 @@
-"""engine.fold's TopK: the reference evaluator's TopK with a fast path for k = 1 over
-NaN-free floats (the quant rules' column and block maxima). It must agree with the reference
-exactly, ties (lowest index first) and the smallest (largest=0) included."""
+"""engine.fold's TopK and Round: the reference evaluator's TopK with a fast path for k = 1 over
+NaN-free floats (the quant rules' column and block maxima), and Round without the reference's
+copy. Both must agree with the reference exactly, ties included (TopK: lowest index first, and
+the smallest with largest=0; Round: half to even)."""
 
 import numpy as np
 import onnx
@@ -8,7 +9,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from engine.fold import TopK
+from engine.fold import Round, TopK
 
 
 def topk_model(x: np.ndarray, k: int, **attrs) -> onnx.ModelProto:
@@ -43,3 +44,33 @@ def test_fold_topk_agrees_with_the_reference(x, k, largest):
         for w, g in zip(want, got):
             assert w.dtype == g.dtype and w.shape == g.shape
             np.testing.assert_array_equal(w, g)
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, -0.0, 126.5, -127.5], np.float32),
+        np.random.default_rng(3).normal(scale=50, size=(6, 9)).astype(np.float32),
+        np.array([np.nan, np.inf, -np.inf, 1e30], np.float64),
+        np.float16([0.5, 1.5, 2.4, -2.6]),
+        np.arange(-3, 4, dtype=np.int32),
+    ],
+    ids=["ties", "normal", "special", "float16", "int32"],
+)
+def test_fold_round_agrees_with_the_reference(x):
+    """engine.fold's Round (np.rint): half to even, dtype kept, as the reference's Round."""
+    node = helper.make_node("Round", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [],
+        [helper.make_value_info("y", onnx.TypeProto())],
+        [numpy_helper.from_array(x, "x")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    (want,) = ReferenceEvaluator(model).run(None, {})
+    evaluator = ReferenceEvaluator(model, new_ops=[Round])
+    assert type(evaluator.rt_nodes_[0]) is Round
+    (got,) = evaluator.run(None, {})
+    assert want.dtype == got.dtype and want.shape == got.shape
+    np.testing.assert_array_equal(want, got)

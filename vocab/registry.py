@@ -906,15 +906,18 @@ _STEPS: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to it, steps)
 def _weight_steps(v: np.ndarray, how: tuple) -> np.ndarray:
     """The steps of the constant `v` (`how`: ("conv",) for `conv_pair_steps`, ("conv-full",)
     for `conv_full_range_steps`, ("full", axis) for `full_range_steps`, or (axis, per_column)
-    for `pair_steps`, with K on `axis`),
-    remembered while `v` lives: the engine
+    for `pair_steps`, with K on `axis`; ("list", *how): those steps as a builder's float list,
+    None when one is not finite and positive), remembered while `v` lives: the engine
     asks a rule's builders again on every match of every saturation iteration (a BERT-base
     run asked 798 times for its 72 weights)."""
     key = (id(v), how)
     hit = _STEPS.get(key)
     if hit is not None and hit[0]() is v:
         return hit[1]
-    if how == ("conv",):
+    if how[0] == "list":
+        steps = _weight_steps(v, how[1:])
+        steps = tuple(steps.astype(float).tolist()) if _finite_positive(steps) else None
+    elif how == ("conv",):
         steps = conv_pair_steps(v)
     elif how == ("conv-full",):
         steps = conv_full_range_steps(v)
@@ -956,8 +959,7 @@ def _column_steps_value(w: ClassInfo, axis: int, how: tuple) -> tuple[float, ...
     v = w.value
     if v is None or v.ndim != 2 or axis not in (0, 1) or v.shape[axis] == 0 or v.size == 0:
         return None
-    steps = _weight_steps(v, how)
-    return tuple(steps.astype(float).tolist()) if _finite_positive(steps) else None
+    return _weight_steps(v, ("list", *how))
 
 
 @builder("full-range-steps", TERM, ATTR)
@@ -990,8 +992,7 @@ def _conv_steps_value(w: ClassInfo, how: tuple) -> tuple[float, ...] | None:
     v = w.value
     if v is None or v.ndim < 3 or v.size == 0:
         return None
-    steps = _weight_steps(v, how)
-    return tuple(steps.astype(float).tolist()) if _finite_positive(steps) else None
+    return _weight_steps(v, ("list", *how))
 
 
 @bound("matmul-dynamic-8bit", TERM, TERM)
