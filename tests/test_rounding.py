@@ -14,8 +14,10 @@ import rewrite
 from frontends.onnx import quantize
 from frontends.onnx.api import OptionError
 from frontends.onnx.quantize import (
+    GPTQ_DAMPING,
     ROUNDED,
-    _upper_inverse_factor,
+    _feedback,
+    _step_defining_levels,
     calibrated_rounding,
     rounding_marks,
 )
@@ -73,17 +75,45 @@ def test_calibrated_rounding_keeps_the_rules_steps_and_lowers_the_products_error
         assert gptq < 0.85 * plain, (gptq, plain)
 
 
-@pytest.mark.parametrize("k", [1, 5, 128, 300])
-def test_the_inverse_factor_is_upper_triangular_and_gives_the_inverse(k):
-    # U^T U = H^-1 (what GPTQ's updates read), computed by blocks of 128 rows and columns
+@pytest.mark.parametrize("k", [1, 5, 128, 300, 800])
+def test_the_feedback_is_strictly_upper_and_factors_h(k):
+    # H = (I + F) D (I + F)^T with D diagonal (GPTQ's LDL form), by blocks of 384 columns
     x = correlated(2 * k + 8, k, 6).astype(np.float64)
     h = (x.T @ x + 0.1 * np.eye(k)).astype(np.float32)
-    u = _upper_inverse_factor(h).astype(np.float64)
-    assert np.array_equal(u, np.triu(u))
-    want = np.linalg.inv(h.astype(np.float64))
-    np.testing.assert_allclose(u.T @ u, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    f = _feedback(h).astype(np.float64)
+    assert np.array_equal(f, np.triu(f, 1))
+    unit = np.eye(k) + f
+    d = np.linalg.inv(unit) @ h.astype(np.float64) @ np.linalg.inv(unit).T
+    off = d - np.diag(np.diag(d))
+    assert np.abs(off).max() <= 1e-4 * np.abs(np.diag(d)).max()
+    assert np.all(np.diag(d) > 0)
     with pytest.raises(np.linalg.LinAlgError):
-        _upper_inverse_factor(-np.eye(k, dtype=np.float32))
+        _feedback(-np.eye(k, dtype=np.float32))
+
+
+def test_gptq_in_its_ldl_form_rounds_as_gptq():
+    """GPTQ's Algorithm 1 (the errors spread through U, U^T U = H^-1, by a plain inverse
+    here, in float64) and the LDL form `calibrated_rounding` runs in float32 give the same
+    levels (float32 may flip a tie) and error ||X (w~ - w)||, far below the nearest levels'."""
+    x, w = correlated(1024, K, 7), weight(K, N, 8)
+    h = (x.T @ x).astype(np.float64)
+    damped = h + GPTQ_DAMPING * np.mean(np.diag(h)) * np.eye(K)
+    steps = full_range_steps(w)
+    fixed = _step_defining_levels(w, steps, pairs=False)  # kept at +-127, as ours keeps them
+    u = np.linalg.cholesky(np.linalg.inv(damped)).T  # upper, U^T U = H^-1
+    work, q = w.astype(np.float64).copy(), np.zeros_like(w)
+    for r in range(K):
+        q[r] = np.clip(np.rint(work[r] / steps), -127, 127)
+        q[r] = np.where(np.isnan(fixed[r]), q[r], fixed[r])
+        err = (work[r] - q[r] * steps) / u[r, r]
+        work[r + 1 :] -= np.outer(u[r, r + 1 :], err)
+    plain = np.linalg.norm(x @ (q * steps - w))
+    rounded = calibrated_rounding(w, h, pairs=False)
+    assert (np.rint(rounded / steps) != q).mean() <= 0.001  # the same levels (0 differ here)
+    ours = np.linalg.norm(x @ (rounded - w))
+    nearest = np.linalg.norm(x @ (np.clip(np.rint(w / steps), -127, 127) * steps - w))
+    assert abs(ours - plain) <= 0.005 * plain, (ours, plain)
+    assert plain < 0.85 * nearest
 
 
 def test_rows_no_calibration_input_reaches_round_to_their_nearest_level():
@@ -217,6 +247,37 @@ def test_rounding_marks_mark_each_product_with_its_own_rounding():
         np.testing.assert_allclose(levels, np.rint(levels), atol=1e-4)
     # the marked model still runs (the mark is an identity of its first input)
     assert {o.domain for o in marked.opset_import} >= {"", ROUNDED[0]}
+
+
+def test_products_of_one_activation_are_rounded_together_as_each_alone(monkeypatch):
+    """Two MatMuls reading one activation (an attention block's Q and K) get one GPTQ run of
+    their weights side by side, whose columns are each weight's own rounding."""
+    model = block()
+    g = model.graph
+    wq = weight(K, N, 11)
+    g.initializer.append(numpy_helper.from_array(wq, "wq"))
+    g.node.insert(1, helper.make_node("MatMul", ["h", "wq"], ["yq"], name="q"))
+    g.output.append(helper.make_tensor_value_info("yq", TensorProto.FLOAT, [1, TOKENS, N]))
+    feeds = [{"x": x} for x in inputs(4, 12)]
+    calls = []
+    real = quantize.calibrated_rounding
+    monkeypatch.setattr(
+        quantize,
+        "calibrated_rounding",
+        lambda w, h, pairs: calls.append(w.shape) or real(w, h, pairs),
+    )
+    marked, count = rounding_marks(model, feeds, pairs=True)
+    assert count == 3 and sorted(calls) == [(K, N), (K, K + N)]
+    weights = {t.name: numpy_helper.to_array(t) for t in marked.graph.initializer}
+    rounded = {
+        m.input[0]: weights[m.input[1]] for m in marked.graph.node if m.op_type == ROUNDED[1]
+    }
+    x = np.concatenate([f["x"] for f in feeds]).reshape(-1, K).astype(np.float64)
+    norm = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    h = (norm * weights["gamma"] + weights["beta"]).astype(np.float32)
+    for name in ("w1", "wq"):  # the same levels as a run of the weight alone
+        alone = real(weights[name], h.T @ h, pairs=True)
+        assert (alone != rounded[name]).mean() <= 0.001
 
 
 def test_a_weight_of_k_beyond_the_limit_keeps_its_nearest_levels(monkeypatch):

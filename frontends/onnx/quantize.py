@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+from onnx.external_data_helper import uses_external_data
 
 from engine.quantize import Site
 from frontends.onnx.check import random_inputs, run, session, upstream
 from frontends.onnx.exporter import export_model
+from frontends.onnx.importer import SKELETON_MAX_ELEMENTS, skeleton
 from vocab.graph import TermGraph, unique_name
 from vocab.ops import FAMILIES
 from vocab.registry import BOUNDS, PAIR_LEVELS, SMOOTHING_RANGE, full_range_steps, pair_steps
@@ -55,6 +57,7 @@ ROUNDINGS = ("nearest", "gptq")  # how weights round to their levels (`rounding_
 # at either with 32
 GPTQ_DAMPING = 0.1
 GPTQ_BLOCK = 128  # rows rounded between two block updates of the rest (GPTQ's lazy batches)
+CHOLESKY_BLOCK = 384  # columns per step of `_cholesky` (0.19 s at K = 3072 against 0.32 s at 128)
 # the largest K rounded by GPTQ: H is K x K (float32, a few copies while it is factorized), so
 # VGG-19's first fully connected layer (K = 25088, 2.5 GB per copy) keeps its nearest levels
 GPTQ_MAX_K = 8192
@@ -321,7 +324,12 @@ def _activations(model: onnx.ModelProto, feeds: list[dict], only=None):
     """For each feed, {name: value} of every activation of `model` (graph inputs and node
     outputs that depend on an input; not constants), or of those in `only`, run under
     onnxruntime with its optimizations off (every node's output is there to read). Raises
-    CheckError when onnxruntime cannot run the model."""
+    CheckError when onnxruntime cannot run the model.
+
+    The session is made from the model's `skeleton`, its large initializers fed with each
+    input as arrays: onnxruntime then neither parses the weights' bytes nor Python serializes
+    them (BERT-base: 2.9 s to make a session of the whole model, 0.05 s of its skeleton). A
+    model whose weights are in external files is run whole."""
     g = model.graph
     inits = {i.name for i in g.initializer}
     varying = {i.name for i in g.input if i.name not in inits}
@@ -332,16 +340,26 @@ def _activations(model: onnx.ModelProto, feeds: list[dict], only=None):
         varying &= set(only)
     outs = [o.name for o in g.output]
     extra = [o for n in g.node for o in n.output if o in varying and o not in outs]
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
+    weights = {}
+    if any(uses_external_data(t) for t in g.initializer):
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+    else:
+        probe = skeleton(model)
+        weights = {t.name: numpy_helper.to_array(t) for t in g.initializer if _large(t)}
     probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in extra)
     sess = session(probe)
     names = [o.name for o in sess.get_outputs()]
     inputs = [i for i in varying if i in feeds[0]] if feeds else []
     for f in feeds:
-        got = dict(zip(names, run(sess, f)))
+        got = dict(zip(names, run(sess, {**weights, **f})))
         got.update({i: np.asarray(f[i]) for i in inputs})
         yield {n: v for n, v in got.items() if n in varying}
+
+
+def _large(t: onnx.TensorProto) -> bool:
+    """Whether `skeleton` turns initializer `t` into a graph input."""
+    return (int(np.prod(t.dims)) if t.dims else 1) > SKELETON_MAX_ELEMENTS
 
 
 @dataclass(frozen=True)
@@ -656,27 +674,32 @@ def _absorbs(x: str, made_by: dict, weights: dict) -> bool:
     return n.op_type == "Mul" and any(i in weights for i in n.input)
 
 
-def _upper_inverse_factor(h: np.ndarray) -> np.ndarray:
-    """The upper triangular U with U^T U = H^-1, for a symmetric positive definite H [K, K]
-    (float32): with P the reversal of the K axis and L the Cholesky factor of P H P,
-    U = P L^-1 P (then U^T U = P (P H P)^-1 P = H^-1). L^-1 by blocks (`_lower_inverse`), so
-    that no general inverse of H is needed. Raises numpy.linalg.LinAlgError when H is not
-    positive definite."""
-    lower = _cholesky(np.ascontiguousarray(h[::-1, ::-1]))
-    return _lower_inverse(lower)[::-1, ::-1]
+def _feedback(h: np.ndarray) -> np.ndarray:
+    """The strictly upper triangular F [K, K] (float32) of H = (I + F) D (I + F)^T, D diagonal,
+    for a symmetric positive definite H [K, K] (float32): GPTQ's rounding in its LDL form
+    (LDLQ, Chee et al., "QuIP: 2-Bit Quantization of Large Language Models With Guarantees",
+    NeurIPS 2023, section 3.2, where it is shown to round as GPTQ does): row k of the weight
+    is rounded after adding sum_j<k F_jk (w_j - w~_j). With P the reversal of the K axis and
+    L the Cholesky factor of P H P, P L P is upper triangular with H = (P L P)(P L P)^T, and
+    I + F is it with its columns divided by their diagonal entries: one Cholesky factorization,
+    no inverse. Raises numpy.linalg.LinAlgError when H is not positive definite."""
+    upper = _cholesky(np.ascontiguousarray(h[::-1, ::-1]))[::-1, ::-1]
+    out = upper / np.diag(upper)[None, :]
+    np.fill_diagonal(out, 0.0)
+    return np.ascontiguousarray(out, dtype=np.float32)
 
 
 def _cholesky(a: np.ndarray) -> np.ndarray:
     """The lower Cholesky factor of the symmetric positive definite `a` [K, K], by blocks of
-    GPTQ_BLOCK columns (right-looking: each block's factor, the panel below it by its inverse,
-    the rest updated by one matrix product), so that nearly all the work is in matrix
-    products: K = 3072 in 0.36 s against numpy.linalg.cholesky's 0.50 s (float32, 2 cores, by
-    hand). Raises numpy.linalg.LinAlgError when `a` is not positive definite."""
+    CHOLESKY_BLOCK columns (right-looking: each block's factor, the panel below it by its
+    inverse, the rest updated by one matrix product), so that nearly all the work is in
+    matrix products: K = 3072 in 0.19-0.25 s against numpy.linalg.cholesky's 0.50 s (float32,
+    2 cores, by hand). Raises numpy.linalg.LinAlgError when `a` is not positive definite."""
     k = a.shape[0]
     rest = a.copy()
     lower = np.zeros_like(a)
-    for j in range(0, k, GPTQ_BLOCK):
-        e = min(j + GPTQ_BLOCK, k)
+    for j in range(0, k, CHOLESKY_BLOCK):
+        e = min(j + CHOLESKY_BLOCK, k)
         block = np.linalg.cholesky(rest[j:e, j:e])
         lower[j:e, j:e] = block
         if e < k:
@@ -686,20 +709,6 @@ def _cholesky(a: np.ndarray) -> np.ndarray:
     return lower
 
 
-def _lower_inverse(a: np.ndarray) -> np.ndarray:
-    """The inverse of the lower triangular `a` [K, K], by 2 x 2 blocks:
-    [[A, 0], [C, D]]^-1 = [[A^-1, 0], [-D^-1 C A^-1, D^-1]], down to GPTQ_BLOCK rows."""
-    k = a.shape[0]
-    if k <= GPTQ_BLOCK:  # a general inverse: its rounding above the diagonal dropped
-        return np.tril(np.linalg.inv(a))
-    m = k // 2
-    ai, di = _lower_inverse(a[:m, :m]), _lower_inverse(a[m:, m:])
-    out = np.zeros_like(a)
-    out[:m, :m], out[m:, m:] = ai, di
-    out[m:, :m] = -di @ (a[m:, :m] @ ai)
-    return out
-
-
 def calibrated_rounding(w: np.ndarray, hessian: np.ndarray, pairs: bool) -> np.ndarray:
     """GPTQ (Frantar et al., "GPTQ: Accurate Post-Training Quantization for Generative
     Pre-trained Transformers", ICLR 2023, Algorithm 1): the weight `w` [K, N] (float32) rounded
@@ -707,7 +716,10 @@ def calibrated_rounding(w: np.ndarray, hessian: np.ndarray, pairs: bool) -> np.n
     (`vocab.registry.pair_steps(w, per_column=True)` when `pairs`, else `full_range_steps`),
     row by row along K, each row's rounding error spread over the rows not yet rounded so that
     ||X (w~ - w)|| stays small on the calibration activations X whose H = X^T X is `hessian`
-    [K, K] (float32). Returns w~ = q * step, float32 [K, N], q integers in [-127, 127].
+    [K, K] (float32). Returns w~ = q * step, float32 [K, N], q integers in [-127, 127]. The
+    errors are spread in GPTQ's LDL form (`_feedback`), which needs no inverse of H, by
+    blocks of GPTQ_BLOCK rows (GPTQ's lazy batches: the rows after a block get its errors in
+    one matrix product).
 
     The rules that quantize w~ compute their steps from it; so that they find these steps and
     round w~ to exactly q, the entries that define each column's step keep their nearest
@@ -716,7 +728,8 @@ def calibrated_rounding(w: np.ndarray, hessian: np.ndarray, pairs: bool) -> np.n
     |q_k + q_k+1| <= 127. A column where this does not hold in float32 (it always has here)
     keeps its nearest-level rounding. H gets GPTQ_DAMPING of its mean diagonal added (10 and
     100 times that if the factorization fails in float32; the nearest levels if it still does);
-    rows that no calibration input reaches (H_kk = 0) round to nearest."""
+    rows that no calibration input reaches (H_kk = 0) round to nearest. The columns are
+    independent: weights that read one activation may be rounded together, side by side."""
     k, n = w.shape
     w32 = w.astype(np.float32)
     steps = (pair_steps(w32, per_column=True) if pairs else full_range_steps(w32)).astype(
@@ -728,32 +741,33 @@ def calibrated_rounding(w: np.ndarray, hessian: np.ndarray, pairs: bool) -> np.n
     unseen = np.diag(h) == 0
     h[unseen, unseen] = 1.0
     mean = float(np.mean(np.diag(h)))
-    u = None
+    f = None
     for damping in (GPTQ_DAMPING, 10 * GPTQ_DAMPING, 100 * GPTQ_DAMPING):
-        try:  # float32: a factorization of K = 3072 in 0.1-0.2 s; more damping if it fails
-            u = _upper_inverse_factor(h + np.float32(damping * mean) * np.eye(k, dtype=np.float32))
+        try:  # float32; more damping if the factorization fails
+            f = _feedback(h + np.float32(damping * mean) * np.eye(k, dtype=np.float32))
         except np.linalg.LinAlgError:
             continue
-        if np.all(np.isfinite(u)):
+        if np.all(np.isfinite(f)):
             break
-        u = None
-    if u is None:  # H too far from positive definite even damped: the nearest levels
+        f = None
+    if f is None:  # H too far from positive definite even damped: the nearest levels
         return (nearest * steps).astype(np.float32)
     fixed = _step_defining_levels(w32, steps, pairs)
-    work = w32.copy()
+    target = w32.copy()  # each row plus the errors of the rows rounded before it
     q = np.zeros((k, n), np.float32)
     prev = np.zeros(n, np.float32)
     has_fixed = ~np.isnan(fixed).all(axis=1)  # rows holding a step-defining entry
     inverse_steps = np.float32(1) / steps
     for i1 in range(0, k, GPTQ_BLOCK):
         i2 = min(i1 + GPTQ_BLOCK, k)
-        rows, errors = work[i1:i2].copy(), np.zeros((i2 - i1, n), np.float32)
+        errors = np.zeros((i2 - i1, n), np.float32)
+        block = f[i1:i2, i1:i2].T.copy()  # row j: the feedback from the block's rows before j
         for j in range(i2 - i1):
             r = i1 + j
             if unseen[r]:
                 here = nearest[r]
-            else:
-                here = np.rint(rows[j] * inverse_steps)
+            else:  # the row plus the errors of this block's rows before it (one gemv)
+                here = np.rint((target[r] + block[j, :j] @ errors[:j]) * inverse_steps)
                 if pairs:  # this row's pair with the one before, and with a fixed one after
                     lo, hi = np.maximum(-levels - prev, -levels), np.minimum(levels - prev, levels)
                     if r + 1 < k and has_fixed[r + 1]:
@@ -767,9 +781,8 @@ def calibrated_rounding(w: np.ndarray, hessian: np.ndarray, pairs: bool) -> np.n
                 if has_fixed[r]:
                     here = np.where(np.isnan(fixed[r]), here, fixed[r])
             q[r] = prev = here
-            errors[j] = (rows[j] - here * steps) / u[r, r]
-            rows[j + 1 :] -= np.outer(u[r, r + 1 : i2], errors[j])
-        work[i2:] -= u[i1:i2, i2:].T @ errors
+            errors[j] = w32[r] - here * steps
+        target[i2:] += f[i1:i2, i2:].T @ errors
     out = (q * steps).astype(np.float32)
     again = pair_steps(out, per_column=True) if pairs else full_range_steps(out)
     differs = (np.rint(out / again) != q).any(axis=0)
@@ -812,8 +825,10 @@ def rounding_marks(
     product is a MatMul or a Gemm (transA 0, alpha and beta 1) whose weight is a 2-D float32
     initializer of 1 <= K <= GPTQ_MAX_K that is not all zeros, and whose activation is float32
     of K on its last axis (a larger K keeps its nearest levels). Each product gets its own w~
-    (two products of one weight read different activations). Raises CheckError when
-    onnxruntime cannot run the model."""
+    (two products of one weight read different activations); the weights of products that
+    read one activation (an attention block's Q, K and V) are rounded together, side by side,
+    with one factorization of their H. Raises CheckError when onnxruntime cannot run the
+    model."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
@@ -838,13 +853,24 @@ def rounding_marks(
         x = np.concatenate(xs) if len(xs) > 1 else xs[0]
         hessians[name] = x.T @ x
     del rows
+    readers: dict[str, list[int]] = {}  # activation -> the products that read it
+    for i, (n, w, _) in enumerate(products):
+        h = hessians.get(n.input[0])
+        if h is not None and h.shape[0] == w.shape[0]:
+            readers.setdefault(n.input[0], []).append(i)
+    rounding: dict[int, np.ndarray] = {}
+    for x, ids in readers.items():  # the weights of one H side by side: one factorization
+        ws = [products[i][1] for i in ids]
+        together = calibrated_rounding(np.concatenate(ws, axis=1), hessians[x], pairs)
+        ends = np.cumsum([w.shape[1] for w in ws])
+        rounding.update(zip(ids, np.split(together, ends[:-1], axis=1)))
+    del hessians
     taken = _taken_names(g)
     marks = []
-    for n, w, transposed in products:
-        h = hessians.get(n.input[0])
-        if h is None or h.shape[0] != w.shape[0]:
+    for i, (n, _, transposed) in enumerate(products):
+        rounded = rounding.get(i)
+        if rounded is None:
             continue
-        rounded = calibrated_rounding(w, h, pairs)
         tensor = numpy_helper.from_array(
             rounded.T if transposed else rounded, unique_name(f"{n.input[1]}_rounded", taken)
         )
