@@ -62,6 +62,7 @@ NONE = None  # optional attribute whose absence has a meaning of its own (no def
 ATTR_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor")
 MIN_OPSET = 13  # the oldest default-domain forms the engine represents
 MAX_OPSET = 26  # the newest default-domain opset onnxruntime 1.32 runs
+MAX_IR_VERSION = 13  # the newest IR version onnxruntime 1.32 loads
 VARIADIC_SLOTS = 8  # input slots of a variadic op; a node with more inputs stays opaque
 TENSOR_ATTR_MAX = 64  # elements of a tensor attribute the e-graph holds as a literal
 DEFAULT_DOMAIN = ""

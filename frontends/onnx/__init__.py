@@ -21,7 +21,7 @@ from engine.optimize import FP_CLASSES, as_given, optimize
 from engine.saturate import Limits
 from frontends.onnx import external
 from frontends.onnx.check import compare
-from frontends.onnx.exporter import MAX_OPSET, export_model
+from frontends.onnx.exporter import export_model
 from frontends.onnx.external import ExternalDataError, check_locations, load_small_tensors
 from frontends.onnx.importer import (
     SKELETON_MAX_ELEMENTS,
@@ -30,7 +30,7 @@ from frontends.onnx.importer import (
     skeleton,
 )
 from frontends.onnx.opset import OLDEST_TABLE_OPSET, OpsetError, auto_target, convert_opset
-from vocab.ops import TARGETS
+from vocab.ops import MAX_OPSET, TARGETS
 
 __all__ = [
     "ModelError",

@@ -5,8 +5,8 @@ names and everything else on their `NodeProto`; opaque nodes are copied with ren
 inputs/outputs. The model's opset imports, functions and metadata are kept; a node of an op
 a rule file declares (`vocab.declared`) brings its domain's opset import (version 1) and its
 body as a model-local function, so that any runtime runs the model; the IR version is
-capped at `MAX_IR_VERSION`, the newest that onnxruntime 1.31 loads (onnx 1.23's default, IR 14,
-is rejected by it).
+capped at `vocab.ops.MAX_IR_VERSION`, the newest that onnxruntime 1.32 loads (onnx 1.23's
+default, IR 14, is rejected by it).
 
 Provenance (`engine.provenance`): a node a rewrite produced, and a constant folding made,
 carries its tree as compact JSON under the key `rewrite.rules`: in `NodeProto.metadata_props`
@@ -27,10 +27,8 @@ from engine.provenance import KEY, collect, dumps
 from vocab.declared import functions_for
 from vocab.graph import ABSENT, Node, TermGraph
 from vocab.onnx_nodes import UNUSED, export_node
-from vocab.ops import OPS
+from vocab.ops import MAX_IR_VERSION, OPS
 
-MAX_IR_VERSION = 13
-MAX_OPSET = 26
 NODE_METADATA_IR = 10  # the first IR version with NodeProto/TensorProto.metadata_props
 
 

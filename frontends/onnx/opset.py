@@ -27,9 +27,9 @@ import numpy as np
 import onnx
 from onnx import helper, version_converter
 
-from frontends.onnx.exporter import MAX_IR_VERSION, MAX_OPSET
 from frontends.onnx.importer import SKELETON_MAX_ELEMENTS as SKELETON_MAX
 from frontends.onnx.importer import default_opset, skeleton
+from vocab.ops import MAX_IR_VERSION, MAX_OPSET
 
 # Models older than OLDEST_TABLE_OPSET (the op table's oldest forms) are converted to
 # UPGRADE_OPSET when no opset is asked for: the first opset at which every op of the table
