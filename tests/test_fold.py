@@ -1,15 +1,21 @@
-"""engine.fold: a batch of constant nodes folds into constants (the reference evaluator, with
-its Round half to even), and a batch the evaluator cannot run stays unfolded, never an
-error."""
+"""engine.fold's evaluators: a batch of constant nodes folds under onnxruntime, or under the
+reference evaluator when onnxruntime cannot run it; a batch neither runs stays unfolded, never
+an error; and the parts onnxruntime is slow on (a per-axis QuantizeLinear) go to the
+reference."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx.parser
+import pytest
+from onnx import helper, numpy_helper
 
 from engine import fold as F
 from frontends.onnx import export_model, import_model
 from frontends.onnx.check import run
+from vocab.graph import Node
 
 MODEL = """
 <ir_version: 10, opset_import: ["" : 18]>
@@ -22,8 +28,43 @@ g (float[2, 3] x) => (float[2, 3] y) <float[3] a = {0.5, -1.5, 2.5}, float[3] b 
 }
 """
 
+# two weights: w1's per-column QuantizeLinear (the dynamic rules' form) and w2's TopK chain
+# (the weight-only rules' form); one Constant read by both
+SPLIT = """
+<ir_version: 10, opset_import: ["" : 18]>
+g (float[2, 4] x) => (float[2, 3] y, float[2, 3] z2)
+  <float[4, 3] w1 = {1., -2., 3., -4., 5., -6., 7., -8., 9., -10., 11., -12.},
+   float[3] s1 = {0.1, 0.2, 0.3},
+   float[4, 3] w2 = {1., -2., 3., -4., 5., -6., 7., -8., 9., -10., 11., -12.},
+   float[3] b3 = {0.5, 0.25, 0.125}>
+{
+  c = Constant <value_float = 2.0> ()
+  h = Mul(w1, c)
+  q = QuantizeLinear <axis = 1> (h, s1)
+  d = DequantizeLinear <axis = 1> (q, s1)
+  y = MatMul(x, d)
+  k = Constant <value_ints = [1]> ()
+  m, i = TopK <axis = 0> (w2, k)
+  v = Div(w2, m)
+  u = Mul(v, c)
+  z = MatMul(x, u)
+  z2 = Add(z, b3)
+}
+"""
 
-def test_a_batch_folds_into_constants():
+
+def broken(*args, **kwargs):
+    raise RuntimeError("cannot run")
+
+
+@pytest.mark.parametrize("evaluator", ["onnxruntime", "reference"])
+def test_a_batch_folds_under_either_evaluator(monkeypatch, evaluator):
+    """onnxruntime alone (the reference broken), or the reference alone (onnxruntime broken):
+    the same constants, the graph down to the Add."""
+    if evaluator == "onnxruntime":
+        monkeypatch.setattr(F, "ReferenceEvaluator", broken)
+    else:
+        monkeypatch.setattr(F, "_run_onnxruntime", broken)
     model = onnx.parser.parse_model(MODEL)
     out = export_model(F.fold(import_model(model)))
     assert [n.op_type for n in out.graph.node] == ["Add"]
@@ -33,10 +74,35 @@ def test_a_batch_folds_into_constants():
     np.testing.assert_allclose(run(model, x)[0], want, rtol=1e-6)
 
 
-def test_a_batch_the_evaluator_cannot_run_stays_unfolded(monkeypatch):
-    def broken(*args, **kwargs):
-        raise RuntimeError("cannot run")
-
+def test_a_batch_neither_runs_stays_unfolded(monkeypatch):
     monkeypatch.setattr(F, "ReferenceEvaluator", broken)
+    monkeypatch.setattr(F, "_run_onnxruntime", broken)
     out = export_model(F.fold(import_model(onnx.parser.parse_model(MODEL))))
     assert [n.op_type for n in out.graph.node] == ["Mul", "Round", "Exp", "Add"]
+
+
+def with_constant_node(g, name: str):
+    """`g` with its constant `name` made by a Constant node instead (what a rule's
+    `(Constant ...)` leaves after extraction; the importer folds a model's own)."""
+    vid = next(i for i, v in enumerate(g.values) if v.name == name)
+    proto = helper.make_node(
+        "Constant", [], [name], value=numpy_helper.from_array(g.constants[vid])
+    )
+    node = Node("Constant", (), (vid,), opaque=True, payload=proto)
+    constants = {k: v for k, v in g.constants.items() if k != vid}
+    return replace(g, nodes=(node, *g.nodes), constants=constants)
+
+
+def test_per_axis_quantize_parts_go_to_the_reference_the_rest_to_onnxruntime():
+    model = onnx.parser.parse_model(SPLIT)
+    # c is read by both parts; b3 by no node of the batch (an Add on x): onnxruntime's part
+    g = with_constant_node(with_constant_node(import_model(model), "c"), "b3")
+    by_ort, by_reference = F._split([n for n in g.nodes if n.op not in ("MatMul", "Add")], g)
+    # the Constant both parts read goes with each
+    assert [n.op for n in by_reference] == ["Constant", "Mul", "QuantizeLinear", "DequantizeLinear"]
+    assert [n.op for n in by_ort] == ["Constant", "Constant", "TopK", "Div", "Mul"]
+    out = export_model(F.fold(g))  # an 8-bit weight's DequantizeLinear stays (KEPT_UNFOLDED)
+    assert [n.op_type for n in out.graph.node] == ["DequantizeLinear", "MatMul", "MatMul", "Add"]
+    x = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
+    for got, want in zip(run(out, x), run(model, x)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
