@@ -25,7 +25,7 @@ from onnx.reference.ops._op import OpRunUnaryNum
 from onnx.reference.ops.op_topk import TopK_11
 
 from engine.extract import small_enough_to_fold
-from vocab.graph import ABSENT, Node, TermGraph, prune
+from vocab.graph import ABSENT, Node, TermGraph, components, prune
 from vocab.onnx_nodes import export_node
 from vocab.ops import KEPT_UNFOLDED, MAX_IR_VERSION, OPS
 from vocab.types import TensorType, onnx_dtype
@@ -200,26 +200,17 @@ def _split(nodes: list[Node], g: TermGraph) -> tuple[list[Node], list[Node]]:
     onnxruntime took 2.5 s against the reference's 6.2 s, with the same values. A node with
     no inputs (a Constant) joins nothing; it goes with each part that reads it (to
     onnxruntime's when none does: a Constant whose reader is not constant)."""
-    parent = list(range(len(nodes)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
     made_by: dict[int, int] = {}
+    links = []
     for k, n in enumerate(nodes):
-        for i in n.inputs:
-            if i in made_by and nodes[made_by[i]].inputs:
-                parent[root(k)] = root(made_by[i])
-        for o in n.outputs:
-            made_by[o] = k
-    slow = {root(k) for k, n in enumerate(nodes) if _per_axis_quantize(n, g)}
+        links += [(k, made_by[i]) for i in n.inputs if i in made_by and nodes[made_by[i]].inputs]
+        made_by.update((o, k) for o in n.outputs)
+    part = components(len(nodes), links)
+    slow = {part[k] for k, n in enumerate(nodes) if _per_axis_quantize(n, g)}
     groups: tuple[list[int], list[int]] = ([], [])
     for k, n in enumerate(nodes):
         if n.inputs:
-            groups[root(k) in slow].append(k)
+            groups[part[k] in slow].append(k)
     read = [{i for k in members for i in nodes[k].inputs} for members in groups]
     out = []
     for part, members in enumerate(groups):  # each part's Constant-like nodes, first

@@ -21,6 +21,7 @@ from onnx.reference import ReferenceEvaluator
 from dsl.ir import OpNode, Rule
 from engine.egraph import ENode, Snapshot
 from engine.provenance import Firing, matched, original_names
+from vocab.graph import components
 from vocab.onnx_nodes import onnx_node
 from vocab.ops import OPS, decode_attr
 from vocab.registry import EXACT_BOUNDS
@@ -173,26 +174,18 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
     # Sites that rewrite a common imported node or read a common constant (the weight) are one
     # site: MatMul + Add fused into a Gemm is quantized at the Gemm's e-class and at the
     # MatMul's, and keeping one in float must keep the product in float.
-    parent = list(range(len(raw)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
     # only the ops the quant rules quantize tie sites: a Relu or MaxPool the exact rules moved a
     # DequantizeLinear through is matched on the way into the next site, not quantized by it
     chosen = _quantized_ops(by_name[f.name.removesuffix(" (reverse)")] for f in quant)
     first_with: dict[str, int] = {}
+    links = []
     for i, (*_, matched_names) in enumerate(raw):
         for n in matched_names:
             if n.startswith("@") or op_of.get(n) in chosen:
-                j = first_with.setdefault(n, i)
-                parent[find(i)] = find(j)
+                links.append((i, first_with.setdefault(n, i)))
     members: dict[int, list[int]] = {}
-    for i in range(len(raw)):
-        members.setdefault(find(i), []).append(i)
+    for i, label in enumerate(components(len(raw), links)):
+        members.setdefault(label, []).append(i)
     out = []
     for group in members.values():
         roots = [raw[i][0] for i in group]

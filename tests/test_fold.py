@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper
 from engine import fold as F
 from frontends.onnx import export_model, import_model
 from frontends.onnx.check import run
-from vocab.graph import Node
+from vocab.graph import Node, components
 
 MODEL = """
 <ir_version: 10, opset_import: ["" : 18]>
@@ -106,3 +106,8 @@ def test_per_axis_quantize_parts_go_to_the_reference_the_rest_to_onnxruntime():
     x = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
     for got, want in zip(run(out, x), run(model, x)):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_components_label_each_item_by_the_smallest_of_its_component():
+    assert components(6, [(4, 1), (2, 3), (1, 0)]) == [0, 0, 2, 2, 0, 5]
+    assert components(3, []) == [0, 1, 2]

@@ -9,6 +9,7 @@ back out unchanged except for renamed inputs and outputs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,3 +111,21 @@ def unique_name(name: str, taken: set[str]) -> str:
         pick = f"{name}_{k}"
     taken.add(pick)
     return pick
+
+
+def components(n: int, links: Iterable[tuple[int, int]]) -> list[int]:
+    """The connected components of items 0..n-1 joined by `links` (pairs of items), as one
+    label per item: the smallest item of its component (union-find with path halving)."""
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a, b in links:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    return [root(i) for i in range(n)]
