@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -61,6 +63,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("error: interrupted", markup=False)
         return 130
+
+
+def run() -> NoReturn:
+    """The `rewrite` console script: `main()`, then the process ends without Python's
+    teardown, which frees a model's arrays, the e-graph and onnxruntime's sessions object by
+    object (0.4 s of quantizing DistilBERT's 3.4 s, measured). Every file a command writes is
+    in place and closed when `main` returns; stdout and stderr are flushed first."""
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 class _UsageError(Exception):
@@ -1166,4 +1179,4 @@ def _write_report(path: Path, report, diffs) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
