@@ -13,10 +13,11 @@ per tensor), ours (`rewrite quantize IN OUT --mode dynamic`, the shipped library
 check off so that the error is measured here, its default weights one scale per output column;
 the same with `--per-tensor`, one scale per weight; and with `--error-budget` at `--budget`
 times onnxruntime's measured error, calibrated on `--calibration` inputs of seeds 1000..,
-apart from the measured ones, with the default weights, with `--smooth 0.5` and with
-`--rounding gptq`; `--smooth 0.5` alone, SmoothQuant's scale migration from the same
-calibration inputs; and `--rounding gptq` alone, GPTQ's weight rounding from them; on a CPU with
-VNNI, `--cpu vnni` rows too, with and without `--rounding gptq`). Reported per quantized model:
+apart from the measured ones, with the default weights, with `--smooth 0.5`, with
+`--rounding gptq` and with both; `--smooth 0.5` alone, SmoothQuant's scale migration from the
+same calibration inputs; and `--rounding gptq` alone, GPTQ's weight rounding from them; on a
+CPU with VNNI, `--cpu vnni` rows too, alone, with `--rounding gptq`, and in the budget rows
+with both `--rounding gptq` and `--smooth 0.5`). Reported per quantized model:
 
 * latency: each model and the original run alternately in one process under onnxruntime
   (ORT_ENABLE_ALL, 1 intra-op thread or each of `--threads`, batch 1 at bench/models.py's
@@ -300,9 +301,11 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
             smooth = ("--smooth", str(SMOOTH_ALPHA))
             vnni = ("--cpu", "vnni")
             rounded = ("--rounding", "gptq")
-            extras = [(), smooth, rounded]
-            extras += [vnni, (*vnni, *rounded)] if int8_sums_in_int32() else []
-            # the default weights, smoothed, GPTQ-rounded, and full-range ones (also rounded)
+            extras = [(), smooth, rounded, (*smooth, *rounded)]
+            if int8_sums_in_int32():
+                extras += [vnni, (*vnni, *rounded), (*vnni, *smooth, *rounded)]
+            # the default weights, smoothed, GPTQ-rounded, both, and full-range ones (also
+            # rounded, and smoothed and rounded)
             for extra in extras:
                 tools.append(
                     (
