@@ -11,11 +11,14 @@ files made (`vocab.declared.Declaration`), pickled under a SHA-256 key of:
   builder and bound registries (a plugin may add some); the versions of Python, onnx and
   onnxruntime (the op table is read from their operator schemas).
 
-A hit registers the declarations again (`vocab.declared.declare`, which does nothing for one
-already made) and returns the rules. Anything that fails (an unreadable or stale entry, a
-declaration that clashes with one made differently in this process, a directory that cannot
-be written) is a miss, and the files are parsed and checked as usual, with their errors
-reported as usual: only rule sets that checked without error are stored.
+An entry also holds the ops other files had declared in the process that checked it (a
+file may check only because of them): it is a hit only where those are declared alike. A
+hit registers the declarations again (`vocab.declared.declare`, which does nothing for one
+already made) and returns the rules. An entry is read only from a directory and file of this
+user that nobody else may write (unpickling runs code). Anything that fails (an unreadable or
+stale entry, a declaration that clashes with one made differently in this process, a
+directory that cannot be written) is a miss, and the files are parsed and checked as usual,
+with their errors reported as usual: only rule sets that checked without error are stored.
 
 Entries live in `$REWRITE_CACHE_DIR`, else `$XDG_CACHE_HOME/rewrite/rules`, else
 `~/.cache/rewrite/rules`; `REWRITE_CACHE_DIR=off` turns the cache off. `STATS` counts hits,
@@ -27,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import stat
 import sys
 import tempfile
 from collections.abc import Callable
@@ -35,7 +39,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from dsl.ir import RuleSet
-from vocab.declared import Declaration, DeclarationError, declare
+from vocab.declared import DECLARED, Declaration, declare
 from vocab.registry import BOUNDS, BUILDERS, GUARDS
 
 STATS = {"hits": 0, "misses": 0, "stores": 0}
@@ -92,25 +96,39 @@ def cached_rules(
             STATS["hits"] += 1
             return hit
     STATS["misses"] += 1
+    before = dict(DECLARED)
     rules, declarations = load()
     if path is not None:
-        _write(path, (rules, declarations))
+        made = {d.spec.qualname for d in declarations}
+        outside = {name: d for name, d in before.items() if name not in made}
+        _write(path, (rules, declarations, outside))
     return rules
 
 
 def _read(path: Path) -> RuleSet | None:
+    """The entry at `path`, its declarations made; None (a miss) when there is none, it was
+    not written by this user or others may write it (unpickling runs code), or it cannot be
+    read or replayed (a clash is then reported by checking the files)."""
     try:
+        if not (_private(path.parent) and _private(path)):
+            return None
         with open(path, "rb") as f:
-            rules, declarations = pickle.load(f)
+            rules, declarations, outside = pickle.load(f)
         if not isinstance(rules, RuleSet):
             return None
+        if any(DECLARED.get(name) != d for name, d in outside.items()):
+            return None  # checked beside ops declared elsewhere, which this process lacks
         for d in declarations:
             declare(d)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
-        return None
-    except (TypeError, DeclarationError):  # a stale entry, or a clash: checking reports it
+    except Exception:  # any broken or stale entry is a miss
         return None
     return rules
+
+
+def _private(path: Path) -> bool:
+    """Whether `path` belongs to this user and nobody else may write to it."""
+    st = path.stat()
+    return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def _write(path: Path, entry: tuple) -> None:

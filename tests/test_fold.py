@@ -111,3 +111,25 @@ def test_per_axis_quantize_parts_go_to_the_reference_the_rest_to_onnxruntime():
 def test_components_label_each_item_by_the_smallest_of_its_component():
     assert components(6, [(4, 1), (2, 3), (1, 0)]) == [0, 0, 2, 2, 0, 5]
     assert components(3, []) == [0, 1, 2]
+
+
+def test_integer_division_folds_under_the_reference():
+    """onnxruntime's int32 Div(-2**31, -1) ends the process (SIGFPE); the reference evaluator
+    folds integer Div and Mod, float Div stays with onnxruntime."""
+    text = """
+    <ir_version: 10, opset_import: ["" : 18]>
+    g (int32[2] x, float[2] f) => (int32[2] y, float[2] z)
+      <int32[2] a = {-2147483648, 7}, int32[2] b = {-1, 2}, float[2] c = {1.0, 4.0}>
+    {
+      q = Div(a, b)
+      y = Add(x, q)
+      d = Div(c, c)
+      z = Add(f, d)
+    }
+    """
+    g = import_model(onnx.parser.parse_model(text))
+    by_ort, by_reference = F._split([n for n in g.nodes if n.op == "Div"], g)
+    assert [g.values[n.inputs[0]].name for n in by_reference] == ["a"]
+    assert [g.values[n.inputs[0]].name for n in by_ort] == ["c"]
+    out = export_model(F.fold(g))
+    assert [n.op_type for n in out.graph.node] == ["Add", "Add"]

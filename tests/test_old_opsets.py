@@ -129,6 +129,12 @@ def test_conversion_passes_weights_around_the_converter():
     for t in theirs.graph.initializer:
         np.testing.assert_array_equal(values[t.name], numpy_helper.to_array(t))
     onnx.checker.check_model(convert_opset(model, 18), full_check=True)
+    # the model's doc strings and metadata come through (the skeleton keeps them)
+    model.doc_string, model.graph.doc_string = "a model", "its graph"
+    model.metadata_props.add(key="author", value="me")
+    ours = convert_opset(model, 18)
+    assert (ours.doc_string, ours.graph.doc_string) == ("a model", "its graph")
+    assert [(p.key, p.value) for p in ours.metadata_props] == [("author", "me")]
 
 
 def test_gemm_and_pad_at_opset_6(tmp_path):

@@ -349,3 +349,43 @@ def test_gptq_rounding_over_the_full_range_for_cpu_vnni(tmp_path, reference_at_1
     held_out = inputs(8, 11)
     before = worst_error(plain, model, held_out, reference_at_19)
     assert worst_error(gptq, model, held_out, reference_at_19) < 0.96 * before
+
+
+def test_calibration_runs_a_model_whose_weights_numpy_cannot_feed():
+    """The calibration runs feed large weights as arrays to a session of the skeleton; a
+    bfloat16 weight (an ml_dtypes array onnxruntime does not take) is run in the whole model
+    instead, with the same activations."""
+    rng = np.random.default_rng(13)
+    w = rng.normal(0, 0.5, (K, N)).astype(np.float32)
+    x = rng.normal(0, 1, (1, TOKENS, K)).astype(np.float32)
+    nodes = [
+        helper.make_node("Cast", ["wb"], ["wf"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["x", "wf"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, TOKENS, K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, TOKENS, N])],
+        [_bfloat16("wb", w)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    (got,) = list(quantize._activations(model, [{"x": x}], {"y"}))
+    stored = np.frombuffer(graph.initializer[0].raw_data, np.uint16).astype(np.uint32) << 16
+    want = x @ stored.view(np.float32).reshape(K, N)
+    np.testing.assert_allclose(got["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def _bfloat16(name: str, w: np.ndarray) -> onnx.TensorProto:
+    """`w` as a bfloat16 initializer (the upper 16 bits of each float32, rounded to nearest)."""
+    bits = w.astype(np.float32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    t = onnx.TensorProto(name=name, data_type=TensorProto.BFLOAT16, dims=list(w.shape))
+    t.raw_data = rounded.tobytes()
+    return t
+
+
+def test_side_by_side_runs_stay_under_their_size_limit(monkeypatch):
+    monkeypatch.setattr(quantize, "GPTQ_SIDE_BY_SIDE", 10)
+    assert quantize._side_by_side([1, 2, 3, 4, 5], [4, 6, 3, 12, 2]) == [[1, 2], [3], [4], [5]]
+    assert quantize._side_by_side([7], [99]) == [[7]]

@@ -103,3 +103,38 @@ def test_a_hit_in_a_new_process_declares_the_files_ops(tmp_path):
     ]
     assert [hits for hits, _ in runs] == ["0", "1"]
     assert runs[0][1] == runs[1][1] == "['mul-sigmoid-to-cached-swish'] True\n"
+
+
+def test_a_file_that_checks_only_after_another_is_not_a_hit_alone(tmp_path):
+    """B uses an op A declares: loaded after A in one process it checks; loaded alone in a new
+    process it must be checked again (and fail), not come from the cache."""
+    a, b = tmp_path / "a.rules", tmp_path / "b.rules"
+    a.write_text("(op com.cacheb.Swish (@x) :cost elementwise (Mul @x (Sigmoid @x)))\n")
+    b.write_text(";; swish\n(simplify to-swish (Mul @x (Sigmoid @x)) (com.cacheb.Swish @x))\n")
+    code = (
+        "import sys, dsl\n"
+        "for f in sys.argv[1:]:\n"
+        "    try:\n"
+        "        print(dsl.load_rules(f).names())\n"
+        "    except dsl.RulesError as e:\n"
+        "        print(type(e).__name__)\n"
+    )
+    env = {"REWRITE_CACHE_DIR": str(tmp_path / "cache"), "PATH": "", "HOME": str(tmp_path)}
+
+    def python(*files):
+        args = [sys.executable, "-c", code, *map(str, files)]
+        done = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+        return done.stdout.split("\n")[:-1]
+
+    assert python(a, b) == ["[]", "['to-swish']"]
+    assert python(b) == ["UnknownOperatorError"]
+
+
+def test_an_entry_others_may_write_is_not_read(cache_dir, tmp_path):
+    f = tmp_path / "mine.rules"
+    f.write_text(";; relu of relu\n(simplify relu-relu (Relu (Relu @x)) (Relu @x))\n")
+    dsl.load_rules(f)
+    (entry,) = cache_dir.glob("*.pkl")
+    entry.chmod(0o666)
+    dsl.load_rules(f)
+    assert cache.STATS["hits"] == 0 and cache.STATS["misses"] == 2

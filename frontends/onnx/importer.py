@@ -99,14 +99,16 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     What shape inference and `onnx.checker` need (nodes, types, small constants such as Reshape
     targets) is all there, and copying it costs time linear in nodes, not in weight bytes (a
     whole model is serialized by every call into onnx's C++ code). Subgraphs, functions and
-    opset imports are kept."""
+    opset imports, doc strings and metadata are kept."""
     out = onnx.ModelProto()
-    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
+    fields = ("ir_version", "producer_name", "producer_version", "domain", "model_version")
+    for f in (*fields, "doc_string"):
         setattr(out, f, getattr(model, f))
     out.opset_import.extend(model.opset_import)
     out.functions.extend(model.functions)
+    out.metadata_props.extend(model.metadata_props)
     g, src = out.graph, model.graph
-    g.name = src.name
+    g.name, g.doc_string = src.name, src.doc_string
     g.node.extend(src.node)
     g.input.extend(src.input)
     g.output.extend(src.output)

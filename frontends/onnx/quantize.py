@@ -35,7 +35,7 @@ from onnx import helper, numpy_helper
 from onnx.external_data_helper import uses_external_data
 
 from engine.quantize import Site
-from frontends.onnx.check import random_inputs, run, session, upstream
+from frontends.onnx.check import CheckError, random_inputs, run, session, upstream
 from frontends.onnx.exporter import export_model
 from frontends.onnx.importer import SKELETON_MAX_ELEMENTS, skeleton
 from vocab.graph import TermGraph, unique_name
@@ -57,6 +57,7 @@ ROUNDINGS = ("nearest", "gptq")  # how weights round to their levels (`rounding_
 # at either with 32
 GPTQ_DAMPING = 0.1
 GPTQ_BLOCK = 128  # rows rounded between two block updates of the rest (GPTQ's lazy batches)
+GPTQ_SIDE_BY_SIDE = 1 << 24  # weight elements rounded together at most (64 MB of float32)
 CHOLESKY_BLOCK = 384  # columns per step of `_cholesky` (0.19 s at K = 3072 against 0.32 s at 128)
 # the largest K rounded by GPTQ: H is K x K (float32, a few copies while it is factorized), so
 # VGG-19's first fully connected layer (K = 25088, 2.5 GB per copy) keeps its nearest levels
@@ -329,7 +330,8 @@ def _activations(model: onnx.ModelProto, feeds: list[dict], only=None):
     The session is made from the model's `skeleton`, its large initializers fed with each
     input as arrays: onnxruntime then neither parses the weights' bytes nor Python serializes
     them (BERT-base: 2.9 s to make a session of the whole model, 0.05 s of its skeleton). A
-    model whose weights are in external files is run whole."""
+    model whose weights are in external files or of a type numpy lacks (bfloat16, float8,
+    int4), or one whose skeleton onnxruntime cannot run, is run whole."""
     g = model.graph
     inits = {i.name for i in g.initializer}
     varying = {i.name for i in g.input if i.name not in inits}
@@ -340,21 +342,60 @@ def _activations(model: onnx.ModelProto, feeds: list[dict], only=None):
         varying &= set(only)
     outs = [o.name for o in g.output]
     extra = [o for n in g.node for o in n.output if o in varying and o not in outs]
-    weights = {}
-    if any(uses_external_data(t) for t in g.initializer):
+    large = [t for t in g.initializer if _large(t)]
+    lean = not any(uses_external_data(t) for t in g.initializer) and all(
+        t.data_type in _NUMPY_TYPES for t in large
+    )
+    sess, weights = _probe_session(model, extra, lean)
+    names = [o.name for o in sess.get_outputs()]
+    inputs = [i for i in varying if i in feeds[0]] if feeds else []
+    for k, f in enumerate(feeds):
+        try:
+            values = run(sess, {**weights, **f})
+        except CheckError:
+            if not lean or k:
+                raise
+            # a kernel that needs its weight constant (a contrib op's): the whole model
+            lean = False
+            sess, weights = _probe_session(model, extra, False)
+            values = run(sess, f)
+        got = dict(zip(names, values))
+        got.update({i: np.asarray(f[i]) for i in inputs})
+        yield {n: v for n, v in got.items() if n in varying}
+
+
+def _probe_session(model: onnx.ModelProto, extra: list[str], lean: bool):
+    """A session of `model` with the values `extra` as outputs too, and the arrays to feed it
+    besides the inputs: with `lean`, of its `skeleton` and its large initializers; else of the
+    whole model and none. Raises CheckError."""
+    if not lean:
         probe = onnx.ModelProto()
         probe.CopyFrom(model)
     else:
         probe = skeleton(model)
-        weights = {t.name: numpy_helper.to_array(t) for t in g.initializer if _large(t)}
     probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in extra)
-    sess = session(probe)
-    names = [o.name for o in sess.get_outputs()]
-    inputs = [i for i in varying if i in feeds[0]] if feeds else []
-    for f in feeds:
-        got = dict(zip(names, run(sess, {**weights, **f})))
-        got.update({i: np.asarray(f[i]) for i in inputs})
-        yield {n: v for n, v in got.items() if n in varying}
+    if not lean:
+        return session(probe), {}
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if _large(t)}
+    return session(probe), weights
+
+
+# the element types numpy holds natively (onnxruntime takes no ml_dtypes array: bfloat16,
+# float8, int4 weights stay initializers of a whole-model session)
+_NUMPY_TYPES = {
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32,
+    onnx.TensorProto.UINT64,
+    onnx.TensorProto.BOOL,
+}
 
 
 def _large(t: onnx.TensorProto) -> bool:
@@ -791,6 +832,23 @@ def calibrated_rounding(w: np.ndarray, hessian: np.ndarray, pairs: bool) -> np.n
     return out
 
 
+def _side_by_side(ids: list[int], sizes: list[int]) -> list[list[int]]:
+    """`ids` in runs of consecutive items whose `sizes` (weight elements) add up to at most
+    GPTQ_SIDE_BY_SIDE (an item larger than that alone): the weights rounded together, so that
+    the rounding's [K, N] work arrays (about eight) stay bounded when many products read one
+    activation (a mixture of experts)."""
+    runs: list[list[int]] = []
+    total = 0
+    for i, size in zip(ids, sizes):
+        if runs and total + size <= GPTQ_SIDE_BY_SIDE:
+            runs[-1].append(i)
+            total += size
+        else:
+            runs.append([i])
+            total = size
+    return runs
+
+
 def _step_defining_levels(w: np.ndarray, steps: np.ndarray, pairs: bool) -> np.ndarray:
     """Per column of `w` [K, N], the levels of the entries that define its step (NaN
     elsewhere): its largest |w_k| at +-127, or for pairs, when a neighbour pair's |w_k +
@@ -860,10 +918,11 @@ def rounding_marks(
             readers.setdefault(n.input[0], []).append(i)
     rounding: dict[int, np.ndarray] = {}
     for x, ids in readers.items():  # the weights of one H side by side: one factorization
-        ws = [products[i][1] for i in ids]
-        together = calibrated_rounding(np.concatenate(ws, axis=1), hessians[x], pairs)
-        ends = np.cumsum([w.shape[1] for w in ws])
-        rounding.update(zip(ids, np.split(together, ends[:-1], axis=1)))
+        for chunk in _side_by_side(ids, [products[i][1].size for i in ids]):
+            ws = [products[i][1] for i in chunk]
+            together = calibrated_rounding(np.concatenate(ws, axis=1), hessians[x], pairs)
+            ends = np.cumsum([w.shape[1] for w in ws])
+            rounding.update(zip(chunk, np.split(together, ends[:-1], axis=1)))
     del hessians
     taken = _taken_names(g)
     marks = []
