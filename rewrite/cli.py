@@ -372,7 +372,13 @@ def _add_optimize_options(o) -> None:
         "rtol*max|b| (default: by dtype and class, e.g. 1e-5 for float32 with exact rules)",
     )
     o.add_argument("--report", metavar="R.json", help="write a JSON report")
-    _add_limits(o, timeout=120.0, what="the whole run")
+    _add_limits(
+        o,
+        timeout=None,  # frontends.onnx.api.Options.seconds
+        what="the whole run",
+        default="120; 600 when quantizing runs the model on calibration inputs or searches "
+        "an --error-budget",
+    )
     o.add_argument(
         "--external-data",
         action=argparse.BooleanOptionalAction,
@@ -463,7 +469,9 @@ def _add_rule_options(p) -> None:
     )
 
 
-def _add_limits(p, *, timeout: float, what: str) -> None:
+def _add_limits(p, *, timeout: float | None, what: str, default: str = "") -> None:
+    """--max-iterations, --max-nodes and --timeout (default `timeout` seconds; None: the API's,
+    which `default` states)."""
     p.add_argument(
         "--max-iterations",
         type=int,
@@ -484,9 +492,9 @@ def _add_limits(p, *, timeout: float, what: str) -> None:
         type=float,
         default=timeout,
         metavar="S",
-        help=f"wall-clock limit of {what} in seconds (default {timeout:g}): when it runs out, "
-        "the best result so far is used (the overshoot is at most one saturation iteration "
-        "plus extraction and the check)",
+        help=f"wall-clock limit of {what} in seconds (default {default or f'{timeout:g}'}): "
+        "when it runs out, the best result so far is used (the overshoot is at most one "
+        "saturation iteration plus extraction and the check)",
     )
 
 

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import rewrite
 from frontends.onnx import quantize
-from frontends.onnx.api import OptionError
+from frontends.onnx.api import CALIBRATING_TIMEOUT, DEFAULT_TIMEOUT, OptionError, Options
 from frontends.onnx.quantize import (
     GPTQ_DAMPING,
     ROUNDED,
@@ -389,3 +389,22 @@ def test_side_by_side_runs_stay_under_their_size_limit(monkeypatch):
     monkeypatch.setattr(quantize, "GPTQ_SIDE_BY_SIDE", 10)
     assert quantize._side_by_side([1, 2, 3, 4, 5], [4, 6, 3, 12, 2]) == [[1, 2], [3], [4], [5]]
     assert quantize._side_by_side([7], [99]) == [[7]]
+
+
+def test_calibrating_runs_get_a_longer_default_timeout(capsys):
+    """A budget search with GPTQ on BERT-base takes about 3 minutes: when quantizing
+    calibrates, the default limit is CALIBRATING_TIMEOUT, not the optimizer's; the CLI's help
+    states both."""
+    plain = Options(quantize="dynamic")
+    assert plain.seconds == DEFAULT_TIMEOUT == 120.0
+    for calibrating in (
+        Options(quantize="dynamic", rounding="gptq"),
+        Options(quantize="dynamic", error_budget=0.05),
+        Options(quantize="dynamic", smooth=0.5),
+        Options(quantize="static"),
+    ):
+        assert calibrating.seconds == CALIBRATING_TIMEOUT == 600.0
+    assert Options(quantize="dynamic", rounding="gptq", timeout=30).seconds == 30
+    assert main(["quantize", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"(default {DEFAULT_TIMEOUT:g}; {CALIBRATING_TIMEOUT:g} when quantizing runs" in text

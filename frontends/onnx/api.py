@@ -98,6 +98,9 @@ SMOOTH_RULESETS = ("quant-smooth", "quant-smooth-absorb", "quant-smooth-layernor
 # weight-only's standard-ONNX rulesets (DequantizeLinear with block_size) need this opset; for
 # target onnxruntime, its MatMulNBits rulesets run instead
 WEIGHT_ONLY_ONNX_OPSET = 21
+DEFAULT_TIMEOUT = 120.0  # seconds of a call, unless quantizing calibrates (below)
+# ... when quantizing runs the model on calibration inputs or searches an error budget
+CALIBRATING_TIMEOUT = 600.0
 
 
 class OptionError(ValueError):
@@ -132,7 +135,8 @@ class Options:
         dimensions (`fix_input_shapes`).
     atol/rtol: the output check's tolerance for float outputs, |a-b| <= atol + rtol*max|b|;
         None keeps the default of the numeric class that fired (`engine.optimize.TOLERANCES`).
-    max_iterations, max_nodes: saturation limits. timeout: seconds for the whole call.
+    max_iterations, max_nodes: saturation limits. timeout: seconds for the whole call (None:
+        DEFAULT_TIMEOUT, or CALIBRATING_TIMEOUT when quantizing calibrates; `Options.seconds`).
     provenance: record on each rewritten node the rules that produced it (`rewrite explain`).
     target: the runtime the result is for (`vocab.ops.TARGETS`): `onnx` (standard ONNX) or
         `onnxruntime` (its contrib ops too: rulesets that write `com.microsoft` ops run).
@@ -196,7 +200,7 @@ class Options:
     rtol: float | None = None
     max_iterations: int = 30
     max_nodes: int = 1_000_000
-    timeout: float = 120.0
+    timeout: float | None = None
     provenance: bool = True
     opset: int | None = None
     target: str = "onnx"
@@ -386,7 +390,7 @@ class Options:
                 f"(choose from {', '.join(NUMERIC_CLASSES)})"
             )
         for name in ("max_iterations", "max_nodes", "timeout"):
-            if getattr(self, name) <= 0:
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise OptionError(f"{name.replace('_', '-')} must be positive")
         if self.target not in TARGETS:
             raise OptionError(
@@ -404,9 +408,19 @@ class Options:
         """The numeric classes allowed, as the engine takes them (`exact` first)."""
         return ("exact", *(c for c in self.allow if c != "exact"))
 
+    @property
+    def seconds(self) -> float:
+        """The wall-clock limit of the call: `timeout`, or by default DEFAULT_TIMEOUT, and
+        CALIBRATING_TIMEOUT when quantizing runs the model on calibration inputs or searches
+        an error budget (GPTQ with a budget on BERT-base takes 3 minutes)."""
+        if self.timeout is not None:
+            return self.timeout
+        calibrating = self.runs_model or self.error_budget is not None
+        return CALIBRATING_TIMEOUT if calibrating else DEFAULT_TIMEOUT
+
     def limits(self, start: float) -> Limits:
         """The budgets, the deadline counted from `start` (a `time.perf_counter()` value)."""
-        return Limits(self.max_iterations, self.max_nodes, self.timeout, start + self.timeout)
+        return Limits(self.max_iterations, self.max_nodes, self.seconds, start + self.seconds)
 
 
 def _listed(value) -> tuple[str, ...]:
