@@ -18,5 +18,8 @@ def test_emit_snapshot(monkeypatch):
 def test_shipped_library_loads_into_egglog():
     import egglog.bindings as egg
 
+    # the rules first: loading them declares their ops (rewrite.Rounded, ...), which the
+    # schema then has (in a fresh process the schema built first lacked them)
+    program = emit(load_rules([shipped_rules_dir()]))
     e = egg.EGraph()
-    e.run_program(*e.parse_program(schema() + emit(load_rules([shipped_rules_dir()]))))
+    e.run_program(*e.parse_program(schema() + program))
