@@ -27,6 +27,7 @@ from frontends.onnx.importer import (
     SKELETON_MAX_ELEMENTS,
     default_opset,
     import_model,
+    is_weight,
     skeleton,
 )
 from frontends.onnx.opset import OLDEST_TABLE_OPSET, OpsetError, auto_target, convert_opset
@@ -101,8 +102,6 @@ def _check_weights(model: onnx.ModelProto) -> None:
     defined element type, and its values in exactly one place (raw_data, one typed field, or
     external data), of the size its dims say where that is known (raw_data of a fixed-size
     type). Raises onnx.checker.ValidationError."""
-    from onnx.external_data_helper import uses_external_data
-
     for t in model.graph.initializer:
         numel = int(np.prod(t.dims)) if t.dims else 1
         if numel <= SKELETON_MAX_ELEMENTS:
@@ -345,8 +344,7 @@ def structure(model: onnx.ModelProto) -> onnx.ModelProto:
     `optimize_model` as `graph`'s meta, it makes the result always a newly exported model."""
     out = _without_initializers(model)
     for t in model.graph.initializer:
-        numel = int(np.prod(t.dims)) if t.dims else 1
-        if numel <= SKELETON_MAX_ELEMENTS or uses_external_data(t):
+        if not is_weight(t) or uses_external_data(t):
             out.graph.initializer.append(t)
         else:
             out.graph.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)

@@ -92,6 +92,12 @@ def import_model(model: onnx.ModelProto, folder: Path | None = None) -> TermGrap
 SKELETON_MAX_ELEMENTS = 64  # initializers up to this size stay in a skeleton (shape constants)
 
 
+def is_weight(t: onnx.TensorProto) -> bool:
+    """Whether initializer `t` has more than SKELETON_MAX_ELEMENTS elements: a weight, which a
+    `skeleton` leaves out (a graph input in its place), as against a shape constant."""
+    return (int(np.prod(t.dims)) if t.dims else 1) > SKELETON_MAX_ELEMENTS
+
+
 def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of `model` without its weights: every initializer with more than
     SKELETON_MAX_ELEMENTS elements becomes a graph input of the same type and shape.
@@ -115,8 +121,7 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     g.value_info.extend(src.value_info)
     names = {i.name for i in src.input}
     for init in src.initializer:
-        numel = int(np.prod(init.dims)) if init.dims else 1
-        if numel <= SKELETON_MAX_ELEMENTS:
+        if not is_weight(init):
             g.initializer.append(init)
         elif init.name not in names:
             g.input.append(

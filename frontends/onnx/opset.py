@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import onnx
 from onnx import helper, version_converter
 
-from frontends.onnx.importer import SKELETON_MAX_ELEMENTS as SKELETON_MAX
-from frontends.onnx.importer import default_opset, skeleton
+from frontends.onnx.importer import default_opset, is_weight, skeleton
 from vocab.ops import MAX_IR_VERSION, MAX_OPSET
 
 # Models older than OLDEST_TABLE_OPSET (the op table's oldest forms) are converted to
@@ -86,9 +84,7 @@ def _convert_skeleton(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
     read only small constants (axes, shapes, scales), which the skeleton keeps. Raises what
     the converter raises, and ValueError when a weight's input did not survive the
     conversion (then the whole model is converted instead)."""
-    weights = [
-        t for t in model.graph.initializer if (int(np.prod(t.dims)) if t.dims else 1) > SKELETON_MAX
-    ]
+    weights = [t for t in model.graph.initializer if is_weight(t)]
     if not weights:
         return _convert(model, target)
     out = _convert(skeleton(model), target)

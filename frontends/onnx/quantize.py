@@ -37,7 +37,7 @@ from onnx.external_data_helper import uses_external_data
 from engine.quantize import Site
 from frontends.onnx.check import CheckError, random_inputs, run, session, upstream
 from frontends.onnx.exporter import export_model
-from frontends.onnx.importer import SKELETON_MAX_ELEMENTS, skeleton
+from frontends.onnx.importer import is_weight, skeleton
 from vocab.graph import TermGraph, unique_name
 from vocab.ops import FAMILIES
 from vocab.registry import BOUNDS, PAIR_LEVELS, SMOOTHING_RANGE, full_range_steps, pair_steps
@@ -342,7 +342,7 @@ def _activations(model: onnx.ModelProto, feeds: list[dict], only=None):
         varying &= set(only)
     outs = [o.name for o in g.output]
     extra = [o for n in g.node for o in n.output if o in varying and o not in outs]
-    large = [t for t in g.initializer if _large(t)]
+    large = [t for t in g.initializer if is_weight(t)]
     lean = not any(uses_external_data(t) for t in g.initializer) and all(
         t.data_type in _NUMPY_TYPES for t in large
     )
@@ -376,7 +376,7 @@ def _probe_session(model: onnx.ModelProto, extra: list[str], lean: bool):
     probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in extra)
     if not lean:
         return session(probe), {}
-    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if _large(t)}
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if is_weight(t)}
     return session(probe), weights
 
 
@@ -396,11 +396,6 @@ _NUMPY_TYPES = {
     onnx.TensorProto.UINT64,
     onnx.TensorProto.BOOL,
 }
-
-
-def _large(t: onnx.TensorProto) -> bool:
-    """Whether `skeleton` turns initializer `t` into a graph input."""
-    return (int(np.prod(t.dims)) if t.dims else 1) > SKELETON_MAX_ELEMENTS
 
 
 @dataclass(frozen=True)
