@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vocab.graph import ABSENT, TermGraph
 from vocab.ops import OPS
 from vocab.types import TensorType
 
@@ -83,6 +84,14 @@ class CostModel:
             flops *= _INT8_FACTORS.get(first.dtype, 1.0)
         moved = _bytes(out) + (sum(_bytes(t) for t in inputs if t is not None) if spec else 0)
         return self.overhead_ns + flops * self.ns_per_flop + moved * self.ns_per_byte
+
+
+def graph_node_cost(g: TermGraph, n, model: CostModel) -> float:
+    """Estimated nanoseconds of node `n` of TermGraph `g` as it stands: `CostModel.node_cost`
+    over the types the graph knows (absent inputs left out), with the node's attributes."""
+    ins = tuple(g.values[i].type for i in n.inputs if i != ABSENT)
+    out = g.values[n.outputs[0]].type if n.outputs and n.outputs[0] != ABSENT else None
+    return model.node_cost(n.op, n.attrs, ins, out)
 
 
 def _bytes(t: TensorType | None) -> int:

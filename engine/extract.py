@@ -26,7 +26,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from engine.cost import CostModel
+from engine.cost import CostModel, graph_node_cost
 from engine.egraph import ENode, Snapshot
 from engine.rebuild import build_graph
 from vocab.graph import ABSENT, TermGraph
@@ -458,9 +458,7 @@ def input_cost(g: TermGraph, model: CostModel) -> float:
         if n.opaque:
             total += opaque_cost(g, n, model)
             continue
-        ins = tuple(g.values[i].type for i in n.inputs if i != ABSENT)
-        out = g.values[n.outputs[0]].type if n.outputs else None
-        total += model.node_cost(n.op, n.attrs, ins, out)
+        total += graph_node_cost(g, n, model)
     return total
 
 

@@ -275,7 +275,7 @@ def optimize(
     stage("saturate")
     forbid: frozenset[int] = frozenset()
     if choose is not None:
-        found = quant_sites(snap, chosen, prov.firings(snap, chosen, sat.host_firings))
+        found = quant_sites(snap, chosen, prov.firings(snap, chosen, sat.host_firings), cost)
 
         def build(keep: frozenset[int]) -> TermGraph:
             return fold(extract(snap, cost, sat.groups, forbidden(found, keep)).graph, False)

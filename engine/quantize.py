@@ -19,6 +19,7 @@ import numpy as np
 from onnx.reference import ReferenceEvaluator
 
 from dsl.ir import OpNode, Rule
+from engine.cost import CostModel, graph_node_cost
 from engine.egraph import ENode, Snapshot
 from engine.provenance import Firing, matched, original_names
 from vocab.graph import components
@@ -89,7 +90,9 @@ class Site:
     size of one of the levels the bound counts (None for a bound in float units). forbid:
     indexes into `Snapshot.nodes` of the e-nodes
     the quant rules created in this e-class (what keeping it in float forbids), and `enodes`
-    those e-nodes themselves (to tell whether an extraction chose one). Sites whose rules
+    those e-nodes themselves (to tell whether an extraction chose one). float_ns: the cost
+    model's nanoseconds of the imported nodes of the quantized ops the site's rules matched
+    (its products, `engine.cost.graph_node_cost`), what keeping it in float keeps. Sites whose rules
     matched a common imported node, or read a common constant (the weight), are one Site (a
     MatMul and the Gemm it was fused into)."""
 
@@ -105,6 +108,7 @@ class Site:
     operands: dict = field(default_factory=dict)
     output: Operand | None = None
     level: Operand | None = None
+    float_ns: float = 0.0
 
     @property
     def name(self) -> str:
@@ -112,10 +116,12 @@ class Site:
         return self.names[0] if self.names else self.value or f"site {self.index}"
 
 
-def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site]:
+def sites(
+    snap: Snapshot, rules: list[Rule], firings: list[Firing], cost: CostModel = CostModel()
+) -> list[Site]:
     """The e-classes where `quant` rules among `rules` fired (`firings`, from
     `engine.provenance.firings` on the final snapshot), one Site each, in the order of the
-    graph's nodes."""
+    graph's nodes; `cost` prices their float products (`Site.float_ns`)."""
     by_name = {r.name: r for r in rules}
     quant = [f for f in firings if by_name.get(f.name.removesuffix(" (reverse)")) is not None]
     quant = [f for f in quant if _chooses(by_name[f.name.removesuffix(" (reverse)")])]
@@ -139,7 +145,8 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
     for f in quant:
         grouped.setdefault(f.root, []).append(f)
     order = {c: i for i, c in enumerate(_graph_order(snap))}
-    op_of = {n.name or snap.graph.values[n.outputs[0]].name: n.op for n in snap.graph.nodes}
+    node_of = {n.name or snap.graph.values[n.outputs[0]].name: n for n in snap.graph.nodes}
+    op_of = {name: n.op for name, n in node_of.items()}
     # the weights: constants of more than one element (a scale or zero point shared by many
     # activations ties nothing together)
     constant = {
@@ -205,6 +212,8 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
             site_names += [n for n in names_i if n not in site_names and not n.startswith("@")]
         first = fs[0]
         imported = [op_of[n] for i in group for n in raw[i][3] if n in op_of]
+        products = dict.fromkeys(n for i in group for n in raw[i][3] if op_of.get(n) in chosen)
+        float_ns = sum(graph_node_cost(snap.graph, node_of[n], cost) for n in products)
         lhs = matched(snap, first) or ()
         rule = by_name[first.name.removesuffix(" (reverse)")]
         bound, operands = None, {}
@@ -231,6 +240,7 @@ def sites(snap: Snapshot, rules: list[Rule], firings: list[Firing]) -> list[Site
                 operands=operands,
                 output=output,
                 level=level,
+                float_ns=float_ns,
             )
         )
     return out

@@ -194,7 +194,7 @@ def test_an_error_budget_estimates_static_sites_from_their_quantized_inputs(cali
     assert record["estimated_error"] == {"y": pytest.approx(sum(estimates))}
     assert 0 < record["calibration_error"]["y"] < record["estimated_error"]["y"]
     # a budget below that error keeps sites in float: the first of the order the search
-    # found to keep fewest (the largest estimates first, or graph order)
+    # found to keep cheapest (the largest estimates first, per float nanosecond, or graph order)
     tight = record["calibration_error"]["y"] * 0.9
     q, report = rewrite.optimize_model(
         MODEL, quantize="static", calibration=str(calibration), error_budget=tight
@@ -204,13 +204,17 @@ def test_an_error_budget_estimates_static_sites_from_their_quantized_inputs(cali
     kept = [n for n, s in found.items() if not s["quantized"]]
     done = [n for n, s in found.items() if s["quantized"]]
     assert kept and record["calibration_error"]["y"] <= tight
-    assert set(record["searches"]) == {"largest estimate first", "graph order"}
+    rate = "largest estimate per float nanosecond first"
+    assert set(record["searches"]) == {"largest estimate first", rate, "graph order"}
+    assert all(s["float_ns"] > 0 for s in found.values())
     if record["order"] == "graph order":
         assert kept == list(found)[: len(kept)]
     else:
-        assert record["order"] == "largest estimate first"
-        least = min(found[n]["estimate"] for n in kept)
-        assert least >= max((found[n]["estimate"] for n in done), default=0.0)
+        key = {
+            "largest estimate first": lambda n: found[n]["estimate"],
+            rate: lambda n: found[n]["estimate"] / found[n]["float_ns"],
+        }[record["order"]]
+        assert min(map(key, kept)) >= max(map(key, done), default=0.0)
 
 
 def test_symmetric_quantizes_activations_around_zero_and_percentile_clips_outliers(calibration):

@@ -14,10 +14,12 @@ its float and its quantized form (an `engine.quantize.Site`). `Chooser` is the
   the rule's captures, over the largest magnitude of the node's own output: the relative error
   the node itself may add. The search keeps the first k sites of an order in float, k found
   by bisection (each step extracts the graph anew from the same e-graph and runs it under
-  onnxruntime, ORT_ENABLE_ALL as a user runs it), for two orders: the largest estimates
-  first, and graph order; it keeps the one that leaves fewer sites in float (the estimates
-  are worst cases that do not say how an error grows on its way to the outputs: they rank
-  BERT-base's products well and ResNet-50's Convs worse than graph order does).
+  onnxruntime, ORT_ENABLE_ALL as a user runs it), for three orders: the largest estimates
+  first, the largest estimates per nanosecond of the site's float work (`Site.float_ns`, the
+  cost model's) first, and graph order; it keeps the one whose float sites cost least, then
+  the one that leaves fewer in float (the estimates are worst cases that do not say how an
+  error grows on its way to the outputs: they rank BERT-base's products well and ResNet-50's
+  Convs worse than graph order does).
 
 Calibration inputs come from `--calibration FILE.npz` (one array per graph input, its first
 axis the samples) or are drawn like the output check's (`check.random_inputs`), with a warning:
@@ -169,14 +171,28 @@ class Chooser:
                         lo = mid + 1
                 return prefix(lo), steps
 
-            # two orders: the largest estimates first, and graph order (the first nodes
-            # first); neither wins everywhere (BERT-base at 3.6%: 47 of 76 sites kept in float by
-            # estimate, 73 in graph order; ResNet-50 static at 15%: 55 and 37), so the search
-            # runs both and keeps the one that keeps fewer in float
+            # three orders: the largest estimates first, the largest estimates per nanosecond
+            # of float work first (a small product that errs much is cheap to keep: BERT's
+            # pooler reads one row), and graph order (the first nodes first); none wins
+            # everywhere (BERT-base at 3.6%: 47 of 76 sites kept in float by estimate, 73 in
+            # graph order; ResNet-50 static at 15%: 55 and 37), so the search runs each and
+            # keeps the one whose float sites cost least (`Site.float_ns`), then the fewest
             by_estimate = sorted(free, key=lambda s: -(estimates[s.index] or 0.0))
-            orders = {"largest estimate first": by_estimate, "graph order": free}
+            by_rate = sorted(free, key=lambda s: -(estimates[s.index] or 0.0) / _ns(s))
+            orders = {
+                "largest estimate first": by_estimate,
+                "largest estimate per float nanosecond first": by_rate,
+                "graph order": free,
+            }
             found = {name: fewest(order) for name, order in orders.items()}
-            chosen = min(found, key=lambda name: len(found[name][0]))
+            float_ns = {s.index: s.float_ns for s in free}
+            chosen = min(
+                found,
+                key=lambda name: (
+                    sum(float_ns[i] for i in found[name][0]),
+                    len(found[name][0]),
+                ),
+            )
             kept, _ = found[chosen]
             keep |= kept
             errors = error(kept)
@@ -197,6 +213,7 @@ class Chooser:
                 "rule": s.rules[0],
                 "quantized": s.index not in keep,
                 "estimate": estimates.get(s.index),
+                "float_ns": s.float_ns,
                 "why": self._why_float(s)
                 or (
                     f"kept in float for the budget (the search's {self.record.get('order')})"
@@ -276,6 +293,12 @@ class Chooser:
                 big = float(np.abs(ref).max(initial=0))
                 worst[name] = max(worst[name], err / big if big else err)
         return worst
+
+
+def _ns(s: Site) -> float:
+    """A site's float work in nanoseconds (`Site.float_ns`), at least 1 (a site whose
+    products the cost model could not price)."""
+    return max(s.float_ns, 1.0)
 
 
 def _estimated_per_output(
