@@ -186,6 +186,7 @@ def _optimize_parser(sub) -> None:
         op_types=[],
         error_budget=None,
         calibration=None,
+        validation=None,
         calibrate="minmax",
         symmetric=False,
         smooth=None,
@@ -280,8 +281,9 @@ def _quantize_parser(sub) -> None:
         type=float,
         metavar="E",
         help="the largest error allowed per float output, max|q - ref| / max|ref| over the "
-        "calibration inputs (0.05 = 5%%): the nodes of the largest estimated error (their "
-        "rule's bound on the calibration values) stay in float until the measured error fits; "
+        "calibration inputs, or --validation's (0.05 = 5%%): the nodes of the largest "
+        "estimated error (their rule's bound on the calibration values) stay in float until "
+        "the measured error fits; "
         "the output check then holds the output to E and exits non-zero, writing nothing, "
         "if it does not",
     )
@@ -291,6 +293,14 @@ def _quantize_parser(sub) -> None:
         help="calibration inputs for --error-budget and --mode static: one array per graph "
         "input, named as the input, its first axis the samples (default: 8 drawn at random, "
         "with a warning)",
+    )
+    q.add_argument(
+        "--validation",
+        metavar="FILE.npz",
+        help="--error-budget: search and check the budget on these inputs (laid out as "
+        "--calibration's) instead of the calibration inputs, which --smooth, --rounding gptq "
+        "and --mode static fit: an error measured on the inputs a stage was fitted to is "
+        "smaller than on others",
     )
     q.add_argument(
         "--calibrate",
@@ -743,6 +753,7 @@ def cmd_optimize(args) -> int:
             op_types=args.op_types,
             error_budget=args.error_budget,
             calibration=args.calibration,
+            validation=args.validation,
             calibrate=args.calibrate,
             symmetric=args.symmetric,
             smooth=args.smooth,
@@ -872,7 +883,7 @@ def _mismatch(args, done, src: Path, start: float) -> int:
     if budget is not None:  # quantization error, not a wrong rule: nothing to bisect
         return _fail(
             f"measured error {100 * worst:.2f}% of {bad} exceeds --error-budget "
-            f"{100 * budget:.2f}% on the calibration inputs; nothing written"
+            f"{100 * budget:.2f}% on the {_budget_inputs(report)} inputs; nothing written"
         )
     if report.fp == "quant":  # the quant rules' error, each within its verified bound
         return _fail(
@@ -1005,6 +1016,11 @@ def _fail(msg: str) -> int:
     return EXIT_FAIL
 
 
+def _budget_inputs(report) -> str:
+    """What the error budget was searched and checked on: `calibration` or `validation`."""
+    return report.extra.get("quantize", {}).get("budget_inputs", "calibration")
+
+
 def _print_quantized(record: dict, verbose: bool) -> None:
     """`rewrite quantize`'s choices (`frontends.onnx.quantize.Chooser.record`): the sites kept
     in float and why (every site with `verbose`), the calibration error per output against
@@ -1042,7 +1058,8 @@ def _print_quantized(record: dict, verbose: bool) -> None:
         errors = record.get("calibration_error", {})
         estimated = record.get("estimated_error", {})
         t = Table(
-            title=f"error per output on {record.get('calibration_samples', 0)} calibration "
+            title=f"error per output on {record.get('calibration_samples', 0)} "
+            f"{record.get('budget_inputs', 'calibration')} "
             f"inputs ({record.get('evaluations', 0)} graphs measured, kept in float "
             f"{record.get('order', '-')}; estimated: the sum of the quantized nodes' estimates "
             "it depends on)",
@@ -1124,7 +1141,7 @@ def _print_summary(report, diffs, options, verbose: bool = False) -> None:
     if diffs:
         executors = ", ".join(sorted({d.executor for d in diffs}))
         budget = report.extra.get("quantize", {}).get("budget") is not None
-        inputs = "the calibration inputs" if budget else "random inputs"
+        inputs = f"the {_budget_inputs(report)} inputs" if budget else "random inputs"
         check = Table(title=f"output check ({executors}, {inputs})", title_justify="left")
         for col in ("output", "dtype", "max abs err", "max err / max|b|", "status"):
             check.add_column(col)

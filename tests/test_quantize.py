@@ -430,6 +430,52 @@ def test_an_error_budget_holds_on_the_calibration_inputs(tmp_path):
     assert ops(q).count("MatMulInteger") == 2
 
 
+def test_an_error_budget_with_validation_inputs_is_searched_and_checked_on_them(tmp_path):
+    # GPTQ fits the calibration inputs; the budget is searched and checked on the validation
+    # inputs, which it did not see
+    fit, xs = calibration(tmp_path)
+    held = tmp_path / "held.npz"
+    vs = np.random.default_rng(8).normal(0, 1, (6, 64, 256)).astype(np.float32)
+    np.savez(held, x=vs)
+    q, report = rewrite.optimize_model(
+        named_mlp(),
+        quantize="dynamic",
+        rounding="gptq",
+        error_budget=0.5,
+        calibration=str(fit),
+        validation=str(held),
+    )
+    record = report.extra["quantize"]
+    assert record["rounding"]["samples"] == 8  # fitted on the calibration inputs
+    assert record["budget_inputs"] == "validation" and record["calibration_samples"] == 6
+    assert ops(q).count("MatMulInteger") == 2
+    on_validation = record["calibration_error"]["y"]
+    assert on_validation == pytest.approx(measured_error(q, vs), rel=1e-5)
+    assert on_validation != pytest.approx(measured_error(q, xs), rel=1e-3)
+    # the output check ran on the validation inputs at the budget
+    assert report.extra["check"][0]["rtol"] == 0.5
+    assert report.extra["check"][0]["max_rel"] == pytest.approx(on_validation, rel=1e-5)
+
+
+def test_cli_validation_inputs_are_named_in_the_summary_and_their_errors(tmp_path, capsys):
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(named_mlp(), src)
+    path, _ = calibration(tmp_path)
+    args = ["quantize", str(src), str(dst), "--error-budget", "0.5", "--validation", str(path)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "error per output on 8 validation inputs" in out
+    assert "output check (onnxruntime, the validation inputs)" in out
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    never = tmp_path / "never.onnx"
+    args = ["quantize", str(src), str(never), "--error-budget", "0.5", "--validation", str(bad)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "cannot read validation file" in err and len(err.splitlines()) == 1
+    assert not never.exists()
+
+
 def test_an_error_budget_without_calibration_draws_inputs_and_warns():
     _, report = rewrite.optimize_model(named_mlp(), quantize="dynamic", error_budget=0.5)
     record = report.extra["quantize"]
@@ -486,6 +532,15 @@ def test_weight_only_8bit_for_standard_onnx_passes_the_output_check():
             {"quantize": "dynamic", "calibration": "c.npz"},
             "used by error-budget, smooth, rounding gptq and mode static only",
         ),
+        (
+            {"quantize": "dynamic", "validation": "v.npz"},
+            "validation inputs are used by error-budget only",
+        ),
+        (
+            {"quantize": "dynamic", "error_budget": 0.1, "validation": "v.npz", "calibration": "c"},
+            "calibration inputs are unused here",
+        ),
+        ({"validation": "v.npz"}, "validation needs a quantization mode"),
         ({"quantize": "dynamic", "op_types": ["Matmul"]}, "'Matmul' is not an ONNX op"),
         ({"quantize": "dynamic", "cpu": "arm"}, "cpu: unknown choice 'arm'"),
         ({"cpu": "vnni"}, "cpu needs a quantization mode"),

@@ -166,7 +166,11 @@ class Options:
         extraction keeps the nodes of the largest estimated error in float until it holds,
         and the output check then allows exactly that); calibration: an `.npz` path with one
         array per graph input, its first axis the samples (default: drawn at random, with a
-        warning; for `static`, the activations' ranges too). smooth: SmoothQuant's migration
+        warning; for `static`, the activations' ranges too). validation: an `.npz` like
+        `calibration` (error_budget only), the inputs the budget is searched and checked on
+        instead of the calibration inputs: smoothing, GPTQ and static ranges fit the
+        calibration inputs, and an error measured on the inputs they were fitted to is
+        smaller than on others. smooth: SmoothQuant's migration
         strength alpha in [0, 1] (modes dynamic and static), or None: before quantizing,
         each activation a normalization makes and a product by a constant weight reads is
         divided per channel by s_j = max|x_j|^alpha / max|w_j|^(1 - alpha) (from the
@@ -211,6 +215,7 @@ class Options:
     op_types: tuple[str, ...] = ()
     error_budget: float | None = None
     calibration: str | None = None
+    validation: str | None = None
     calibrate: str = "minmax"
     symmetric: bool = False
     smooth: float | None = None
@@ -341,9 +346,18 @@ class Options:
                 f"needs opset {WEIGHT_ONLY_ONNX_OPSET}, not {self.opset}"
             )
         if self.quantize is None:
-            for name in ("keep_float", "op_types", "error_budget", "calibration", "bits", "smooth"):
+            names = ("keep_float", "op_types", "error_budget", "calibration", "validation")
+            for name in (*names, "bits", "smooth"):
                 if getattr(self, name):
                     raise OptionError(f"{name.replace('_', '-')} needs a quantization mode")
+        if self.validation is not None and self.error_budget is None:
+            raise OptionError("validation inputs are used by error-budget only")
+        if self.validation is not None and self.calibration is not None and not self.runs_model:
+            raise OptionError(
+                "calibration inputs are unused here: with validation inputs the budget is "
+                "searched on those, and only smooth, rounding gptq and mode static fit "
+                "calibration inputs"
+            )
         if self.error_budget is not None and not 0 < self.error_budget:
             raise OptionError(f"error-budget must be a number > 0, not {self.error_budget}")
         if self.smooth is not None and self.quantize not in ("dynamic", "static"):
@@ -650,17 +664,27 @@ def run(
     )
     choose = None
     if options.quantize is not None:
+        # the inputs the stages before the engine fit (smoothing, GPTQ, static ranges), and
+        # those the budget is searched and checked on: the same unless validation is given
+        searched = options.error_budget is not None and options.validation is None
         try:
             feeds = (
                 load_calibration(options.calibration, model)
                 if options.calibration
                 else drawn_calibration(model)
-                if options.error_budget is not None or options.runs_model
+                if searched or options.runs_model
                 else []
+            )
+            held = (
+                load_calibration(options.validation, model, "validation")
+                if options.validation
+                else feeds
             )
         except CalibrationError as e:
             raise OptionError(str(e)) from None
-        choose = Chooser(options.plan, feeds, None if folder is None else str(folder))
+        choose = Chooser(options.plan, held, None if folder is None else str(folder))
+        if options.validation:
+            choose.record["budget_inputs"] = "validation"
         if feeds and not options.calibration:
             choose.record["warning"] = (
                 f"no calibration inputs given: {len(feeds)} drawn from the input types (random "
@@ -669,7 +693,7 @@ def run(
                     "the activations' ranges come from those"
                     if options.quantize == "static" or options.smooth is not None
                     else "the weights' rounding comes from those"
-                    if options.error_budget is None
+                    if not searched
                     else "the error budget holds on those"
                 )
                 + ", which may not be the data the model sees"

@@ -90,27 +90,30 @@ class Plan:
         return bool(self.keep_float or self.op_types or self.error_budget is not None)
 
 
-def load_calibration(path: str, model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
+def load_calibration(
+    path: str, model: onnx.ModelProto, what: str = "calibration"
+) -> list[dict[str, np.ndarray]]:
     """Feeds from an `.npz` file: one array per graph input of `model` (initializers aside),
     named as the input, its first axis the samples (all of the same count). Raises
-    CalibrationError naming the problem."""
+    CalibrationError naming the problem and `what` the file is for (`calibration`,
+    `validation`)."""
     try:
         data = np.load(path)
         arrays = {k: data[k] for k in data.files}
     except Exception as e:  # numpy raises OSError, ValueError, zipfile errors, ...
-        raise CalibrationError(f"cannot read calibration file {path}: {e}") from None
+        raise CalibrationError(f"cannot read {what} file {path}: {e}") from None
     inits = {i.name for i in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in inits]
     missing = [n for n in names if n not in arrays]
     if missing:
         raise CalibrationError(
-            f"calibration file {path} has no array for input {missing[0]!r} "
+            f"{what} file {path} has no array for input {missing[0]!r} "
             f"(it has {', '.join(sorted(arrays)) or 'none'})"
         )
     counts = {len(arrays[n]) for n in names}
     if len(counts) != 1 or 0 in counts:
         raise CalibrationError(
-            f"calibration file {path}: every input needs the same number of samples "
+            f"{what} file {path}: every input needs the same number of samples "
             "(the arrays' first axis), at least one"
         )
     return [{n: arrays[n][i] for n in names} for i in range(counts.pop())]
