@@ -1,0 +1,119 @@
+"""One `rewrite quantize --error-budget` row per model, measured as bench/quant.py measures it,
+with the number of calibration inputs and the quantize flags chosen, and the error on the
+inputs the search saw beside the error on held-out ones.
+
+    python bench/quant_budget.py --models bert distilbert gpt2 llama vit --calibration 32 \\
+        --validation -- --smooth 0.5 --rounding gptq --cpu vnni
+
+For each model (bench/models.py's full-size TorchScript export): onnxruntime's
+`quantize_dynamic` and its worst error over `--inputs` measured inputs (seeds 0..n-1); the
+budget, `--budget` times that error; then `rewrite quantize --error-budget BUDGET` with the
+flags after `--`, fitted (`--smooth`, `--rounding gptq`) on `--calibration` inputs of seeds
+1000.., and with `--validation` searched and checked on as many inputs of seeds 2000.. (else
+on the calibration inputs). Reported: latency / float (median of 30 paired runs, ORT_ENABLE_ALL,
+1 thread), the worst and mean error (max|q - ref| / max|ref| per input, the worst output) and
+the argmax agreement on the measured inputs, the same worst and mean on the inputs the search
+ran on, and the seconds `rewrite quantize` took. A run over its budget on the search's inputs
+exits non-zero and writes nothing: its row says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+import models as M  # noqa: E402  (bench/models.py, beside this file)
+import quant as Q  # noqa: E402  (bench/quant.py: the same sessions, errors and latency)
+
+
+def _save(path: Path, name: str, seeds: range) -> Path:
+    """Write bench/models.py's inputs of `seeds` as an `.npz` (one array per graph input,
+    the samples along the first axis)."""
+    feeds = [M.make_inputs(name, seed=s) for s in seeds]
+    np.savez(path, **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
+    return path
+
+
+def _per_input(name: str, ref, q, seeds) -> np.ndarray:
+    """The worst output's max|q - ref| / max|ref| for each input of `seeds`."""
+    out = []
+    for s in seeds:
+        feeds = M.make_inputs(name, seed=s)
+        out.append(Q.worst_output(ref.run(None, feeds), q.run(None, feeds)))
+    return np.array(out)
+
+
+def row(name: str, args) -> str:
+    """Quantize `name` with a budget and return its table row."""
+    src = M.CACHE / f"{name}.torchscript.onnx"
+    if not src.exists():
+        M.main(["--models", name, "--exporters", "torchscript"])
+    work = Q.OUT / f"{name}.torchscript"
+    work.mkdir(parents=True, exist_ok=True)
+    ref = Q.session(src)
+    ort_file = work / "onnxruntime.onnx"
+    Q.quantize_ort(src, ort_file)
+    budget = round(Q.errors(name, ref, Q.session(ort_file), args.inputs)["error"] * args.budget, 4)
+    n = args.calibration
+    cal = _save(work / f"calibration-{n}.npz", name, range(1000, 1000 + n))
+    more = ["--calibration", str(cal)]
+    searched = range(1000, 1000 + n)
+    if args.validation:
+        held = _save(work / f"validation-{n}.npz", name, range(2000, 2000 + n))
+        more += ["--validation", str(held)]
+        searched = range(2000, 2000 + n)
+    dst = work / "budget.onnx"
+    dst.unlink(missing_ok=True)
+    flags = " ".join(args.flags)
+    try:
+        seconds = Q.quantize_ours(src, dst, *args.flags, "--error-budget", str(budget), *more)
+    except subprocess.CalledProcessError:
+        return f"| {name} | {flags} | {100 * budget:.2f}% | over budget: nothing written |"
+    q = Q.session(dst)
+    e = Q.errors(name, ref, q, args.inputs)
+    seen = _per_input(name, ref, q, searched)
+    lat = Q.latency(name, ref, q, args.runs)
+    return (
+        f"| {name} | {flags} | {100 * budget:.2f}% | {lat:.3f}x | {100 * e['error']:.2f}% "
+        f"| {100 * e['mean']:.2f}% | {100 * e['argmax']:.1f}% | {100 * seen.max():.2f}% "
+        f"| {100 * seen.mean():.2f}% | {seconds:.0f} |"
+    )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--models", nargs="+", default=["bert"], choices=sorted(M.SPECS))
+    ap.add_argument("--calibration", type=int, default=32, help="calibration inputs (32)")
+    ap.add_argument(
+        "--validation",
+        action="store_true",
+        help="search and check the budget on as many validation inputs (`--validation`)",
+    )
+    ap.add_argument("--budget", type=float, default=0.5, help="times onnxruntime's error (0.5)")
+    ap.add_argument("--inputs", type=int, default=32, help="measured inputs (32)")
+    ap.add_argument("--runs", type=int, default=30, help="paired latency runs (30)")
+    ap.add_argument("flags", nargs="*", help="`rewrite quantize` flags, after --")
+    args = ap.parse_args(argv)
+    print(f"CPU: {Q.cpu()}; {args.calibration} calibration inputs", flush=True)
+    searched = "validation" if args.validation else "calibration"
+    print(
+        "| model | flags | budget | latency / float | worst measured | mean measured | argmax "
+        f"| worst on {searched} | mean on {searched} | seconds |\n"
+        "|---|---|---|---|---|---|---|---|---|---|",
+        flush=True,
+    )
+    for name in args.models:
+        print(row(name, args), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
