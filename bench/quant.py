@@ -12,9 +12,8 @@ model, seven files: the float original, onnxruntime's
 per tensor), ours (`rewrite quantize IN OUT --mode dynamic`, the shipped library, its output
 check off so that the error is measured here, its default weights one scale per output column;
 the same with `--per-tensor`, one scale per weight; and with `--error-budget` at `--budget`
-times onnxruntime's measured error, searched on `--calibration` validation inputs of seeds
-2000.. (`--validation`) with smoothing and GPTQ fitted on as many calibration inputs of
-seeds 1000.., both apart from the measured ones, with the default weights, with `--smooth 0.5`, with
+times onnxruntime's measured error, calibrated on `--calibration` inputs of seeds 1000..,
+apart from the measured ones, with the default weights, with `--smooth 0.5`, with
 `--rounding gptq` and with both; `--smooth 0.5` alone, SmoothQuant's scale migration from the
 same calibration inputs; and `--rounding gptq` alone, GPTQ's weight rounding from them; on a
 CPU with VNNI, `--cpu vnni` rows too, alone, with `--rounding gptq`, and in the budget rows
@@ -235,9 +234,6 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
     cal = work / "calibration.npz"  # seeds apart from the measured inputs' (0..n-1)
     feeds = [M.make_inputs(name, seed=1000 + i) for i in range(args.calibration)]
     np.savez(cal, **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
-    held = work / "validation.npz"  # the budget rows' search: seeds apart from both
-    feeds = [M.make_inputs(name, seed=2000 + i) for i in range(args.calibration)]
-    np.savez(held, **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
     tools = [
         ("onnxruntime", quantize_ort),
         ("rewrite", quantize_ours),
@@ -311,16 +307,11 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
             # the default weights, smoothed, GPTQ-rounded, both, and full-range ones (also
             # rounded, and smoothed and rounded)
             for extra in extras:
-                # searched on the validation inputs; smoothing and GPTQ fit the calibration
-                # inputs (an error measured on the inputs a stage fitted is smaller than on
-                # others)
-                fitted = "--smooth" in extra or "--rounding" in extra
-                fits = ("--calibration", str(cal)) if fitted else ()
                 tools.append(
                     (
                         " ".join(("rewrite", *extra, "--error-budget", f"{budget:g}")),
-                        lambda s, d, b=budget, x=extra, f=fits: quantize_ours(
-                            s, d, *x, "--error-budget", str(b), "--validation", str(held), *f
+                        lambda s, d, b=budget, x=extra: quantize_ours(
+                            s, d, *x, "--error-budget", str(b), "--calibration", str(cal)
                         ),
                     )
                 )
@@ -449,8 +440,7 @@ def main(argv=None) -> int:
         default=0.5,
         metavar="F",
         help="also run `rewrite quantize --error-budget` at F times onnxruntime's measured error "
-        "(default 0.5; 0 skips it), searched on --calibration validation inputs of other "
-        "seeds",
+        "(default 0.5; 0 skips it), calibrated on --calibration inputs of other seeds",
     )
     ap.add_argument(
         "--mode",
