@@ -408,7 +408,8 @@ def test_an_error_budget_holds_on_the_calibration_inputs(tmp_path):
     kept = next(s for s in found.values() if not s["quantized"])
     assert kept["why"].startswith("kept in float")
     done = next(s for s in found.values() if s["quantized"])
-    # either layer alone in float fits: the search keeps the one of less float work, fc2
+    # either layer alone in float fits, one site kept in every order: the search keeps the one
+    # of less float work, fc2
     # (a [64, 256] x [256, 64] product, a quarter of fc1's), though fc1's estimate is the larger
     f32 = lambda *shape: TensorType(TensorProto.FLOAT, shape)  # noqa: E731
     fc1_ns = CostModel().node_cost("MatMul", (), (f32(64, 256), f32(256, 256)), f32(64, 256))

@@ -194,7 +194,7 @@ def test_an_error_budget_estimates_static_sites_from_their_quantized_inputs(cali
     assert record["estimated_error"] == {"y": pytest.approx(sum(estimates))}
     assert 0 < record["calibration_error"]["y"] < record["estimated_error"]["y"]
     # a budget below that error keeps sites in float: the first of the order the search
-    # found to keep cheapest (the largest estimates first, per float nanosecond, or graph order)
+    # found to keep fewest (the largest estimates first, per float nanosecond, or graph order)
     tight = record["calibration_error"]["y"] * 0.9
     q, report = rewrite.optimize_model(
         MODEL, quantize="static", calibration=str(calibration), error_budget=tight

@@ -16,8 +16,8 @@ its float and its quantized form (an `engine.quantize.Site`). `Chooser` is the
   by bisection (each step extracts the graph anew from the same e-graph and runs it under
   onnxruntime, ORT_ENABLE_ALL as a user runs it), for three orders: the largest estimates
   first, the largest estimates per nanosecond of the site's float work (`Site.float_ns`, the
-  cost model's) first, and graph order; it keeps the one whose float sites cost least, then
-  the one that leaves fewer in float (the estimates are worst cases that do not say how an
+  cost model's) first, and graph order; it keeps the one that leaves the fewest in float,
+  then the one whose float sites cost least (the estimates are worst cases that do not say how an
   error grows on its way to the outputs: they rank BERT-base's products well and ResNet-50's
   Convs worse than graph order does).
 
@@ -179,7 +179,10 @@ class Chooser:
             # pooler reads one row), and graph order (the first nodes first); none wins
             # everywhere (BERT-base at 3.6%: 47 of 76 sites kept in float by estimate, 73 in
             # graph order; ResNet-50 static at 15%: 55 and 37), so the search runs each and
-            # keeps the one whose float sites cost least (`Site.float_ns`), then the fewest
+            # keeps the one that leaves the fewest in float, then the one whose float sites
+            # cost least (`Site.float_ns`). Cost first was tried: the cost model prices an
+            # embedding Gather by its whole table, so GPT-2's 5 sites kept in graph order
+            # (its embeddings and first layer) lost to 17 Gemms, 0.355x -> 0.515x of float
             by_estimate = sorted(free, key=lambda s: -(estimates[s.index] or 0.0))
             by_rate = sorted(free, key=lambda s: -(estimates[s.index] or 0.0) / _ns(s))
             orders = {
@@ -192,8 +195,8 @@ class Chooser:
             chosen = min(
                 found,
                 key=lambda name: (
-                    sum(float_ns[i] for i in found[name][0]),
                     len(found[name][0]),
+                    sum(float_ns[i] for i in found[name][0]),
                 ),
             )
             kept, _ = found[chosen]
