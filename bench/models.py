@@ -159,6 +159,15 @@ def make_inputs(name: str, batch: int = 1, seq: int = SEQ, seed: int = SEED) -> 
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def save_inputs(path, name: str, seeds) -> Path:
+    """Write `make_inputs(name, seed=s)` for each of `seeds` to the `.npz` at `path`: one
+    array per graph input, the samples along the first axis (`rewrite quantize
+    --calibration`'s layout). Returns the path."""
+    feeds = [make_inputs(name, seed=s) for s in seeds]
+    np.savez(path, **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
+    return Path(path)
+
+
 def second_shape(name: str) -> tuple[int, int]:
     """(batch, sequence) of the second-shape check: batch 2, sequence halved."""
     return 2, SEQ // 2

@@ -187,13 +187,16 @@ def worst_output(want: list, got: list) -> float:
     return worst
 
 
-def errors(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, n: int) -> dict:
-    """Worst max|q - ref| / max|ref| over outputs and `n` inputs (`error`), its mean over the
+def errors(
+    name: str, ref: ort.InferenceSession, q: ort.InferenceSession, n: int, first: int = 0
+) -> dict:
+    """Worst max|q - ref| / max|ref| over outputs and `n` inputs of seeds `first`.. (`error`),
+    its mean over the
     inputs (`mean`: the worst output per input), and the argmax agreement over the last axis
     of the first output (a share of positions); for image models over the channels of the
     last output (the pooled features, [N, C, 1, 1])."""
     per_input, agree, total = [], 0, 0
-    for seed in range(n):
+    for seed in range(first, first + n):
         feeds = M.make_inputs(name, seed=seed)
         want, got = ref.run(None, feeds), q.run(None, feeds)
         per_input.append(worst_output(want, got))
@@ -232,8 +235,7 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
     rows = []
     ref = session(src, args.threads[0])
     cal = work / "calibration.npz"  # seeds apart from the measured inputs' (0..n-1)
-    feeds = [M.make_inputs(name, seed=1000 + i) for i in range(args.calibration)]
-    np.savez(cal, **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
+    M.save_inputs(cal, name, range(1000, 1000 + args.calibration))
     tools = [
         ("onnxruntime", quantize_ort),
         ("rewrite", quantize_ours),

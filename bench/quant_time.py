@@ -29,8 +29,6 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
-
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import models as M  # noqa: E402  (bench/models.py, beside this file)
@@ -62,8 +60,7 @@ def bench(name: str, exporter: str, modes: list[str], repeats: int, n_cal: int) 
     work = OUT / f"{name}.{exporter}"
     work.mkdir(parents=True, exist_ok=True)
     cal = work / "calibration.npz"
-    feeds = [M.make_inputs(name, seed=1000 + i) for i in range(n_cal)]
-    np.savez(cal, **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
+    M.save_inputs(cal, name, range(1000, 1000 + n_cal))
     rows = []
     for mode in modes:
         ours, theirs = pairs(src, work, cal)[mode]

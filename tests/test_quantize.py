@@ -365,9 +365,10 @@ def test_op_types_limits_what_is_quantized():
     assert ops(q).count("MatMulInteger") == 2
 
 
-def calibration(tmp_path, n: int = 8):
-    rng = np.random.default_rng(7)
-    path = tmp_path / "cal.npz"
+def calibration(tmp_path, n: int = 8, seed: int = 7):
+    """An `.npz` of `n` inputs x ~ N(0, 1) of the MLP (`cal-SEED.npz`), and the inputs."""
+    rng = np.random.default_rng(seed)
+    path = tmp_path / f"cal-{seed}.npz"
     xs = rng.normal(0, 1, (n, 64, 256)).astype(np.float32)
     np.savez(path, x=xs)
     return path, xs
@@ -435,9 +436,7 @@ def test_an_error_budget_with_validation_inputs_is_searched_and_checked_on_them(
     # GPTQ fits the calibration inputs; the budget is searched and checked on the validation
     # inputs, which it did not see
     fit, xs = calibration(tmp_path)
-    held = tmp_path / "held.npz"
-    vs = np.random.default_rng(8).normal(0, 1, (6, 64, 256)).astype(np.float32)
-    np.savez(held, x=vs)
+    held, vs = calibration(tmp_path, 6, seed=8)
     q, report = rewrite.optimize_model(
         named_mlp(),
         quantize="dynamic",
