@@ -5,7 +5,8 @@ inputs the search saw beside the error on held-out ones.
     python bench/quant_budget.py --models bert distilbert gpt2 llama vit --calibration 32 \\
         --validation -- --smooth 0.5 --rounding gptq --cpu vnni
 
-For each model (bench/models.py's full-size TorchScript export): onnxruntime's
+For each model and exporter (bench/models.py's full-size exports, TorchScript and dynamo unless
+`--exporters` names one): onnxruntime's
 `quantize_dynamic` and its worst error over `--inputs` measured inputs (seeds 0..n-1); the
 budget, `--budget` times that error; then `rewrite quantize --error-budget BUDGET` with the
 flags after `--`, fitted (`--smooth`, `--rounding gptq`) on `--calibration` inputs of seeds
@@ -30,12 +31,13 @@ import models as M  # noqa: E402  (bench/models.py, beside this file)
 import quant as Q  # noqa: E402  (bench/quant.py: the same sessions, errors and latency)
 
 
-def row(name: str, args) -> str:
-    """Quantize `name` with a budget and return its table row."""
-    src = M.CACHE / f"{name}.torchscript.onnx"
-    if not src.exists():
-        M.main(["--models", name, "--exporters", "torchscript"])
-    work = Q.OUT / f"{name}.torchscript"
+def row(name: str, exporter: str, args) -> str:
+    """Quantize `name`'s `exporter` export with a budget and return its table row."""
+    (_, _, src, failure), *_ = M.ensure([name], [exporter])
+    label = f"{name} {exporter}"
+    if src is None:
+        return f"| {label} | export failed: {failure} |"
+    work = Q.OUT / f"{name}.{exporter}"
     work.mkdir(parents=True, exist_ok=True)
     ref = Q.session(src)
     ort_file = work / "onnxruntime.onnx"
@@ -55,13 +57,13 @@ def row(name: str, args) -> str:
     try:
         seconds = Q.quantize_ours(src, dst, *args.flags, "--error-budget", str(budget), *more)
     except subprocess.CalledProcessError:
-        return f"| {name} | {flags} | {100 * budget:.2f}% | over budget: nothing written |"
+        return f"| {label} | {flags} | {100 * budget:.2f}% | over budget: nothing written |"
     q = Q.session(dst)
     e = Q.errors(name, ref, q, args.inputs)
     seen = Q.errors(name, ref, q, n, first=searched)
     lat = Q.latency(name, ref, q, args.runs)
     return (
-        f"| {name} | {flags} | {100 * budget:.2f}% | {lat:.3f}x | {100 * e['error']:.2f}% "
+        f"| {label} | {flags} | {100 * budget:.2f}% | {lat:.3f}x | {100 * e['error']:.2f}% "
         f"| {100 * e['mean']:.2f}% | {100 * e['argmax']:.1f}% | {100 * seen['error']:.2f}% "
         f"| {100 * seen['mean']:.2f}% | {seconds:.0f} |"
     )
@@ -72,6 +74,9 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--models", nargs="+", default=["bert"], choices=sorted(M.SPECS))
+    ap.add_argument(
+        "--exporters", nargs="+", default=["torchscript", "dynamo"], choices=M.EXPORTERS
+    )
     ap.add_argument("--calibration", type=int, default=32, help="calibration inputs (32)")
     ap.add_argument(
         "--validation",
@@ -92,7 +97,8 @@ def main(argv=None) -> int:
         flush=True,
     )
     for name in args.models:
-        print(row(name, args), flush=True)
+        for exporter in args.exporters:
+            print(row(name, exporter, args), flush=True)
     return 0
 
 
