@@ -17,10 +17,15 @@ DynamicQuantizeLinear + DequantizeLinear (uint8, one scale per tensor, as `rewri
 `pair_steps`, the default's), each product behind a boolean switch input (Where), so that one
 onnxruntime session runs any subset quantized. This is fake quantization: the integer kernels
 compute the same products from the same 8-bit values, up to float32 rounding. Embedding tables
-stay float (their quantization saves memory, not time). Then, the error being the worst output's
-max |q - ref| / max |ref| over the inputs (bench/quant.py's):
+stay float (their quantization saves memory, not time). With `--activations row` each row of an
+activation (a token's vector) gets its own uint8 scale and zero point, as DynamicQuantizeLinear
+computes them for a whole tensor (per-token dynamic quantization, which no onnxruntime kernel
+runs fused: this measures whether it would be worth building). Each product has two switches, its
+activation's and its weight's. Then, the error being the worst output's max |q - ref| / max |ref|
+over the inputs (bench/quant.py's):
 
 * all quantized, on `--calibration` inputs (seeds 1000..) and `--inputs` held-out ones (0..);
+  and with only the weights, and only the activations, quantized: how the error splits;
 * leave one out: per product, the calibration error with it alone in float; its drop from the
   all-quantized error is its measured share;
 * greedy, in two orders: products put back in float in the order of their drops, largest
@@ -55,12 +60,15 @@ from quant import worst_output  # noqa: E402  (bench/quant.py's error measure)
 STEPS = {"full-range": full_range_steps, "pairs": lambda w: pair_steps(w, per_column=True)}
 
 
-def switched(model: onnx.ModelProto, weights: str) -> tuple[onnx.ModelProto, list, list]:
-    """`model` with each product by a constant 2-D weight fake-quantized behind a switch (a
-    bool graph input `fq{i}_on`); returns the model and per product its activation's name and
-    its weight's (K, N)."""
+def switched(
+    model: onnx.ModelProto, weights: str, activations: str = "tensor"
+) -> tuple[onnx.ModelProto, list, list]:
+    """`model` with each product by a constant 2-D weight fake-quantized behind two switches
+    (bool graph inputs `fq{i}_a`, its activation, and `fq{i}_w`, its weight); returns the model
+    and per product its activation's name and its weight's (K, N). `activations`: `tensor`
+    (DynamicQuantizeLinear + DequantizeLinear) or `row` (the same per row, `_per_row`)."""
     inits = {i.name: i for i in model.graph.initializer}
-    nodes, activations, sizes = [], [], []
+    nodes, names, sizes = [], [], []
     for n in model.graph.node:
         w = inits.get(n.input[1]) if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 else None
         value = numpy_helper.to_array(w).astype(np.float32) if w is not None else None
@@ -73,26 +81,64 @@ def switched(model: onnx.ModelProto, weights: str) -> tuple[onnx.ModelProto, lis
         kn = value.T if transposed else value  # [K, N]
         steps = STEPS[weights](kn)
         rounded = np.clip(np.rint(kn / steps), -127, 127) * steps
-        p = f"fq{len(activations)}_"
+        p = f"fq{len(names)}_"
         model.graph.initializer.append(
             numpy_helper.from_array(
-                (rounded.T if transposed else rounded).astype(np.float32), p + "w"
+                (rounded.T if transposed else rounded).astype(np.float32), p + "wq"
             )
         )
-        model.graph.input.append(helper.make_tensor_value_info(p + "on", TensorProto.BOOL, []))
+        model.graph.input.extend(
+            helper.make_tensor_value_info(p + part, TensorProto.BOOL, []) for part in "aw"
+        )
+        if activations == "row":
+            nodes += _per_row(model, n.input[0], p)
+        else:
+            nodes += [
+                helper.make_node(
+                    "DynamicQuantizeLinear", [n.input[0]], [p + "q", p + "s", p + "z"]
+                ),
+                helper.make_node("DequantizeLinear", [p + "q", p + "s", p + "z"], [p + "xq"]),
+            ]
         nodes += [
-            helper.make_node("DynamicQuantizeLinear", [n.input[0]], [p + "q", p + "s", p + "z"]),
-            helper.make_node("DequantizeLinear", [p + "q", p + "s", p + "z"], [p + "xq"]),
-            helper.make_node("Where", [p + "on", p + "xq", n.input[0]], [p + "x"]),
-            helper.make_node("Where", [p + "on", p + "w", n.input[1]], [p + "wsel"]),
+            helper.make_node("Where", [p + "a", p + "xq", n.input[0]], [p + "x"]),
+            helper.make_node("Where", [p + "w", p + "wq", n.input[1]], [p + "wsel"]),
         ]
-        activations.append(n.input[0])
+        names.append(n.input[0])
         n.input[0], n.input[1] = p + "x", p + "wsel"
         nodes.append(n)
         sizes.append(kn.shape)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    return model, activations, sizes
+    return model, names, sizes
+
+
+def _per_row(model: onnx.ModelProto, x: str, p: str) -> list:
+    """Nodes computing `{p}xq`, x fake-quantized to uint8 with one scale and zero point per row
+    (last axis): DynamicQuantizeLinear's formulas (ONNX spec: the range [min(x, 0), max(x, 0)]
+    over 255 levels, zero point round(-min / s) saturated to [0, 255]) taken along the last
+    axis, the row's values then rounded and saturated as QuantizeLinear does."""
+    for name, v in (("0", 0.0), ("255", 255.0), ("tiny", np.finfo(np.float32).tiny)):
+        model.graph.initializer.append(numpy_helper.from_array(np.float32(v), p + name))
+    node = helper.make_node
+    return [
+        node("ReduceMax", [x], [p + "hi0"], axes=[-1], keepdims=1),
+        node("ReduceMin", [x], [p + "lo0"], axes=[-1], keepdims=1),
+        node("Max", [p + "hi0", p + "0"], [p + "hi"]),
+        node("Min", [p + "lo0", p + "0"], [p + "lo"]),
+        node("Sub", [p + "hi", p + "lo"], [p + "range"]),
+        node("Div", [p + "range", p + "255"], [p + "s0"]),
+        node("Max", [p + "s0", p + "tiny"], [p + "s"]),  # a row of zeros: any scale
+        node("Div", [p + "lo", p + "s"], [p + "lo_s"]),
+        node("Neg", [p + "lo_s"], [p + "z0"]),
+        node("Round", [p + "z0"], [p + "z1"]),
+        node("Clip", [p + "z1", p + "0", p + "255"], [p + "z"]),
+        node("Div", [x, p + "s"], [p + "xs"]),
+        node("Round", [p + "xs"], [p + "xr"]),
+        node("Add", [p + "xr", p + "z"], [p + "xz"]),
+        node("Clip", [p + "xz", p + "0", p + "255"], [p + "q"]),
+        node("Sub", [p + "q", p + "z"], [p + "d"]),
+        node("Mul", [p + "d", p + "s"], [p + "xq"]),
+    ]
 
 
 def multiply_adds(src: Path, activations: list, sizes: list, feeds: dict) -> np.ndarray:
@@ -113,7 +159,7 @@ def measure(name: str, args) -> str:
     (_, _, src, failure), *_ = M.ensure([name], ["torchscript"])
     if src is None:
         raise SystemExit(f"{name}: the TorchScript export failed: {failure}")
-    model, activations, sizes = switched(onnx.load(src), args.weights)
+    model, activations, sizes = switched(onnx.load(src), args.weights, args.activations)
     macs = multiply_adds(src, activations, sizes, M.make_inputs(name))
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
@@ -127,9 +173,20 @@ def measure(name: str, args) -> str:
     held = feeds(range(args.inputs))
     n = len(activations)
 
-    def error(quantized: np.ndarray, data) -> float:
-        switches = {f"fq{i}_on": np.array(bool(quantized[i])) for i in range(n)}
+    def error(quantized: np.ndarray, data, parts: str = "aw") -> float:
+        """The worst error over `data` with the products `quantized` quantized: their
+        activations (`a` in `parts`) and weights (`w`)."""
+        switches = {
+            f"fq{i}_{part}": np.array(bool(quantized[i]) and part in parts)
+            for i in range(n)
+            for part in "aw"
+        }
         return max(worst_output(want, fq.run(None, {**f, **switches})) for f, want in data)
+
+    def both(quantized: np.ndarray, parts: str = "aw") -> str:
+        """The errors on the calibration and held-out inputs, as `cal% / held%`."""
+        e = [100 * error(quantized, data, parts) for data in (cal, held)]
+        return f"{e[0]:.2f}% / {e[1]:.2f}%"
 
     everything = np.ones(n, bool)
     # every switch off: the float model's outputs, up to float32 rounding (the switches
@@ -156,15 +213,12 @@ def measure(name: str, args) -> str:
             quantized[i] = False
             kept += 1
         share = macs[~quantized].sum() / macs.sum()
-        return (
-            f"{kept} | {100 * share:.0f}% "
-            f"| {100 * error(quantized, cal):.2f}% / {100 * error(quantized, held):.2f}%"
-        )
+        return f"{kept} | {100 * share:.0f}% | {both(quantized)}"
 
     ranked = np.sort(np.maximum(drops, 0))[::-1]
     return (
-        f"| {name} | {args.weights} | {n} "
-        f"| {100 * full:.2f}% / {100 * error(everything, held):.2f}% "
+        f"| {name} | {args.weights} | {args.activations} | {n} "
+        f"| {both(everything)} | {both(everything, 'w')} | {both(everything, 'a')} "
         f"| {100 * ranked[0] / full:.1f}% | {100 * ranked[:5].sum() / full:.1f}% "
         f"| {100 * budget:.2f}% | {greedy(np.argsort(-drops))} "
         f"| {greedy(np.argsort(-drops / macs))} |"
@@ -175,6 +229,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["bert", "distilbert"], choices=sorted(M.SPECS))
     ap.add_argument("--weights", choices=sorted(STEPS), default="full-range")
+    ap.add_argument(
+        "--activations",
+        choices=("tensor", "row"),
+        default="tensor",
+        help="one uint8 scale per activation tensor (default) or per row (token)",
+    )
     ap.add_argument(
         "--fraction",
         type=float,
@@ -187,11 +247,12 @@ def main() -> None:
     args = ap.parse_args()
     print(f"onnxruntime {ort.__version__}; budget {args.fraction} of the all-quantized error\n")
     print(
-        "| model | weights | products | all quantized (cal / held out) | largest drop "
+        "| model | weights | activations | products | all quantized (cal / held out) "
+        "| weights only | activations only | largest drop "
         "| 5 largest drops | budget | by drop: kept float | MACs | error then (cal / held out) "
         "| by drop per MAC: kept float | MACs | error then (cal / held out) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models:
         start = time.perf_counter()
         row = measure(name, args)
