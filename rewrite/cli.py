@@ -323,8 +323,8 @@ def _quantize_parser(sub) -> None:
         help="dynamic and static: first move part of each activation channel's range into the "
         "weights of the products that read it (SmoothQuant, patterns/quant/smooth.rules), by "
         "s_j = max|x_j|^ALPHA / max|w_j|^(1-ALPHA) from the calibration inputs; ALPHA in "
-        "[0, 1], 0.5 is the paper's default. Products after a LayerNormalization or a "
-        "product by a constant only (where x / s folds into a constant)",
+        "[0, 1], 0.5 is the paper's default. x / s folds into a LayerNormalization or a "
+        "product by a constant that makes x; elsewhere (after a GELU, say) it stays a Div",
     )
     q.add_argument(
         "--rounding",
@@ -1030,10 +1030,17 @@ def _print_quantized(record: dict, verbose: bool) -> None:
     out.print(f"quantized {done} of {len(sites)} nodes the quant rules matched", markup=False)
     smooth = record.get("smoothing")
     if smooth:
+        divisions = smooth.get("divisions", 0)
         out.print(
             f"smoothed {smooth['smoothed']} of {smooth['activations']} activations into the "
             f"weights of their products (SmoothQuant, alpha {smooth['alpha']:g}, "
-            f"{smooth['samples']} calibration inputs)",
+            f"{smooth['samples']} calibration inputs)"
+            + (
+                f"; {divisions} of them divided by their factors in a Div of their own "
+                "(no op before them takes the division)"
+                if divisions
+                else ""
+            ),
             markup=False,
         )
     rounding = record.get("rounding")

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import rewrite
 from frontends.onnx.api import OptionError
-from frontends.onnx.quantize import SMOOTH, smoothing_marks
+from frontends.onnx.quantize import SMOOTH, smoothing_divisions, smoothing_marks
 from rewrite.cli import main
 
 K, N, TOKENS = 256, 256, 128
@@ -64,9 +64,9 @@ def test_the_marked_factors_follow_the_papers_formula():
     cal = feeds(4, 0)
     marked, count = smoothing_marks(model, cal, alpha=0.5)
     marks = [n for n in marked.graph.node if (n.domain, n.op_type) == SMOOTH]
-    # one mark for h, read by both projections; `qk` is made by a Mul of two activations
-    # (nothing constant to absorb a division), so it is not marked
-    assert count == 1 and len(marks) == 1 and marks[0].input[0] == "h"
+    # one mark for h, read by both projections, and one for `qk`, the output projection's
+    # input, made by a Mul of two activations (nothing constant takes its division)
+    assert count == 2 and sorted(m.input[0] for m in marks) == ["h", "qk"]
     readers = [n.op_type for n in marked.graph.node if marks[0].output[0] in n.input]
     assert readers == ["MatMul", "MatMul"]
     assert "h" in [i for n in marked.graph.node if n.op_type == "Add" for i in n.input]
@@ -93,7 +93,10 @@ def test_smoothing_alone_keeps_the_function():
     marked, _ = smoothing_marks(model, cal, alpha=0.5)
     out, report = rewrite.optimize_model(marked, allow=["reassoc"], check=False)
     assert not [n for n in out.graph.node if n.domain == SMOOTH[0]]
-    assert report.fired.get("smooth-matmul", 0) >= 2
+    assert report.fired.get("smooth-matmul", 0) >= 3
+    # qk / s has nowhere to go: it stays a Div, and so does h / s, as h also feeds the
+    # residual Add (a Div costs less than a second LayerNormalization)
+    assert smoothing_divisions(out, marked) == 2
     # the weights were scaled: no original projection weight is read any more
     read = {i for n in out.graph.node for i in n.input}
     assert "wq" not in read and "wk" not in read
@@ -115,8 +118,9 @@ def test_smoothing_lowers_the_dynamic_quantization_error_of_outlier_channels(tmp
     assert report.extra["quantize"]["smoothing"] == {
         "alpha": 0.5,
         "samples": 8,
-        "activations": 1,
-        "smoothed": 1,
+        "activations": 2,
+        "smoothed": 2,
+        "divisions": 2,
     }
     for q in (plain, smooth):
         assert [n.op_type for n in q.graph.node].count("MatMulInteger") == 3
@@ -145,7 +149,7 @@ def test_smoothing_then_gptq_rounding_compose(tmp_path):
     smooth, _ = rewrite.optimize_model(model, **kw)
     both, report = rewrite.optimize_model(model, rounding="gptq", **kw)
     record = report.extra["quantize"]
-    assert record["smoothing"]["smoothed"] == 1
+    assert record["smoothing"]["smoothed"] == 2
     assert record["rounding"] == {"method": "gptq", "samples": 8, "weights": 3}
     assert not [n for n in both.graph.node if n.domain]
     assert [n.op_type for n in both.graph.node].count("MatMulInteger") == 3
@@ -167,7 +171,8 @@ def test_cli_smooth_summary_and_bad_values(tmp_path, capsys):
     args = ["quantize", str(tmp_path / "in.onnx"), str(tmp_path / "out.onnx")]
     assert main([*args, "--smooth", "0.5"]) == 0
     printed = capsys.readouterr()
-    assert "smoothed 1 of 1 activations" in printed.out
+    assert "smoothed 2 of 2 activations" in printed.out
+    assert "2 of them divided by their factors in a Div of their own" in printed.out
     assert "drawn from the input types" in printed.out + printed.err
     assert main([*args, "--smooth", "1.5"]) != 0
     assert "smooth must be a number in [0, 1]" in capsys.readouterr().err
@@ -195,7 +200,7 @@ def test_static_mode_calibrates_the_smoothed_graph(tmp_path):
     out, report = rewrite.optimize_model(
         block(), quantize="static", smooth=0.5, calibration=str(path)
     )
-    assert report.extra["quantize"]["smoothing"]["smoothed"] == 1
+    assert report.extra["quantize"]["smoothing"]["smoothed"] == 2
     ops = [n.op_type for n in out.graph.node]
     assert ops.count("QLinearMatMul") == 3
     assert not [n for n in out.graph.node if n.domain == SMOOTH[0]]
@@ -221,11 +226,32 @@ def test_smoothing_an_exported_transformer_keeps_its_function(name, exporter):
     model = getattr(make_models, name)(None, exporter=exporter)
     cal = [random_inputs(model, seed) for seed in range(4)]
     marked, count = smoothing_marks(model, cal, alpha=0.5)
-    assert count >= 2
+    assert count >= 4
     out, report = rewrite.optimize_model(marked, allow=["reassoc"], check=False)
     out, left = strip_marks(out, SMOOTH)
     assert left == 0
-    assert report.fired.get("smooth-into-layernorm", 0) >= count
+    # a mark on a LayerNormalization's output (through views) that nothing else reads folds
+    # into it (GPT-2's, before each block); where the output also feeds a residual Add
+    # (BERT's), and where no normalization made x (attention's output projection after the
+    # heads merge, the second FFN product after the GELU, BERT's pooler), a Div stays
+    made_by = {o: n for n in marked.graph.node for o in n.output}
+    readers = {}
+    for n in marked.graph.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+
+    def normalized(x: str) -> bool:
+        n = made_by.get(x)
+        while readers.get(x) == 1 and n is not None and n.op_type in ("Reshape", "Squeeze"):
+            x = n.input[0]
+            n = made_by.get(x)
+        return readers.get(x) == 1 and n is not None and n.op_type == "LayerNormalization"
+
+    marks = [n for n in marked.graph.node if (n.domain, n.op_type) == SMOOTH]
+    folded = sum(normalized(m.input[0]) for m in marks)
+    assert folded < count and (folded > 0) == (name == "gpt2")
+    assert smoothing_divisions(out, marked) == count - folded
+    assert report.fired.get("smooth-into-layernorm", 0) >= folded
     if name == "gpt2":
         assert report.fired.get("smooth-through-reshape", 0) >= count
     feed = random_inputs(model, 99)

@@ -46,6 +46,7 @@ from frontends.onnx.quantize import (
     load_calibration,
     observe,
     rounding_marks,
+    smoothing_divisions,
     smoothing_marks,
     strip_marks,
 )
@@ -726,6 +727,7 @@ def run(
                 "samples": len(feeds),
                 "activations": count,
                 "smoothed": count - left,
+                "divisions": smoothing_divisions(engine_input, marked),
             }
     if options.rounding == "gptq":
         # each product's weight marked with its GPTQ rounding (patterns/quant/rounding.rules'
