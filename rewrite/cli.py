@@ -1040,6 +1040,12 @@ def _print_quantized(record: dict, verbose: bool) -> None:
                 "(no op before them takes the division)"
                 if divisions
                 else ""
+            )
+            + (
+                f"; {smooth['unsmoothed']} folded back into the weights of products kept in "
+                "float (a division they would not gain from)"
+                if smooth.get("unsmoothed")
+                else ""
             ),
             markup=False,
         )

@@ -407,6 +407,7 @@ def test_shipped_library_checks():
         "quant-smooth",
         "quant-smooth-absorb",
         "quant-smooth-layernorm",
+        "quant-unsmooth",
         "quant-qdq",
         "qdq-canonical",
     }

@@ -166,6 +166,40 @@ def test_smoothing_then_gptq_rounding_compose(tmp_path):
     assert error(both) <= error(smooth)  # 2.41% against 2.45% by hand
 
 
+def test_a_product_kept_in_float_reads_its_activation_undivided(tmp_path):
+    """--keep-float on the output projection: its smoothing Div would be pure cost, so the
+    pass after the quantization (quant-unsmooth) folds it back into the weight; the result
+    computes what the file with the Div computes, up to float32 regrouping."""
+    path = tmp_path / "cal.npz"
+    np.savez(path, x=np.stack([f["x"] for f in feeds(8, 0)]))
+    kw = dict(quantize="dynamic", smooth=0.5, calibration=str(path), check=False)
+    out, report = rewrite.optimize_model(block(), keep_float=["o"], **kw)
+    smoothing = report.extra["quantize"]["smoothing"]
+    assert (smoothing["divisions"], smoothing["unsmoothed"]) == (1, 1)
+    assert report.extra["quantize"]["sites"][2]["quantized"] is False
+    (product,) = [n for n in out.graph.node if n.op_type == "MatMul"]
+    assert product.input[0] == "qk"  # not qk / s
+    assert not [n for n in out.graph.node if n.op_type == "Div" and "qk" in n.input]
+    weight = numpy_helper.to_array(
+        next(t for t in out.graph.initializer if t.name == product.input[1])
+    )
+    wo = numpy_helper.to_array(next(t for t in block().graph.initializer if t.name == "wo"))
+    np.testing.assert_allclose(weight, wo, rtol=1e-6)  # (w * s) / s
+    # without the pass, the Div stays before the float product; the function is the same
+    kept, report = rewrite.optimize_model(
+        block(), keep_float=["o"], skip=["ruleset:quant-unsmooth"], **kw
+    )
+    assert report.extra["quantize"]["smoothing"]["divisions"] == 2
+    assert "unsmoothed" not in report.extra["quantize"]["smoothing"]
+    for f in feeds(4, 100):
+        want = run(kept, f)
+        assert np.abs(want).std() > 0.1
+        np.testing.assert_allclose(run(out, f), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    # every product quantized: no product reads a Div in float, and the pass does not run
+    _, report = rewrite.optimize_model(block(), **kw)
+    assert "unsmoothed" not in report.extra["quantize"]["smoothing"]
+
+
 def test_cli_smooth_summary_and_bad_values(tmp_path, capsys):
     onnx.save(block(), str(tmp_path / "in.onnx"))
     args = ["quantize", str(tmp_path / "in.onnx"), str(tmp_path / "out.onnx")]
@@ -174,6 +208,11 @@ def test_cli_smooth_summary_and_bad_values(tmp_path, capsys):
     assert "smoothed 2 of 2 activations" in printed.out
     assert "2 of them divided by their factors in a Div of their own" in printed.out
     assert "drawn from the input types" in printed.out + printed.err
+    assert "folded back" not in printed.out
+    assert main([*args, "--smooth", "0.5", "--keep-float", "o"]) == 0
+    printed = capsys.readouterr()
+    assert "1 of them divided by their factors in a Div of their own" in printed.out
+    assert "1 folded back into the weights of products kept in float" in printed.out
     assert main([*args, "--smooth", "1.5"]) != 0
     assert "smooth must be a number in [0, 1]" in capsys.readouterr().err
 

@@ -42,6 +42,7 @@ from frontends.onnx.quantize import (
     Chooser,
     Plan,
     calibrate,
+    divided_products,
     drawn_calibration,
     load_calibration,
     observe,
@@ -96,6 +97,9 @@ PER_CHANNEL_DEFAULT = {"dynamic": True, "static": True}
 # SmoothQuant's pass (`smooth`) runs these rulesets alone (patterns/quant/smooth.rules): the
 # cleanup runs in the quantization pass after it
 SMOOTH_RULESETS = ("quant-smooth", "quant-smooth-absorb", "quant-smooth-layernorm")
+# ... and these in a pass after the quantization, on the products it kept in float (never in the
+# quantization's e-graph, where they would undo every smoothing)
+UNSMOOTH_RULESETS = ("quant-unsmooth",)
 # weight-only's standard-ONNX rulesets (DequantizeLinear with block_size) need this opset; for
 # target onnxruntime, its MatMulNBits rulesets run instead
 WEIGHT_ONLY_ONNX_OPSET = 21
@@ -594,6 +598,11 @@ class Run:
     folder: Path | None
 
 
+def _rulesets(rules: RuleSet, names: tuple[str, ...]) -> RuleSet:
+    """The rules of `rules` in the rulesets `names` (a pass of its own: smoothing, unsmoothing)."""
+    return RuleSet(tuple(r for r in rules.rules if r.ruleset in names), rules.files)
+
+
 def _no_stage(label: str):
     return contextlib.nullcontext()
 
@@ -633,6 +642,8 @@ def run(
         rules, excluded = pick_rules(
             load_rules(options.rules), options.skip, options.only, options.sums
         )
+        unsmoothing = _rulesets(rules, UNSMOOTH_RULESETS)
+        rules = RuleSet(tuple(r for r in rules.rules if r not in unsmoothing.rules), rules.files)
     t_rules = time.perf_counter() - clock
     with stage("loading the model"):
         path = model
@@ -708,12 +719,9 @@ def run(
         # products
         with stage("smoothing activations into weights (SmoothQuant)"), _calibration_runs():
             marked, count = smoothing_marks(model, feeds, options.smooth)
-            smoothing = RuleSet(
-                tuple(r for r in rules.rules if r.ruleset in SMOOTH_RULESETS), rules.files
-            )
             smoothed, _ = optimize_engine(
                 marked,
-                smoothing,
+                _rulesets(rules, SMOOTH_RULESETS),
                 limits=options.limits(start),
                 fp=("exact", "reassoc"),  # the smoothing rules' classes
                 folder=folder,
@@ -786,6 +794,23 @@ def run(
         kw.clear()  # the imported graph's arrays: the result holds the weights now
     if options.rounding != "nearest":  # weights kept in float read their own values again
         result, _ = strip_marks(result, ROUNDED)
+    if options.smooth is not None and unsmoothing.rules and divided_products(result, marked):
+        # a product kept in float gains nothing from its smoothing Div: its weight takes the
+        # division back (patterns/quant/smooth.rules' quant-unsmooth), in a pass of its own
+        with stage("folding smoothing divisions back into products kept in float"):
+            result, _ = optimize_engine(
+                result,
+                unsmoothing,
+                limits=options.limits(start),
+                fp=("exact", "reassoc"),
+                folder=folder,
+                provenance=False,
+                target=options.target,
+            )
+            smoothing = choose.record["smoothing"]
+            left = smoothing_divisions(result, marked)
+            smoothing["unsmoothed"] = smoothing["divisions"] - left
+            smoothing["divisions"] = left
     if options.runs_model and options.quantize != "static":  # (static: below)
         report = onnx_counts(report, model, result)  # counted against the user's model
     if options.quantize == "static":  # marks the rules did not consume never reach the output

@@ -732,8 +732,26 @@ def smoothing_divisions(model: onnx.ModelProto, marked: onnx.ModelProto) -> int:
     """How many nodes of `model` (the smoothing pass's result) still divide an activation by
     the factors of a mark of `marked` (`smoothing_marks`' model): the divisions no op before
     them took into its constants."""
+    return len(_divisions(model, marked))
+
+
+def _divisions(model: onnx.ModelProto, marked: onnx.ModelProto) -> set[str]:
+    """The outputs of the Div nodes of `model` whose divisor is the factors of a mark of
+    `marked`."""
     factors = {n.input[1] for n in marked.graph.node if (n.domain, n.op_type) == SMOOTH}
-    return sum(n.op_type == "Div" and n.input[1] in factors for n in model.graph.node)
+    return {n.output[0] for n in model.graph.node if n.op_type == "Div" and n.input[1] in factors}
+
+
+def divided_products(model: onnx.ModelProto, marked: onnx.ModelProto) -> int:
+    """How many MatMul and Gemm nodes of `model` (a quantization's result) read an activation
+    divided by the factors of a mark of `marked` (`smoothing_marks`' model): products the
+    quantization kept in float behind their smoothing Div, which patterns/quant/smooth.rules'
+    quant-unsmooth folds back into their weights."""
+    divided = _divisions(model, marked)
+    return sum(
+        n.op_type in SMOOTHED_PRODUCTS and not n.domain and n.input[0] in divided
+        for n in model.graph.node
+    )
 
 
 def _feedback(h: np.ndarray) -> np.ndarray:
