@@ -34,6 +34,7 @@ import onnx
 import sympy
 from onnx import helper, numpy_helper
 
+from vocab.declared import AttrRef, Declaration, declaration
 from vocab.graph import ABSENT, Node, TermGraph, Value, prune
 from vocab.movement_rules import split_count
 from vocab.ops import OPS, TensorValue
@@ -50,7 +51,7 @@ from vocab.symbolic import (
     to_dim,
     value_of_array,
 )
-from vocab.types import TensorType, np_dtype
+from vocab.types import UNKNOWN, TensorType, np_dtype
 
 
 @dataclass
@@ -117,10 +118,18 @@ def analyze(g: TermGraph) -> ShapeAnalysis:
         v = value_of_array(arr)
         if v is not None:
             a.values[vid] = v
+
+    def fill(vid: int, shape: tuple) -> Shape:
+        """`shape` with each dimension a rule left None (two different symbols broadcast)
+        taken from the type already in the graph at that index, or a fresh symbol."""
+        t = from_type(vid)
+        same = t is not None and len(t) == len(shape)
+        return tuple(d if d is not None else t[i] if same else fresh() for i, d in enumerate(shape))
+
     for n in g.nodes:
         try:
             if not old_form(n, g.opset):
-                _visit(n, g, a)
+                _visit(n, g, a, fill)
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError):
             pass  # what the rule could not follow stays unknown
         for o in n.outputs:
@@ -149,8 +158,14 @@ def _call(n: Node, g: TermGraph, a: ShapeAnalysis) -> Call:
     return Call(n, ins, _attrs(n), dtypes, a.shapes, a.values)
 
 
-def _visit(n: Node, g: TermGraph, a: ShapeAnalysis) -> None:
-    """The shapes of `n`'s outputs and the value of its first output, by its op's rules."""
+def _visit(n: Node, g: TermGraph, a: ShapeAnalysis, fill) -> None:
+    """The shapes of `n`'s outputs and the value of its first output, by its op's rules (a
+    declared op's by its body's, `_visit_declared`); `fill(vid, shape)` gives the dimensions
+    a shape rule leaves None."""
+    d = declaration(n.op)  # a declared op's node (its op is `domain.Name`)
+    if d is not None and len(n.outputs) == 1:
+        _visit_declared(n, d, g, a, fill)
+        return
     rule = rule_of(n.op) if n.domain in ("", "ai.onnx") and n.outputs else None
     if rule is None:
         return
@@ -159,10 +174,50 @@ def _visit(n: Node, g: TermGraph, a: ShapeAnalysis) -> None:
         shapes = rule.shape(c)
         for o, s in zip(n.outputs, shapes if isinstance(shapes, list) else [shapes]):
             if s is not None:
-                a.shapes[o] = tuple(sympy.Integer(d) if isinstance(d, int) else d for d in s)
+                s = tuple(sympy.Integer(d) if isinstance(d, int) else d for d in s)
+                a.shapes[o] = fill(o, s) if None in s else s
     if rule.value is not None:
         out = n.outputs[0]
         _store_value(a, out, rule.value(c, a.shapes.get(out)), g.values[out].type.dtype)
+
+
+def _visit_declared(n: Node, d: Declaration, g: TermGraph, a: ShapeAnalysis, fill) -> None:
+    """The shape and value of declared op `n`'s output (`vocab.declared`): its body's nodes
+    visited in order on a graph of their own, whose inputs have the shapes and values `a`
+    knows for `n`'s, each body attribute that refers to one of the op's taken from `n` (or
+    the declaration's default). A mark such as rewrite.Smooth (body: Identity) keeps its
+    input's symbolic shape, where the type ONNX inference gives it has fresh dimensions."""
+    taken = _attrs(n)
+    defaults = {s.name: s.default for s in d.spec.attrs}
+    values = [Value(name, UNKNOWN) for name in d.spec.inputs]
+    index = {name: i for i, name in enumerate(d.spec.inputs)}
+    sub = ShapeAnalysis()
+    for i, vid in enumerate(n.inputs[: len(values)]):
+        if vid == ABSENT:
+            continue
+        values[i] = replace(values[i], type=g.values[vid].type)
+        if vid in a.shapes:
+            sub.shapes[i] = a.shapes[vid]
+        if vid in a.values:
+            sub.values[i] = a.values[vid]
+    nodes = []
+    for b in d.body:
+        index[b.output] = len(values)
+        values.append(Value(b.output, UNKNOWN))
+        attrs = tuple(
+            (k, taken.get(v.name, defaults.get(v.name)) if isinstance(v, AttrRef) else v)
+            for k, v in b.attrs
+        )
+        ins = tuple(index[i] if i else ABSENT for i in b.inputs)
+        nodes.append(Node(b.op, ins, (index[b.output],), attrs))
+    body = TermGraph(tuple(values), tuple(nodes), (), (), {}, d.opset)
+    for b in nodes:
+        _visit(b, body, sub, lambda vid, shape: fill(n.outputs[0], shape))
+    last = nodes[-1].outputs[0] if nodes else None
+    if sub.shapes.get(last) is not None:
+        a.shapes[n.outputs[0]] = sub.shapes[last]
+    if last in sub.values:
+        a.values[n.outputs[0]] = sub.values[last]
 
 
 def _store_value(a: ShapeAnalysis, out: int, arr, dtype: int) -> None:

@@ -7,6 +7,7 @@ import onnx.parser
 import pytest
 import sympy
 
+from dsl import check, parse
 from engine.shapes import analyze, fold_shapes
 from frontends.onnx import export_model, import_model
 from frontends.onnx.check import run
@@ -241,3 +242,55 @@ def test_simplify_skips_only_what_sympy_returns_as_it_is():
     assert simplify(a / c + 1) == sympy.simplify(a / c + 1)
     assert simplify(a * b / (a * c)) == b / c
     assert simplify((a * b + a) / a) == b + 1
+
+
+def test_a_broadcast_of_two_symbols_loses_only_that_dimension():
+    """Attention scores [B, H, 2S, S] plus a mask [B, 1, 1, T] whose sequence symbol T is not
+    S (an exporter's own name for it): either may be 1, so the last axis gets a symbol of its
+    own, and the batch, head and query axes stay known (they used to be lost with it). The
+    scores come from a Reshape to [B, 4, -1, S], whose third dimension ONNX shape inference
+    does not know and the analysis does (2S)."""
+    m = _model(
+        """<ir_version: 10, opset_import: ["" : 17]>
+        g (float[B, 8, S, S] x, float[B, 1, 1, T] mask) => (float[B, 4, N, M] y) {
+          s = Shape(x)
+          i0 = Constant<value = int64[1] {0}>()
+          i1 = Constant<value = int64[1] {1}>()
+          i3 = Constant<value = int64[1] {3}>()
+          i4 = Constant<value = int64[1] {4}>()
+          rest = Constant<value = int64[1] {-1}>()
+          b = Slice(s, i0, i1)
+          last = Slice(s, i3, i4)
+          t = Concat<axis = 0>(b, i4, rest, last)
+          scores = Reshape(x, t)
+          a = Add(scores, mask)
+          y = Softmax<axis = -1>(a)
+        }"""
+    )
+    g = import_model(m)
+    a = analyze(g)
+    b, s, t = symbol("B"), symbol("S"), symbol("T")
+    shape = a.shapes[g.outputs[0]]
+    assert shape[:3] == (b, sympy.Integer(4), 2 * s)
+    assert shape[3] not in (s, t) and not shape[3].is_number
+
+
+def test_a_declared_op_keeps_the_symbolic_shape_its_body_gives():
+    """A declared op (`vocab.declared`) is followed through its body's shape rules: a
+    com.acme.Swish of x[B, S, 8] is [B, S, 8] symbolically, so a Reshape of its output to
+    its own dims folds, where ONNX shape inference gives the op's output fresh dimensions."""
+    check(parse("(op com.acme.Swish (@x) :cost elementwise (Mul @x (Sigmoid @x)))", "a.rules"))
+    m = onnx.parser.parse_model(
+        """<ir_version: 10, opset_import: ["" : 17, "com.acme" : 1]>
+        g (float[B, S, 8] x) => (float[B, S, 8] y) {
+          w = com.acme.Swish(x)
+          s = Shape(w)
+          y = Reshape(x, s)
+        }"""
+    )
+    g = import_model(m)
+    a = analyze(g)
+    swish = next(n for n in g.nodes if "Swish" in n.op)
+    assert a.shapes[swish.outputs[0]] == (symbol("B"), symbol("S"), sympy.Integer(8))
+    out, stats = fold_shapes(g)
+    assert stats.noops == 1  # the Reshape of x to Swish(x)'s shape is x

@@ -149,9 +149,11 @@ def _unary(c: Call, f) -> np.ndarray | None:
 @shape_rule(*FAMILIES["BROADCASTING"], "PRelu")
 def broadcasting(c: Call) -> Shape | None:
     """The present inputs' shapes broadcast (ONNX docs/Broadcasting.md; PRelu's slope
-    broadcasts to X, so the result is X's shape); None if a dimension is unknown."""
-    shp = broadcast([c.shape(i) for i in range(len(c.inputs)) if c.has(i)])
-    return None if shp is None or None in shp else shp
+    broadcasts to X, so the result is X's shape); None if a rank is unknown, and None for
+    a dimension where two different symbols meet (either may be 1): the analysis gives that
+    one dimension a symbol of its own and keeps the others (a Softmax over BERT's scores
+    plus a mask whose sequence symbol differs still has its batch, head and query axes)."""
+    return broadcast([c.shape(i) for i in range(len(c.inputs)) if c.has(i)])
 
 
 def _elementwise(c: Call, f) -> np.ndarray | None:
