@@ -9,7 +9,8 @@ For each model and exporter (bench/models.py's full-size exports, TorchScript an
 `--exporters` names one): onnxruntime's
 `quantize_dynamic` and its worst error over `--inputs` measured inputs (seeds 0..n-1); the
 budget, `--budget` times that error; then `rewrite quantize --error-budget BUDGET` with the
-flags after `--`, fitted (`--smooth`, `--rounding gptq`) on `--calibration` inputs of seeds
+flags after `--` (`--budget 0`: without a budget, every product quantized), fitted
+(`--smooth`, `--rounding gptq`) on `--calibration` inputs of seeds
 1000.., and with `--validation` searched and checked on as many inputs of seeds 2000.. (else
 on the calibration inputs). Reported: latency / float (median of 30 paired runs, ORT_ENABLE_ALL,
 1 thread), the worst and mean error (max|q - ref| / max|ref| per input, the worst output) and
@@ -47,23 +48,26 @@ def row(name: str, exporter: str, args) -> str:
     cal = M.save_inputs(work / f"calibration-{n}.npz", name, range(1000, 1000 + n))
     more = ["--calibration", str(cal)]
     searched = 1000  # the first seed of the inputs the search runs on
+    if budget:
+        more += ["--error-budget", str(budget)]
     if args.validation:
         held = M.save_inputs(work / f"validation-{n}.npz", name, range(2000, 2000 + n))
-        more += ["--validation", str(held)]
+        more += ["--validation", str(held)] if budget else []
         searched = 2000
     dst = work / "budget.onnx"
     dst.unlink(missing_ok=True)
     flags = " ".join(args.flags)
+    stated = f"{100 * budget:.2f}%" if budget else "none"
     try:
-        seconds = Q.quantize_ours(src, dst, *args.flags, "--error-budget", str(budget), *more)
+        seconds = Q.quantize_ours(src, dst, *args.flags, *more)
     except subprocess.CalledProcessError:
-        return f"| {label} | {flags} | {100 * budget:.2f}% | over budget: nothing written |"
+        return f"| {label} | {flags} | {stated} | over budget: nothing written |"
     q = Q.session(dst)
     e = Q.errors(name, ref, q, args.inputs)
     seen = Q.errors(name, ref, q, n, first=searched)
     lat = Q.latency(name, ref, q, args.runs)
     return (
-        f"| {label} | {flags} | {100 * budget:.2f}% | {lat:.3f}x | {100 * e['error']:.2f}% "
+        f"| {label} | {flags} | {stated} | {lat:.3f}x | {100 * e['error']:.2f}% "
         f"| {100 * e['mean']:.2f}% | {100 * e['argmax']:.1f}% | {100 * seen['error']:.2f}% "
         f"| {100 * seen['mean']:.2f}% | {seconds:.0f} |"
     )
@@ -83,7 +87,13 @@ def main(argv=None) -> int:
         action="store_true",
         help="search and check the budget on as many validation inputs (`--validation`)",
     )
-    ap.add_argument("--budget", type=float, default=0.5, help="times onnxruntime's error (0.5)")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=0.5,
+        help="times onnxruntime's error (0.5); 0: no budget, every product quantized (the "
+        "same measurement of the flags alone)",
+    )
     ap.add_argument("--inputs", type=int, default=32, help="measured inputs (32)")
     ap.add_argument("--runs", type=int, default=30, help="paired latency runs (30)")
     ap.add_argument("flags", nargs="*", help="`rewrite quantize` flags, after --")

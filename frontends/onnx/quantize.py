@@ -656,9 +656,11 @@ def smoothing_marks(
     products through `rewrite.Smooth(x, s)` (patterns/quant/smooth.rules), and how many were
     marked. Such an x is the first input of a MatMul or Gemm (transA 0) whose weight is a 2-D
     float32 initializer. Where x is made by a normalization or a Mul by a constant (through
-    view ops), the rules fold x / s into that op's constants; elsewhere (an FFN's second
-    product, after its GELU) x / s stays a Div of its own (`smoothing_divisions` counts them),
-    one elementwise op over x. Measured (docs/benchmarks.md): with every product quantized,
+    view ops, or one factor deeper: a GELU written 0.5 * x * (1 + ...)), the rules fold x / s
+    into that op's constants; elsewhere (attention's merged heads, a Gelu op's output) x / s
+    stays a Div of its own (`smoothing_divisions` counts them), one elementwise op over x,
+    and a product the quantization keeps in float gets it folded back into its weight
+    (`divided_products`). Measured (docs/benchmarks.md): with every product quantized,
     BERT-base's worst error 4.40% -> 4.07% at 0.323x -> 0.332x of float's latency.
     s_j = max|x_j|^alpha / max|W_j|^(1 - alpha) (Xiao et al. 2023, eq. 4): max|x_j| over the
     calibration `feeds` (channel j of x's last axis), max|W_j| over row j of every marked
