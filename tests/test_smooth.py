@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import rewrite
 from frontends.onnx.api import OptionError
-from frontends.onnx.quantize import SMOOTH, smoothing_divisions, smoothing_marks
+from frontends.onnx.quantize import SMOOTH, Chooser, smoothing_divisions, smoothing_marks
 from rewrite.cli import main
 
 K, N, TOKENS = 256, 256, 128
@@ -198,6 +198,31 @@ def test_a_product_kept_in_float_reads_its_activation_undivided(tmp_path):
     # every product quantized: no product reads a Div in float, and the pass does not run
     _, report = rewrite.optimize_model(block(), **kw)
     assert "unsmoothed" not in report.extra["quantize"]["smoothing"]
+
+
+def test_folding_a_division_back_is_measured_against_the_budget(tmp_path, monkeypatch, capsys):
+    """With --error-budget, the graph without the Div is measured again on the search's
+    inputs (float32 regrouping can move a compounding model's error) and kept only within
+    the budget; over it, the searched graph stays, and the record says why."""
+    path = tmp_path / "cal.npz"
+    np.savez(path, x=np.stack([f["x"] for f in feeds(8, 0)]))
+    kw = dict(quantize="dynamic", smooth=0.5, calibration=str(path), check=False, keep_float=["o"])
+    out, report = rewrite.optimize_model(block(), error_budget=0.5, **kw)
+    record = report.extra["quantize"]
+    assert record["smoothing"]["unsmoothed"] == 1
+    assert 0 < record["calibration_error"]["y"] <= 0.5  # measured on the result
+    assert not [n for n in out.graph.node if n.op_type == "Div" and "qk" in n.input]
+    monkeypatch.setattr(Chooser, "measure", lambda self, model: {"y": 0.9})
+    out, report = rewrite.optimize_model(block(), error_budget=0.5, **kw)
+    smoothing = report.extra["quantize"]["smoothing"]
+    assert smoothing["unsmoothed"] == 0 and smoothing["unsmoothing_over_budget"] == 0.9
+    assert smoothing["divisions"] == 2
+    assert [n for n in out.graph.node if n.op_type == "Div" and "qk" in n.input]
+    onnx.save(block(), str(tmp_path / "in.onnx"))
+    args = ["quantize", str(tmp_path / "in.onnx"), str(tmp_path / "out.onnx"), "--smooth", "0.5"]
+    more = ["--keep-float", "o", "--error-budget", "0.5", "--calibration", str(path)]
+    assert main([*args, *more, "--no-check"]) == 0
+    assert "without them the error measured 90.00%, over the budget" in capsys.readouterr().out
 
 
 def test_cli_smooth_summary_and_bad_values(tmp_path, capsys):

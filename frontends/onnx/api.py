@@ -798,7 +798,7 @@ def run(
         # a product kept in float gains nothing from its smoothing Div: its weight takes the
         # division back (patterns/quant/smooth.rules' quant-unsmooth), in a pass of its own
         with stage("folding smoothing divisions back into products kept in float"):
-            result, _ = optimize_engine(
+            unsmoothed, _ = optimize_engine(
                 result,
                 unsmoothing,
                 limits=options.limits(start),
@@ -807,10 +807,20 @@ def run(
                 provenance=False,
                 target=options.target,
             )
+            # the budget was measured on the graph with the Divs: the new one is measured
+            # again, and kept only if it is within the budget too
+            errors = choose.measure(unsmoothed)
             smoothing = choose.record["smoothing"]
-            left = smoothing_divisions(result, marked)
-            smoothing["unsmoothed"] = smoothing["divisions"] - left
-            smoothing["divisions"] = left
+            if errors is not None and max(errors.values(), default=0.0) > options.error_budget:
+                smoothing["unsmoothed"] = 0
+                smoothing["unsmoothing_over_budget"] = max(errors.values())
+            else:
+                result = unsmoothed
+                left = smoothing_divisions(result, marked)
+                smoothing["unsmoothed"] = smoothing["divisions"] - left
+                smoothing["divisions"] = left
+                if errors is not None:
+                    choose.record["calibration_error"] = errors
     if options.runs_model and options.quantize != "static":  # (static: below)
         report = onnx_counts(report, model, result)  # counted against the user's model
     if options.quantize == "static":  # marks the rules did not consume never reach the output
