@@ -672,8 +672,8 @@ def smoothing_marks(
     products through `rewrite.Smooth(x, s)` (patterns/quant/smooth.rules), and how many were
     marked. Such an x is the first input of a MatMul or Gemm (transA 0) whose weight is a 2-D
     float32 initializer. Where x is made by a normalization or a Mul by a constant (through
-    view ops, or one factor deeper: a GELU written 0.5 * x * (1 + ...)), the rules fold x / s
-    into that op's constants; elsewhere (attention's merged heads, a Gelu op's output) x / s
+    view ops), the rules fold x / s into that op's constants; elsewhere (attention's merged
+    heads, a Gelu op's output, GPT-2's 0.5 * x * (1 + tanh(...))) x / s
     stays a Div of its own (`smoothing_divisions` counts them), one elementwise op over x,
     and a product the quantization keeps in float gets it folded back into its weight
     (`divided_products`). Measured (docs/benchmarks.md): with every product quantized,
