@@ -643,7 +643,9 @@ def run(
             load_rules(options.rules), options.skip, options.only, options.sums
         )
         unsmoothing = _rulesets(rules, UNSMOOTH_RULESETS)
-        rules = RuleSet(tuple(r for r in rules.rules if r not in unsmoothing.rules), rules.files)
+        rules = RuleSet(
+            tuple(r for r in rules.rules if r.ruleset not in UNSMOOTH_RULESETS), rules.files
+        )
     t_rules = time.perf_counter() - clock
     with stage("loading the model"):
         path = model

@@ -254,9 +254,7 @@ class Chooser:
         over. Raises CheckError when onnxruntime cannot run it."""
         if self.reference is None:
             return None
-        if self.folder is not None:
-            onnx.external_data_helper.load_external_data_for_model(model, self.folder)
-        return self._errors(model, self.reference)
+        return self._errors(self._with_weights(model), self.reference)
 
     def _why_float(self, s: Site) -> str:
         """Why the user's options keep `s` in float ("" if they do not)."""
@@ -269,7 +267,10 @@ class Chooser:
         return ""
 
     def _model(self, g: TermGraph) -> onnx.ModelProto:
-        m = export_model(g)
+        return self._with_weights(export_model(g))
+
+    def _with_weights(self, m: onnx.ModelProto) -> onnx.ModelProto:
+        """`m` with the weights it keeps in the model's external data files read in."""
         if self.folder is not None:
             onnx.external_data_helper.load_external_data_for_model(m, self.folder)
         return m
