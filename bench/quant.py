@@ -191,10 +191,10 @@ def errors(
     name: str, ref: ort.InferenceSession, q: ort.InferenceSession, n: int, first: int = 0
 ) -> dict:
     """Worst max|q - ref| / max|ref| over outputs and `n` inputs of seeds `first`.. (`error`),
-    its mean over the
-    inputs (`mean`: the worst output per input), and the argmax agreement over the last axis
-    of the first output (a share of positions); for image models over the channels of the
-    last output (the pooled features, [N, C, 1, 1])."""
+    its mean over the inputs (`mean`: the worst output per input; `per_input`: each input's, in
+    seed order), and the argmax agreement over the last axis of the first output (a share of
+    positions); for image models over the channels of the last output (the pooled features,
+    [N, C, 1, 1])."""
     per_input, agree, total = [], 0, 0
     for seed in range(first, first + n):
         feeds = M.make_inputs(name, seed=seed)
@@ -206,7 +206,12 @@ def errors(
         else:
             a, b = want[0].argmax(-1), got[0].argmax(-1)
         agree, total = agree + int((a == b).sum()), total + a.size
-    return {"error": max(per_input), "mean": float(np.mean(per_input)), "argmax": agree / total}
+    return {
+        "error": max(per_input),
+        "mean": float(np.mean(per_input)),
+        "per_input": per_input,
+        "argmax": agree / total,
+    }
 
 
 def latency(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, runs: int) -> float:

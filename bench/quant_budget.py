@@ -6,17 +6,16 @@ inputs the search saw beside the error on held-out ones.
         --validation -- --smooth 0.5 --rounding gptq --cpu vnni
 
 For each model and exporter (bench/models.py's full-size exports, TorchScript and dynamo unless
-`--exporters` names one): onnxruntime's
-`quantize_dynamic` and its worst error over `--inputs` measured inputs (seeds 0..n-1); the
-budget, `--budget` times that error; then `rewrite quantize --error-budget BUDGET` with the
-flags after `--` (`--budget 0`: without a budget, every product quantized), fitted
-(`--smooth`, `--rounding gptq`) on `--calibration` inputs of seeds
-1000.., and with `--validation` searched and checked on as many inputs of seeds 2000.. (else
-on the calibration inputs). Reported: latency / float (median of 30 paired runs, ORT_ENABLE_ALL,
-1 thread), the worst and mean error (max|q - ref| / max|ref| per input, the worst output) and
-the argmax agreement on the measured inputs, the same worst and mean on the inputs the search
-ran on, and the seconds `rewrite quantize` took. A run over its budget on the search's inputs
-exits non-zero and writes nothing: its row says so.
+`--exporters` names one): onnxruntime's `quantize_dynamic` and its worst error over `--inputs`
+measured inputs (seeds 0..n-1); the budget, `--budget` times that error; then `rewrite quantize
+--error-budget BUDGET` with the flags after `--` (`--budget 0`: without a budget, every product
+quantized), fitted (`--smooth`, `--rounding gptq`) on `--calibration` inputs of seeds 1000..,
+and with `--validation [N]` searched and checked on N inputs of seeds 2000.. (as many as the
+calibration inputs without N; else on the calibration inputs). Reported: latency / float
+(median of 30 paired runs, ORT_ENABLE_ALL, 1 thread), the worst and mean error (max|q - ref| /
+max|ref| per input, the worst output) and the argmax agreement on the measured inputs, the same
+worst and mean on the inputs the search ran on, and the seconds `rewrite quantize` took. A run
+over its budget on the search's inputs exits non-zero and writes nothing: its row says so.
 """
 
 from __future__ import annotations
@@ -50,8 +49,10 @@ def row(name: str, exporter: str, args) -> str:
     searched = 1000  # the first seed of the inputs the search runs on
     if budget:
         more += ["--error-budget", str(budget)]
-    if args.validation:
-        held = M.save_inputs(work / f"validation-{n}.npz", name, range(2000, 2000 + n))
+    seen_n = n  # how many inputs the search runs on
+    if args.validation is not None:
+        seen_n = args.validation or n
+        held = M.save_inputs(work / f"validation-{seen_n}.npz", name, range(2000, 2000 + seen_n))
         more += ["--validation", str(held)] if budget else []
         searched = 2000
     dst = work / "budget.onnx"
@@ -64,7 +65,7 @@ def row(name: str, exporter: str, args) -> str:
         return f"| {label} | {flags} | {stated} | over budget: nothing written |"
     q = Q.session(dst)
     e = Q.errors(name, ref, q, args.inputs)
-    seen = Q.errors(name, ref, q, n, first=searched)
+    seen = Q.errors(name, ref, q, seen_n, first=searched)
     lat = Q.latency(name, ref, q, args.runs)
     return (
         f"| {label} | {flags} | {stated} | {lat:.3f}x | {100 * e['error']:.2f}% "
@@ -84,8 +85,12 @@ def main(argv=None) -> int:
     ap.add_argument("--calibration", type=int, default=32, help="calibration inputs (32)")
     ap.add_argument(
         "--validation",
-        action="store_true",
-        help="search and check the budget on as many validation inputs (`--validation`)",
+        nargs="?",
+        type=int,
+        const=0,
+        metavar="N",
+        help="search and check the budget on N validation inputs (`--validation`; N: as many as "
+        "--calibration)",
     )
     ap.add_argument(
         "--budget",
@@ -98,8 +103,9 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=30, help="paired latency runs (30)")
     ap.add_argument("flags", nargs="*", help="`rewrite quantize` flags, after --")
     args = ap.parse_args(argv)
-    print(f"CPU: {Q.cpu()}; {args.calibration} calibration inputs", flush=True)
-    searched = "validation" if args.validation else "calibration"
+    held = "" if args.validation is None else f", {args.validation or args.calibration} validation"
+    print(f"CPU: {Q.cpu()}; {args.calibration} calibration inputs{held}", flush=True)
+    searched = "calibration" if args.validation is None else "validation"
     print(
         "| model | flags | budget | latency / float | worst measured | mean measured | argmax "
         f"| worst on {searched} | mean on {searched} | seconds |\n"

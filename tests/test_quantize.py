@@ -13,7 +13,7 @@ from onnx.reference import ReferenceEvaluator
 
 import rewrite
 from engine.cost import CostModel
-from frontends.onnx import api
+from frontends.onnx import api, check, quantize
 from frontends.onnx.api import OptionError
 from rewrite.cli import main
 from vocab.registry import BOUNDS, conv_pair_steps, int8_sums_in_int32, pair_steps
@@ -430,6 +430,35 @@ def test_an_error_budget_holds_on_the_calibration_inputs(tmp_path):
         named_mlp(), quantize="dynamic", error_budget=everything * 2, calibration=str(path)
     )
     assert ops(q).count("MatMulInteger") == 2
+
+
+def test_the_budget_search_stops_a_candidate_at_the_first_input_over_the_budget(
+    tmp_path, monkeypatch
+):
+    # a candidate over the budget is over it whatever the other inputs give: the search runs
+    # the inputs only up to the first that takes it over; one within runs them all
+    path, xs = calibration(tmp_path)
+    full, _ = rewrite.optimize_model(named_mlp(), quantize="dynamic")
+    errors = [measured_error(full, x[None]) for x in xs]
+    over = sorted(errors)[3]  # the first input above it: the first of 4 (of 8) in file order
+    first = next(i for i, e in enumerate(errors) if e > over)
+    assert 0 < first < len(xs) - 1
+    chooser = quantize.Chooser(
+        quantize.Plan(error_budget=over), quantize.load_calibration(str(path), named_mlp())
+    )
+    reference = chooser._reference(named_mlp(), [])[0]
+    runs = []
+    monkeypatch.setattr(quantize, "run", lambda s, f: runs.append(f) or check.run(s, f))
+    stopped = chooser._errors(full, reference, stop_over=over)
+    assert len(runs) == first + 1
+    assert stopped["y"] == pytest.approx(max(errors[: first + 1]), rel=1e-4) and stopped["y"] > over
+    runs.clear()
+    whole = chooser._errors(full, reference)
+    assert len(runs) == len(xs) and whole["y"] == pytest.approx(max(errors), rel=1e-4)
+    # within the budget, nothing stops: the error is the worst of every input
+    runs.clear()
+    assert chooser._errors(full, reference, stop_over=max(errors)) == whole
+    assert len(runs) == len(xs)
 
 
 def test_an_error_budget_with_validation_inputs_is_searched_and_checked_on_them(tmp_path):

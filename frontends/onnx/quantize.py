@@ -14,7 +14,8 @@ its float and its quantized form (an `engine.quantize.Site`). `Chooser` is the
   the rule's captures, over the largest magnitude of the node's own output: the relative error
   the node itself may add. The search keeps the first k sites of an order in float, k found
   by bisection (each step extracts the graph anew from the same e-graph and runs it under
-  onnxruntime, ORT_ENABLE_ALL as a user runs it), for three orders: the largest estimates
+  onnxruntime, ORT_ENABLE_ALL as a user runs it, up to the first input that takes it over
+  the budget: a step's recorded error over the budget is a lower bound), for three orders: the largest estimates
   first, the largest estimates per nanosecond of the site's float work (`Site.float_ns`, the
   cost model's) first, and graph order; it keeps the one that leaves the fewest in float,
   then the one whose float sites cost least (the estimates are worst cases that do not say how an
@@ -157,8 +158,11 @@ class Chooser:
             measured: dict[frozenset, dict[str, float]] = {}
 
             def error(kept: frozenset) -> dict[str, float]:
+                """The candidate's error per output; over the budget, only as far as the first
+                feed that took it over (all the search needs to know)."""
                 if kept not in measured:
-                    measured[kept] = self._errors(self._model(build(frozenset(keep | kept))), want)
+                    model = self._model(build(frozenset(keep | kept)))
+                    measured[kept] = self._errors(model, want, self.plan.error_budget)
                 return measured[kept]
 
             def fewest(order: list[Site]) -> tuple[frozenset, list[dict]]:
@@ -302,9 +306,16 @@ class Chooser:
             values.append(got)
         return (outs, want), values
 
-    def _errors(self, model: onnx.ModelProto, reference) -> dict[str, float]:
+    def _errors(
+        self, model: onnx.ModelProto, reference, stop_over: float | None = None
+    ) -> dict[str, float]:
         """max|q - ref| / max|ref| per float output, the worst over the calibration feeds
-        (each feed's error relative to its own largest output, as the output check has it)."""
+        (each feed's error relative to its own largest output, as the output check has it).
+
+        stop_over: stop after the first feed on which an output's error exceeds it; the
+        errors are then those of the feeds run so far (a candidate over the budget is over
+        it whatever the other feeds give: on GPT-2's budget search, about half the candidates
+        are, and each ran every feed)."""
         outs, want = reference
         sess = session(model, optimized=True)
         worst = dict.fromkeys(outs, 0.0)
@@ -315,6 +326,8 @@ class Chooser:
                 err = float(np.abs(got - ref).max(initial=0))
                 big = float(np.abs(ref).max(initial=0))
                 worst[name] = max(worst[name], err / big if big else err)
+            if stop_over is not None and max(worst.values(), default=0.0) > stop_over:
+                break
         return worst
 
 
