@@ -436,7 +436,8 @@ def test_the_budget_search_stops_a_candidate_at_the_first_input_over_the_budget(
     tmp_path, monkeypatch
 ):
     # a candidate over the budget is over it whatever the other inputs give: the search runs
-    # the inputs only up to the first that takes it over; one within runs them all
+    # the inputs only up to the first that takes it over, hardest first (by the candidate
+    # measured before); one within runs them all
     path, xs = calibration(tmp_path)
     full, _ = rewrite.optimize_model(named_mlp(), quantize="dynamic")
     errors = [measured_error(full, x[None]) for x in xs]
@@ -459,6 +460,11 @@ def test_the_budget_search_stops_a_candidate_at_the_first_input_over_the_budget(
     runs.clear()
     assert chooser._errors(full, reference, stop_over=max(errors)) == whole
     assert len(runs) == len(xs)
+    # the feeds now run hardest first: a candidate over the budget stops at the first
+    assert chooser.hardest[0] == int(np.argmax(errors))
+    runs.clear()
+    assert chooser._errors(full, reference, stop_over=over)["y"] == whole["y"]
+    assert len(runs) == 1
 
 
 def test_an_error_budget_with_validation_inputs_is_searched_and_checked_on_them(tmp_path):

@@ -805,18 +805,48 @@ def accumulates_in_int32_transposed(w: ClassInfo) -> bool:
     return 1 <= shape[1] and shape[1] * U8_TIMES_S8 <= INT32_MAX
 
 
-def _matmul_int8_bound(x: np.ndarray, w: np.ndarray, w_step: np.ndarray) -> np.ndarray:
+def _matmul_int8_bound(
+    x: np.ndarray,
+    w: np.ndarray,
+    w_step: np.ndarray,
+    bias: np.ndarray | None = None,
+    orig: np.ndarray | None = None,
+) -> np.ndarray:
     """|x @ w - dq(x) @ dq(w)| per output element, for weight steps `w_step` (a scalar, or one
     per output column): sum_k |x_k| s_w / 2 (the weight's rounding) + s_x sum_k |w_k| + s_w / 2
-    (the activation's step times the dequantized weight) + float32 rounding of both sides."""
+    (the activation's step times the dequantized weight) + the float32 rounding of both sides,
+    (K + 8) 2^-23 (|x| + s_x) @ (|w| + s_w / 2). Shapes: x [..., K], w [K, N].
+
+    bias: Gemm's c ([N] or broadcasting to the output): the float32 rounding of adding it on
+    each side, 2^-22 (|c| + (|x| + 1) @ (|w| + s_w)), is added. orig: the weight `w` stands in
+    for (a calibrated rounding of it, patterns/quant/dynamic.rules' `rewrite.Rounded`): the
+    bound is then on |x @ orig - dq(x) @ dq(w)|, with the weight's move sum_k |x_k| |w_k -
+    orig_k| and the float32 rounding of x @ orig, (K + 8) 2^-23 |x| @ |orig|, added.
+
+    Every term that sums over K is one product |x| @ M (the terms' [K, N] matrices added
+    first; equal in real arithmetic to a product per term): the budget search evaluates this
+    per site and calibration input, and three float64 products were most of its estimates'
+    time (DistilBERT, `--rounding gptq`)."""
     x, w = x.astype(np.float64), w.astype(np.float64)
     x_step = (max(float(x.max(initial=0.0)), 0.0) - min(float(x.min(initial=0.0)), 0.0)) / 255
     ax, aw = np.abs(x), np.abs(w) + w_step / 2
-    rounding = ax.sum(axis=-1, keepdims=True) * (w_step / 2)
-    activation = x_step * aw.sum(axis=0)
     k = w.shape[0]
-    float32 = (k + 8) * 2.0**-23 * ((ax + x_step) @ aw)
-    return rounding + activation + float32
+    f32 = (k + 8) * 2.0**-23
+    x_sums = ax.sum(axis=-1, keepdims=True)
+    rounding = x_sums * (w_step / 2)
+    # the activation's step, and the float32 rounding's s_x part: s_x sum_k (|w_k| + s_w / 2)
+    bound = (1 + f32) * x_step * aw.sum(axis=0) + rounding
+    m = f32 * aw  # the float32 rounding's |x| part
+    if bias is not None:
+        # (|x| + 1) @ (|w| + s_w)
+        #   = |x| @ (|w| + s_w / 2) + sum_k |x_k| s_w / 2 + sum_k (|w_k| + s_w)
+        m = m + 2.0**-22 * aw
+        big = x_sums * (w_step / 2) + (np.abs(w) + w_step).sum(axis=0)
+        bound = bound + 2.0**-22 * (np.abs(np.asarray(bias, np.float64)) + big)
+    if orig is not None:
+        orig = orig.astype(np.float64)
+        m = m + np.abs(w - orig) + f32 * np.abs(orig)
+    return bound + ax @ m
 
 
 PAIR_LEVELS = 127  # the pair-stepped rules' bound on |q_k| and |q_k + q_k+1| before rounding
@@ -1003,12 +1033,9 @@ def matmul_dynamic_8bit(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _gemm_int8_bound(x: np.ndarray, w: np.ndarray, c: np.ndarray, w_step) -> np.ndarray:
-    """|Gemm(x, w, c) - (dq(x) @ dq(w) + c)| per output element: the MatMul's bound
-    (`_matmul_int8_bound`), plus the float32 rounding of adding c on each side (2^-23 of |c|
-    and of the products' magnitudes)."""
-    err = _matmul_int8_bound(x, w, w_step)
-    big = (np.abs(x.astype(np.float64)) + 1) @ (np.abs(w.astype(np.float64)) + w_step)
-    return err + 2.0**-22 * (np.abs(c.astype(np.float64)) + big)
+    """|Gemm(x, w, c) - (dq(x) @ dq(w) + c)| per output element: the MatMul's bound plus the
+    float32 rounding of adding c on each side (`_matmul_int8_bound` with `bias`)."""
+    return _matmul_int8_bound(x, w, w_step, bias=c)
 
 
 @bound("gemm-dynamic-8bit", TERM, TERM, TERM)
@@ -1065,28 +1092,19 @@ def gemm_dynamic_8bit_transposed_full_range(
     return gemm_dynamic_8bit_full_range(x, np.swapaxes(w, 0, 1), c)
 
 
-def _moved(x: np.ndarray, w: np.ndarray, orig: np.ndarray) -> np.ndarray:
-    """|x @ orig - x @ w| per output element, for a weight `w` [K, N] that stands in for `orig`
-    (a calibrated rounding of it, patterns/quant/dynamic.rules' `rewrite.Rounded`):
-    sum_k |x_k| |w_k - orig_k|, plus the float32 rounding of x @ orig ((K + 8) 2^-23 of
-    |x| @ |orig|)."""
-    x, w, orig = x.astype(np.float64), w.astype(np.float64), orig.astype(np.float64)
-    ax = np.abs(x)
-    return ax @ np.abs(w - orig) + (w.shape[0] + 8) * 2.0**-23 * (ax @ np.abs(orig))
-
-
 @bound("matmul-dynamic-8bit-per-column-rounded", TERM, TERM, TERM)
 def matmul_dynamic_8bit_per_column_rounded(x, w, orig) -> np.ndarray:
     """The error of MatMul(x, orig) computed as `matmul-dynamic-8bit-per-column` of x by w, a
-    rounding of orig: that bound plus the weight's move (`_moved`)."""
-    return matmul_dynamic_8bit_per_column(x, w) + _moved(x, w, orig)
+    rounding of orig: that bound plus the weight's move (`_matmul_int8_bound`'s `orig`)."""
+    return _matmul_int8_bound(x, w, pair_steps(w, per_column=True).astype(np.float64), orig=orig)
 
 
 @bound("gemm-dynamic-8bit-per-column-rounded", TERM, TERM, TERM, TERM)
 def gemm_dynamic_8bit_per_column_rounded(x, w, c, orig) -> np.ndarray:
     """`gemm-dynamic-8bit-per-column` of Gemm(x, w, c) standing in for Gemm(x, orig, c), plus
-    the weight's move (`_moved`)."""
-    return gemm_dynamic_8bit_per_column(x, w, c) + _moved(x, w, orig)
+    the weight's move (`_matmul_int8_bound`'s `orig`)."""
+    steps = pair_steps(w, per_column=True).astype(np.float64)
+    return _matmul_int8_bound(x, w, steps, bias=c, orig=orig)
 
 
 @bound("gemm-dynamic-8bit-transposed-per-column-rounded", TERM, TERM, TERM, TERM)
@@ -1098,13 +1116,13 @@ def gemm_dynamic_8bit_transposed_per_column_rounded(x, w, c, orig) -> np.ndarray
 @bound("matmul-dynamic-8bit-full-range-rounded", TERM, TERM, TERM)
 def matmul_dynamic_8bit_full_range_rounded(x, w, orig) -> np.ndarray:
     """`matmul-dynamic-8bit-full-range` of x by w, a rounding of orig, plus the weight's move."""
-    return matmul_dynamic_8bit_full_range(x, w) + _moved(x, w, orig)
+    return _matmul_int8_bound(x, w, full_range_steps(w).astype(np.float64), orig=orig)
 
 
 @bound("gemm-dynamic-8bit-full-range-rounded", TERM, TERM, TERM, TERM)
 def gemm_dynamic_8bit_full_range_rounded(x, w, c, orig) -> np.ndarray:
     """`gemm-dynamic-8bit-full-range` of Gemm(x, w, c), w a rounding of orig, plus its move."""
-    return gemm_dynamic_8bit_full_range(x, w, c) + _moved(x, w, orig)
+    return _matmul_int8_bound(x, w, full_range_steps(w).astype(np.float64), bias=c, orig=orig)
 
 
 @bound("gemm-dynamic-8bit-transposed-full-range-rounded", TERM, TERM, TERM, TERM)
