@@ -270,6 +270,29 @@ def test_one_matmul_stays_within_its_rules_bound_on_onnxruntime(per_channel):
         assert err.max() > 0  # it did quantize
 
 
+def test_an_int8_bound_asked_again_for_one_weight_equals_the_bound_computed_afresh():
+    # the weight's side of the int8 bounds is remembered for the last weight asked (by
+    # identity, as the budget search asks once per calibration input): the same weight with
+    # other inputs, a copy of it, and another weight in between all give the fresh values
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 0.1, (32, 16)).astype(np.float32)
+    orig = w + rng.normal(0, 0.01, w.shape).astype(np.float32)
+    c = rng.normal(0, 1, 16).astype(np.float32)
+    xs = [rng.normal(0, 1, (4, 32)).astype(np.float32) for _ in range(3)]
+    for name, extra in (
+        ("matmul-dynamic-8bit-full-range-rounded", (orig,)),
+        ("gemm-dynamic-8bit-per-column-rounded", (c, orig)),
+        ("gemm-dynamic-8bit", (c,)),
+    ):
+        fn = BOUNDS[name].fn
+        remembered = [fn(x, w, *extra) for x in xs]  # the first computes, the others recall
+        fresh = [fn(x, w.copy(), *(a.copy() for a in extra)) for x in xs]  # new arrays
+        assert all(np.array_equal(a, b) for a, b in zip(remembered, fresh))
+        other = fn(xs[0], 2 * w, *extra)  # another weight in between
+        assert not np.array_equal(other, remembered[0])
+        assert np.array_equal(fn(xs[0], w, *extra), remembered[0])
+
+
 def test_without_quantize_nothing_is_quantized():
     optimized, _ = rewrite.optimize_model(mlp())
     assert "MatMulInteger" not in ops(optimized)

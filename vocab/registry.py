@@ -824,29 +824,60 @@ def _matmul_int8_bound(
     orig_k| and the float32 rounding of x @ orig, (K + 8) 2^-23 |x| @ |orig|, added.
 
     Every term that sums over K is one product |x| @ M (the terms' [K, N] matrices added
-    first; equal in real arithmetic to a product per term): the budget search evaluates this
-    per site and calibration input, and three float64 products were most of its estimates'
-    time (DistilBERT, `--rounding gptq`)."""
-    x, w = x.astype(np.float64), w.astype(np.float64)
+    first, `_weight_terms`; equal in real arithmetic to a product per term): the budget search
+    evaluates this per site and calibration input, and three float64 products were most of
+    its estimates' time (DistilBERT, `--rounding gptq`)."""
+    w_step = np.asarray(w_step, np.float64)
+    m, aw_sums, w_sums = _weight_terms(w, w_step, bias is not None, orig)
+    x = x.astype(np.float64)
     x_step = (max(float(x.max(initial=0.0)), 0.0) - min(float(x.min(initial=0.0)), 0.0)) / 255
-    ax, aw = np.abs(x), np.abs(w) + w_step / 2
-    k = w.shape[0]
-    f32 = (k + 8) * 2.0**-23
+    ax = np.abs(x)
+    f32 = (w.shape[0] + 8) * 2.0**-23
     x_sums = ax.sum(axis=-1, keepdims=True)
     rounding = x_sums * (w_step / 2)
     # the activation's step, and the float32 rounding's s_x part: s_x sum_k (|w_k| + s_w / 2)
-    bound = (1 + f32) * x_step * aw.sum(axis=0) + rounding
-    m = f32 * aw  # the float32 rounding's |x| part
+    bound = (1 + f32) * x_step * aw_sums + rounding
     if bias is not None:
         # (|x| + 1) @ (|w| + s_w)
         #   = |x| @ (|w| + s_w / 2) + sum_k |x_k| s_w / 2 + sum_k (|w_k| + s_w)
-        m = m + 2.0**-22 * aw
-        big = x_sums * (w_step / 2) + (np.abs(w) + w_step).sum(axis=0)
+        big = x_sums * (w_step / 2) + w_sums
         bound = bound + 2.0**-22 * (np.abs(np.asarray(bias, np.float64)) + big)
-    if orig is not None:
-        orig = orig.astype(np.float64)
-        m = m + np.abs(w - orig) + f32 * np.abs(orig)
     return bound + ax @ m
+
+
+# the last weight's terms (`_weight_terms`): key -> (weakref to w, to orig or None, terms)
+_WEIGHT_TERMS: dict[tuple, tuple] = {}
+
+
+def _weight_terms(
+    w: np.ndarray, w_step: np.ndarray, with_bias: bool, orig: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The weight's side of `_matmul_int8_bound`, in float64: M [K, N] (the float32
+    rounding's (K + 8) 2^-23 (|w| + s_w / 2), with a bias 2^-22 (|w| + s_w / 2) more, with
+    `orig` |w - orig| + (K + 8) 2^-23 |orig| more), sum_k (|w_k| + s_w / 2) [N], and with a bias
+    sum_k (|w_k| + s_w) [N] (else None). Remembered for the last weight asked, while it lives
+    (by identity, as `_weight_steps`): the budget search's estimates ask once per calibration
+    input for the same site, and converting and combining the weight was half of each call
+    (BERT-size products)."""
+    key = (id(w), None if orig is None else id(orig), with_bias, w_step.tobytes())
+    hit = _WEIGHT_TERMS.get(key)
+    if hit is not None and hit[0]() is w and (orig is None or hit[1]() is orig):
+        return hit[2]
+    w64 = w.astype(np.float64)
+    f32 = (w.shape[0] + 8) * 2.0**-23
+    aw = np.abs(w64) + w_step / 2
+    m = f32 * aw
+    w_sums = None
+    if with_bias:
+        m = m + 2.0**-22 * aw
+        w_sums = (np.abs(w64) + w_step).sum(axis=0)
+    if orig is not None:
+        orig64 = orig.astype(np.float64)
+        m = m + np.abs(w64 - orig64) + f32 * np.abs(orig64)
+    terms = (m, aw.sum(axis=0), w_sums)
+    _WEIGHT_TERMS.clear()
+    _WEIGHT_TERMS[key] = (weakref.ref(w), None if orig is None else weakref.ref(orig), terms)
+    return terms
 
 
 PAIR_LEVELS = 127  # the pair-stepped rules' bound on |q_k| and |q_k + q_k+1| before rounding
@@ -1029,7 +1060,7 @@ def _conv_steps_value(w: ClassInfo, how: tuple) -> tuple[float, ...] | None:
 def matmul_dynamic_8bit(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The error of MatMul(x, w) computed as dynamically quantized uint8 x by int8 w in
     [-127, 127] with one step for pairs, `pair_steps(w)` (see `_matmul_int8_bound`)."""
-    return _matmul_int8_bound(x, w, pair_steps(w).astype(np.float64))
+    return _matmul_int8_bound(x, w, _weight_steps(w, (0, False)).astype(np.float64))
 
 
 def _gemm_int8_bound(x: np.ndarray, w: np.ndarray, c: np.ndarray, w_step) -> np.ndarray:
@@ -1042,7 +1073,7 @@ def _gemm_int8_bound(x: np.ndarray, w: np.ndarray, c: np.ndarray, w_step) -> np.
 def gemm_dynamic_8bit(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
     """The error of Gemm(x, w, c) = x @ w + c with x @ w quantized as in `matmul-dynamic-8bit`
     (see `_gemm_int8_bound`)."""
-    return _gemm_int8_bound(x, w, c, pair_steps(w).astype(np.float64))
+    return _gemm_int8_bound(x, w, c, _weight_steps(w, (0, False)).astype(np.float64))
 
 
 @bound("gemm-dynamic-8bit-transposed", TERM, TERM, TERM)
@@ -1054,7 +1085,7 @@ def gemm_dynamic_8bit_transposed(x: np.ndarray, w: np.ndarray, c: np.ndarray) ->
 @bound("gemm-dynamic-8bit-per-column", TERM, TERM, TERM)
 def gemm_dynamic_8bit_per_column(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
     """The same with one weight step per output column, `pair_steps(w, per_column=True)`."""
-    return _gemm_int8_bound(x, w, c, pair_steps(w, per_column=True).astype(np.float64))
+    return _gemm_int8_bound(x, w, c, _weight_steps(w, (0, True)).astype(np.float64))
 
 
 @bound("gemm-dynamic-8bit-transposed-per-column", TERM, TERM, TERM)
@@ -1068,20 +1099,20 @@ def gemm_dynamic_8bit_transposed_per_column(
 @bound("matmul-dynamic-8bit-per-column", TERM, TERM)
 def matmul_dynamic_8bit_per_column(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The same with one weight step per output column, `pair_steps(w, per_column=True)`."""
-    return _matmul_int8_bound(x, w, pair_steps(w, per_column=True).astype(np.float64))
+    return _matmul_int8_bound(x, w, _weight_steps(w, (0, True)).astype(np.float64))
 
 
 @bound("matmul-dynamic-8bit-full-range", TERM, TERM)
 def matmul_dynamic_8bit_full_range(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """`matmul-dynamic-8bit-per-column` with full-range steps, `full_range_steps(w)` (the
     int32 sums exact: `:sums int32`)."""
-    return _matmul_int8_bound(x, w, full_range_steps(w).astype(np.float64))
+    return _matmul_int8_bound(x, w, _weight_steps(w, ("full", 0)).astype(np.float64))
 
 
 @bound("gemm-dynamic-8bit-full-range", TERM, TERM, TERM)
 def gemm_dynamic_8bit_full_range(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
     """`gemm-dynamic-8bit-per-column` with full-range steps, `full_range_steps(w)`."""
-    return _gemm_int8_bound(x, w, c, full_range_steps(w).astype(np.float64))
+    return _gemm_int8_bound(x, w, c, _weight_steps(w, ("full", 0)).astype(np.float64))
 
 
 @bound("gemm-dynamic-8bit-transposed-full-range", TERM, TERM, TERM)
@@ -1096,14 +1127,14 @@ def gemm_dynamic_8bit_transposed_full_range(
 def matmul_dynamic_8bit_per_column_rounded(x, w, orig) -> np.ndarray:
     """The error of MatMul(x, orig) computed as `matmul-dynamic-8bit-per-column` of x by w, a
     rounding of orig: that bound plus the weight's move (`_matmul_int8_bound`'s `orig`)."""
-    return _matmul_int8_bound(x, w, pair_steps(w, per_column=True).astype(np.float64), orig=orig)
+    return _matmul_int8_bound(x, w, _weight_steps(w, (0, True)).astype(np.float64), orig=orig)
 
 
 @bound("gemm-dynamic-8bit-per-column-rounded", TERM, TERM, TERM, TERM)
 def gemm_dynamic_8bit_per_column_rounded(x, w, c, orig) -> np.ndarray:
     """`gemm-dynamic-8bit-per-column` of Gemm(x, w, c) standing in for Gemm(x, orig, c), plus
     the weight's move (`_matmul_int8_bound`'s `orig`)."""
-    steps = pair_steps(w, per_column=True).astype(np.float64)
+    steps = _weight_steps(w, (0, True)).astype(np.float64)
     return _matmul_int8_bound(x, w, steps, bias=c, orig=orig)
 
 
@@ -1116,13 +1147,15 @@ def gemm_dynamic_8bit_transposed_per_column_rounded(x, w, c, orig) -> np.ndarray
 @bound("matmul-dynamic-8bit-full-range-rounded", TERM, TERM, TERM)
 def matmul_dynamic_8bit_full_range_rounded(x, w, orig) -> np.ndarray:
     """`matmul-dynamic-8bit-full-range` of x by w, a rounding of orig, plus the weight's move."""
-    return _matmul_int8_bound(x, w, full_range_steps(w).astype(np.float64), orig=orig)
+    return _matmul_int8_bound(x, w, _weight_steps(w, ("full", 0)).astype(np.float64), orig=orig)
 
 
 @bound("gemm-dynamic-8bit-full-range-rounded", TERM, TERM, TERM, TERM)
 def gemm_dynamic_8bit_full_range_rounded(x, w, c, orig) -> np.ndarray:
     """`gemm-dynamic-8bit-full-range` of Gemm(x, w, c), w a rounding of orig, plus its move."""
-    return _matmul_int8_bound(x, w, full_range_steps(w).astype(np.float64), bias=c, orig=orig)
+    return _matmul_int8_bound(
+        x, w, _weight_steps(w, ("full", 0)).astype(np.float64), bias=c, orig=orig
+    )
 
 
 @bound("gemm-dynamic-8bit-transposed-full-range-rounded", TERM, TERM, TERM, TERM)

@@ -215,7 +215,8 @@ class Chooser:
             self.record["estimated_error"] = _estimated_per_output(reference, quantized, estimates)
             self.record["evaluations"] = len(measured)
             self.record["order"] = chosen
-            # the searches: how many sites were kept in float, and the worst output's error
+            # the searches: how many sites were kept in float, and the worst output's error (over
+            # the budget: the worst up to the input that took it over, a lower bound)
             self.record["search"] = found[chosen][1]
             self.record["searches"] = {name: steps for name, (_, steps) in found.items()}
             self.record["calibration_samples"] = len(self.calibration)
