@@ -1063,17 +1063,11 @@ def matmul_dynamic_8bit(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return _matmul_int8_bound(x, w, _weight_steps(w, (0, False)).astype(np.float64))
 
 
-def _gemm_int8_bound(x: np.ndarray, w: np.ndarray, c: np.ndarray, w_step) -> np.ndarray:
-    """|Gemm(x, w, c) - (dq(x) @ dq(w) + c)| per output element: the MatMul's bound plus the
-    float32 rounding of adding c on each side (`_matmul_int8_bound` with `bias`)."""
-    return _matmul_int8_bound(x, w, w_step, bias=c)
-
-
 @bound("gemm-dynamic-8bit", TERM, TERM, TERM)
 def gemm_dynamic_8bit(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
     """The error of Gemm(x, w, c) = x @ w + c with x @ w quantized as in `matmul-dynamic-8bit`
-    (see `_gemm_int8_bound`)."""
-    return _gemm_int8_bound(x, w, c, _weight_steps(w, (0, False)).astype(np.float64))
+    (see `_matmul_int8_bound`'s `bias`)."""
+    return _matmul_int8_bound(x, w, _weight_steps(w, (0, False)).astype(np.float64), bias=c)
 
 
 @bound("gemm-dynamic-8bit-transposed", TERM, TERM, TERM)
@@ -1085,7 +1079,7 @@ def gemm_dynamic_8bit_transposed(x: np.ndarray, w: np.ndarray, c: np.ndarray) ->
 @bound("gemm-dynamic-8bit-per-column", TERM, TERM, TERM)
 def gemm_dynamic_8bit_per_column(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
     """The same with one weight step per output column, `pair_steps(w, per_column=True)`."""
-    return _gemm_int8_bound(x, w, c, _weight_steps(w, (0, True)).astype(np.float64))
+    return _matmul_int8_bound(x, w, _weight_steps(w, (0, True)).astype(np.float64), bias=c)
 
 
 @bound("gemm-dynamic-8bit-transposed-per-column", TERM, TERM, TERM)
@@ -1112,7 +1106,7 @@ def matmul_dynamic_8bit_full_range(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 @bound("gemm-dynamic-8bit-full-range", TERM, TERM, TERM)
 def gemm_dynamic_8bit_full_range(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
     """`gemm-dynamic-8bit-per-column` with full-range steps, `full_range_steps(w)`."""
-    return _gemm_int8_bound(x, w, c, _weight_steps(w, ("full", 0)).astype(np.float64))
+    return _matmul_int8_bound(x, w, _weight_steps(w, ("full", 0)).astype(np.float64), bias=c)
 
 
 @bound("gemm-dynamic-8bit-transposed-full-range", TERM, TERM, TERM)
