@@ -226,7 +226,8 @@ def optimize(
     (`engine.quantize`). Called after saturation with the `Site`s (empty when no quant rule
     fired) and `build(keep)`, which extracts and folds the graph with the sites whose indexes
     are in the frozenset `keep` in float (a TermGraph, no provenance); returns the indexes to
-    keep. The extraction that follows forbids the kept sites' quantized e-nodes;
+    keep. The extraction that follows forbids the kept sites' quantized e-nodes, and the
+    activations quantized alone that only kept sites read (`engine.quantize.Activation`);
     `report.extra["quantized_sites"]` lists the indexes of the sites it took quantized (when
     there were sites).
 
@@ -275,12 +276,13 @@ def optimize(
     stage("saturate")
     forbid: frozenset[int] = frozenset()
     if choose is not None:
-        found = quant_sites(snap, chosen, prov.firings(snap, chosen, sat.host_firings), cost)
+        found, alone = quant_sites(snap, chosen, prov.firings(snap, chosen, sat.host_firings), cost)
 
         def build(keep: frozenset[int]) -> TermGraph:
-            return fold(extract(snap, cost, sat.groups, forbidden(found, keep)).graph, False)
+            forbid = forbidden(found, keep, alone)
+            return fold(extract(snap, cost, sat.groups, forbid).graph, False)
 
-        forbid = forbidden(found, frozenset(choose(found, build)))
+        forbid = forbidden(found, frozenset(choose(found, build)), alone)
         stage("choose")
     ex = extract(snap, cost, sat.groups, forbid)
     stage("extract")

@@ -116,17 +116,37 @@ class Site:
         return self.names[0] if self.names else self.value or f"site {self.index}"
 
 
+@dataclass(frozen=True)
+class Activation:
+    """An activation that a `quant` rule quantized alone: a static mark's DQ(Q(x)) (patterns/
+    quant/static.rules' quantize-observed), not a choice of its own but a step of the sites
+    whose rules read it. Extraction could still take it where no quantized product reads it
+    (an 8-bit MaxPool between two float Convs is cheaper than a float one), an error no site
+    accounts for; so it stays in float when every site that reads it does (`forbidden`).
+
+    value: a graph value its e-class holds (the activation), or None. forbid: indexes into
+    `Snapshot.nodes` of the e-nodes its firings created and, transitively, those the exact
+    rules built from them (the DequantizeLinear moved through a Relu and a MaxPool), imported
+    e-nodes aside. sites: the indexes of the Sites whose rules matched one of those e-nodes
+    (the Convs that read the activation in 8 bits, and the one whose output it is)."""
+
+    value: str | None
+    forbid: frozenset[int]
+    sites: frozenset[int]
+
+
 def sites(
     snap: Snapshot, rules: list[Rule], firings: list[Firing], cost: CostModel = CostModel()
-) -> list[Site]:
+) -> tuple[list[Site], list[Activation]]:
     """The e-classes where `quant` rules among `rules` fired (`firings`, from
     `engine.provenance.firings` on the final snapshot), one Site each, in the order of the
-    graph's nodes; `cost` prices their float products (`Site.float_ns`)."""
+    graph's nodes; `cost` prices their float products (`Site.float_ns`). Second, the
+    activations those rules quantized alone (`Activation`), tied to the sites that read them."""
     by_name = {r.name: r for r in rules}
     quant = [f for f in firings if by_name.get(f.name.removesuffix(" (reverse)")) is not None]
     quant = [f for f in quant if _chooses(by_name[f.name.removesuffix(" (reverse)")])]
     if not quant:
-        return []
+        return [], []
     index = {(c, n): i for i, (c, n) in enumerate(snap.nodes)}
     names = original_names(snap)
     held: dict[int, list[str]] = {}  # e-class -> the graph values it holds
@@ -166,6 +186,7 @@ def sites(
         and snap.handle.get(n.outputs[0]) == snap.handle.get(n.inputs[0])
     }
     raw = []  # per root e-class: (root, firings, display names, names the left sides matched)
+    alone: list[tuple[int, list[Firing]]] = []  # activations quantized alone
     for root in sorted(grouped, key=lambda c: order.get(c, len(order))):
         fs = grouped[root]
         matched_names: list[str] = []
@@ -176,7 +197,8 @@ def sites(
                 ]
         weights = [f"@{c}" for f in fs for c in f.terms.values() if c in constant]
         if not matched_names and not weights and marks.intersection(computed.get(root, ())):
-            continue  # a mark quantized alone: a step of other sites' rewrites, not a choice
+            alone.append((root, fs))  # a step of other sites' rewrites, not a choice
+            continue
         raw.append((root, fs, computed.get(root, []), matched_names + weights))
     # Sites that rewrite a common imported node or read a common constant (the weight) are one
     # site: MatMul + Add fused into a Gemm is quantized at the Gemm's e-class and at the
@@ -193,7 +215,7 @@ def sites(
     members: dict[int, list[int]] = {}
     for i, label in enumerate(components(len(raw), links)):
         members.setdefault(label, []).append(i)
-    out = []
+    out, fired = [], []  # the Sites, and each one's firings
     for group in members.values():
         roots = [raw[i][0] for i in group]
         fs = [f for i in group for f in raw[i][1]]
@@ -243,7 +265,68 @@ def sites(
                 float_ns=float_ns,
             )
         )
+        fired.append(fs)
+    chooses = {id(f) for f in quant}
+    steps = [f for f in firings if id(f) not in chooses]  # the exact rules' firings
+    return out, _activations(snap, index, names, value_of, alone, fired, steps)
+
+
+def _activations(
+    snap: Snapshot,
+    index: dict,
+    names: dict,
+    value_of: dict[int, str],
+    alone: list[tuple[int, list[Firing]]],
+    fired: list[list[Firing]],
+    steps: list[Firing],
+) -> list[Activation]:
+    """The `Activation` of each root e-class in `alone` (with the firings that quantized it
+    there): the e-nodes those firings created, closed under the exact firings `steps` (one
+    that matched such an e-node adds those it created), imported e-nodes (`names`) aside; and
+    the sites (`fired`: each Site's firings, by index) whose left sides matched one."""
+    if not alone:
+        return []
+    built_from: dict = {}  # e-node -> the exact firings that matched it
+    for f in steps:
+        for e in matched(snap, f) or ():
+            built_from.setdefault(e, []).append(f)
+    reads = [{e for f in fs for e in matched(snap, f) or ()} for fs in fired]
+    at: dict = {}  # e-node -> its indexes in Snapshot.nodes
+    for (_, e), i in index.items():
+        at.setdefault(e, []).append(i)
+    constant: dict[int, bool] = {}  # e-class -> whether it computes from constants alone
+
+    def computes(e: ENode) -> bool:
+        """Whether `e` computes from an activation: not imported, and not an op over constants
+        alone (a zero point a rule wrote, shared by every activation's e-nodes)."""
+        return e not in names and not all(_constant(snap, c, constant) for c in e.children)
+
+    out = []
+    for root, fs in alone:
+        made = {e for f in fs for e in f.created if computes(e)}
+        todo = list(made)
+        while todo:
+            for f in built_from.get(todo.pop(), ()):
+                for e in f.created:
+                    if e not in made and computes(e):
+                        made.add(e)
+                        todo.append(e)
+        forbid = frozenset(i for e in made for i in at.get(e, ()))
+        tied = frozenset(i for i, seen in enumerate(reads) if seen & made)
+        out.append(Activation(value_of.get(root), forbid, tied))
     return out
+
+
+def _constant(snap: Snapshot, c: int, memo: dict[int, bool]) -> bool:
+    """Whether e-class `c` holds a constant or an e-node over constants alone (memoized in
+    `memo`; a class met again on the way down counts as not constant)."""
+    if c not in memo:
+        memo[c] = False
+        memo[c] = snap.value_of(c) is not None or any(
+            n.children and all(_constant(snap, k, memo) for k in n.children)
+            for n in snap.classes.get(c, ())
+        )
+    return memo[c]
 
 
 def _operand(
@@ -331,9 +414,16 @@ def _chooses(rule: Rule) -> bool:
     return rule.fp == "quant" and (rule.bound is None or rule.bound.fn not in EXACT_BOUNDS)
 
 
-def forbidden(chosen: list[Site], keep: frozenset[int]) -> frozenset[int]:
-    """The e-nodes to forbid so that the sites whose indexes are in `keep` stay in float."""
-    return frozenset(i for s in chosen if s.index in keep for i in s.forbid)
+def forbidden(
+    chosen: list[Site], keep: frozenset[int], activations: list[Activation] = ()
+) -> frozenset[int]:
+    """The e-nodes to forbid so that the sites whose indexes are in `keep` stay in float, and
+    with them the `activations` that only those sites read (or none does)."""
+    out = {i for s in chosen if s.index in keep for i in s.forbid}
+    for a in activations:
+        if a.sites <= keep:
+            out |= a.forbid
+    return frozenset(out)
 
 
 def _graph_order(snap: Snapshot) -> list[int]:

@@ -177,6 +177,34 @@ def test_keep_float_keeps_a_conv_in_float(calibration):
     assert all(s["op"] != "Observed" and "observed" not in s["node"] for s in sites.values())
 
 
+def test_every_conv_kept_in_float_leaves_no_activation_quantized(calibration):
+    # The calibration marks quantize activations apart from the Convs (DQ(Q(x))), so that
+    # the Convs' rules can read 8-bit inputs. Where no quantized Conv reads one, extraction
+    # must not take it either: conv1's output in 8 bits through the MaxPool is cheaper than the
+    # float Relu and MaxPool, and was taken with every Conv kept in float (an error no site
+    # accounted for, which a budget search then measured its candidates against)
+    float_ops = ops(MODEL)
+    x = held_out(1)[0]
+    q, report = rewrite.optimize_model(
+        MODEL, quantize="static", calibration=str(calibration), keep_float=["*"]
+    )
+    assert ops(q) == float_ops
+    np.testing.assert_allclose(run(q, x), run(MODEL, x), rtol=1e-5, atol=1e-6)
+    assert not any(s["quantized"] for s in report.extra["quantize"]["sites"])
+    # a budget no quantized Conv fits: the search keeps all three, and the float graph passes
+    # the output check (before: refused, the MaxPool still in 8 bits)
+    q, report = rewrite.optimize_model(
+        MODEL, quantize="static", calibration=str(calibration), error_budget=1e-4
+    )
+    assert ops(q) == float_ops
+    assert report.extra["quantize"]["calibration_error"]["y"] < 1e-5
+    # one Conv kept: the activations it shares with the quantized ones stay quantized
+    q, _ = rewrite.optimize_model(
+        MODEL, quantize="static", calibration=str(calibration), keep_float=["conv1"]
+    )
+    assert ops(q).count("QLinearConv") == 2 and "QuantizeLinear" in ops(q)
+
+
 def test_an_error_budget_estimates_static_sites_from_their_quantized_inputs(calibration):
     # A static rule's bound reads the quantized activation Q(x, s, zp), a value only rewriting
     # made: the estimate computes it from the float model's x, and counts the bound's output
