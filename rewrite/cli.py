@@ -281,9 +281,9 @@ def _quantize_parser(sub) -> None:
         type=float,
         metavar="E",
         help="the largest error allowed per float output, max|q - ref| / max|ref| over the "
-        "calibration inputs, or --validation's (0.05 = 5%%): the nodes of the largest "
-        "estimated error (their rule's bound on the calibration values) stay in float until "
-        "the measured error fits; "
+        "calibration inputs, or --validation's (0.05 = 5%%): the nodes that err most "
+        "(measured each alone quantized, or estimated by their rule's bound on the "
+        "calibration values) stay in float until the measured error fits; "
         "the output check then holds the output to E and exits non-zero, writing nothing, "
         "if it does not",
     )
@@ -1023,8 +1023,9 @@ def _budget_inputs(report) -> str:
 
 def _print_quantized(record: dict, verbose: bool) -> None:
     """`rewrite quantize`'s choices (`frontends.onnx.quantize.Chooser.record`): the sites kept
-    in float and why (every site with `verbose`), the calibration error per output against
-    the budget, and the warning about drawn calibration inputs."""
+    in float and why (every site with `verbose`), with their estimates and, after a budget
+    search, their error measured alone; the calibration error per output against the budget,
+    and the warning about drawn calibration inputs."""
     sites = record.get("sites", [])
     done = sum(s["quantized"] for s in sites)
     out.print(f"quantized {done} of {len(sites)} nodes the quant rules matched", markup=False)
@@ -1067,11 +1068,15 @@ def _print_quantized(record: dict, verbose: bool) -> None:
         t = Table(
             title="quantization per node" if verbose else "kept in float", title_justify="left"
         )
-        for col in ("node", "op", "quantized", "estimate", "why"):
-            t.add_column(col, justify="right" if col == "estimate" else "left")
+        alone = any(s.get("alone") is not None for s in shown)  # measured by a budget search
+        cols = ("node", "op", "quantized", "estimate") + (("alone",) if alone else ()) + ("why",)
+        for col in cols:
+            t.add_column(col, justify="right" if col in ("estimate", "alone") else "left")
         for s in shown:
-            est = "" if s["estimate"] is None else f"{100 * s['estimate']:.1f}%"
-            t.add_row(s["node"], s["op"], "yes" if s["quantized"] else "no", est, s["why"])
+            row = [s["node"], s["op"], "yes" if s["quantized"] else "no"]
+            for key in ("estimate",) + (("alone",) if alone else ()):
+                row.append("" if s.get(key) is None else f"{100 * s[key]:.1f}%")
+            t.add_row(*row, s["why"])
         out.print(t)
     if record.get("budget") is not None:
         errors = record.get("calibration_error", {})

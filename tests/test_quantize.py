@@ -455,6 +455,60 @@ def test_an_error_budget_holds_on_the_calibration_inputs(tmp_path):
     assert ops(q).count("MatMulInteger") == 2
 
 
+def test_the_budget_search_orders_sites_by_their_error_measured_alone(tmp_path):
+    # each site's error with it alone quantized (the other in float), on the ALONE_INPUTS
+    # inputs that the graph with every site quantized errs most on, orders two of the five
+    # searches, and is reported per site
+    path, xs = calibration(tmp_path)
+    full, _ = rewrite.optimize_model(named_mlp(), quantize="dynamic")
+    per_input = [measured_error(full, x[None]) for x in xs]
+    hardest = sorted(range(len(xs)), key=lambda i: -per_input[i])[: quantize.ALONE_INPUTS]
+    assert 0 < quantize.ALONE_INPUTS < len(xs)
+    other = {"fc1/MatMul": "fc2/*", "fc2/MatMul": "fc1/*"}
+    one = {
+        n: rewrite.optimize_model(named_mlp(), quantize="dynamic", keep_float=[o])[0]
+        for n, o in other.items()
+    }  # n alone quantized
+    kept = {n: measured_error(one[m], xs) for n, m in zip(other, reversed(list(other)))}
+    budget = (max(kept.values()) + max(per_input)) / 2  # either kept in float fits, none not
+    _, report = rewrite.optimize_model(
+        named_mlp(), quantize="dynamic", error_budget=budget, calibration=str(path)
+    )
+    found, record = sites(report), report.extra["quantize"]
+    for name in other:
+        want = measured_error(one[name], xs[hardest])
+        assert want > 0 and found[name]["alone"] == pytest.approx(want, rel=1e-4)
+    assert record["alone_inputs"] == quantize.ALONE_INPUTS
+    assert set(record["searches"]) == {
+        "largest error alone first",
+        "largest error alone per float nanosecond first",
+        "largest estimate first",
+        "largest estimate per float nanosecond first",
+        "graph order",
+    }
+    # each alone order keeps its first site in float at its one-site step: the step's error
+    # is that of the graph with that site kept (within the budget: measured on every input)
+    for order, key in (
+        ("largest error alone first", lambda n: found[n]["alone"]),
+        (
+            "largest error alone per float nanosecond first",
+            lambda n: found[n]["alone"] / found[n]["float_ns"],
+        ),
+    ):
+        first = max(found, key=key)
+        step = next(s for s in record["searches"][order] if s["kept_float"] == 1)
+        assert step["error"] == pytest.approx(kept[first], rel=1e-4)
+    # a budget the graph with every site quantized fits: one graph measured, no search
+    _, report = rewrite.optimize_model(
+        named_mlp(), quantize="dynamic", error_budget=2 * max(per_input), calibration=str(path)
+    )
+    record = report.extra["quantize"]
+    assert record["evaluations"] == 1 and record["alone_inputs"] == 0
+    assert all(s["quantized"] and s["alone"] is None for s in sites(report).values())
+    for steps in record["searches"].values():
+        assert steps == [{"kept_float": 0, "error": pytest.approx(max(per_input), rel=1e-4)}]
+
+
 def test_the_budget_search_stops_a_candidate_at_the_first_input_over_the_budget(
     tmp_path, monkeypatch
 ):

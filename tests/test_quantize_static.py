@@ -222,7 +222,8 @@ def test_an_error_budget_estimates_static_sites_from_their_quantized_inputs(cali
     assert record["estimated_error"] == {"y": pytest.approx(sum(estimates))}
     assert 0 < record["calibration_error"]["y"] < record["estimated_error"]["y"]
     # a budget below that error keeps sites in float: the first of the order the search
-    # found to keep fewest (the largest estimates first, per float nanosecond, or graph order)
+    # found to keep fewest (the largest errors measured alone first, or estimates, each also
+    # per float nanosecond, or graph order)
     tight = record["calibration_error"]["y"] * 0.9
     q, report = rewrite.optimize_model(
         MODEL, quantize="static", calibration=str(calibration), error_budget=tight
@@ -233,12 +234,21 @@ def test_an_error_budget_estimates_static_sites_from_their_quantized_inputs(cali
     done = [n for n, s in found.items() if s["quantized"]]
     assert kept and record["calibration_error"]["y"] <= tight
     rate = "largest estimate per float nanosecond first"
-    assert set(record["searches"]) == {"largest estimate first", rate, "graph order"}
-    assert all(s["float_ns"] > 0 for s in found.values())
+    alone_rate = "largest error alone per float nanosecond first"
+    assert set(record["searches"]) == {
+        "largest error alone first",
+        alone_rate,
+        "largest estimate first",
+        rate,
+        "graph order",
+    }
+    assert all(s["float_ns"] > 0 and s["alone"] is not None for s in found.values())
     if record["order"] == "graph order":
         assert kept == list(found)[: len(kept)]
     else:
         key = {
+            "largest error alone first": lambda n: found[n]["alone"],
+            alone_rate: lambda n: found[n]["alone"] / found[n]["float_ns"],
             "largest estimate first": lambda n: found[n]["estimate"],
             rate: lambda n: found[n]["estimate"] / found[n]["float_ns"],
         }[record["order"]]

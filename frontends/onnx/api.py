@@ -168,7 +168,8 @@ class Options:
     keep_float: node-name globs (fnmatch) whose nodes stay in float; op_types: the ops to
         quantize (`MatMul`, `Gemm`; empty: all the mode covers); error_budget: the largest
         max|q - ref| / max|ref| allowed per float output over the calibration inputs (the
-        extraction keeps the nodes of the largest estimated error in float until it holds,
+        extraction keeps the nodes that err most, measured alone or estimated, in float
+        until it holds (`frontends.onnx.quantize`),
         and the output check then allows exactly that); calibration: an `.npz` path with one
         array per graph input, its first axis the samples (default: drawn at random, with a
         warning; for `static`, the activations' ranges too). validation: an `.npz` like

@@ -6,21 +6,24 @@ its float and its quantized form (an `engine.quantize.Site`). `Chooser` is the
 
 * a site whose node name (or the name of an original node it was rewritten from) matches a
   `--keep-float` glob, or whose op is not among `--op-types`, stays in float;
-* with `--error-budget E`, the rest are ranked by an error estimate and the fewest of them are
-  kept in float such that the measured error of every float output over the calibration
-  inputs, max|q - ref| / max|ref| (per input, the worst over the inputs, as the output check
-  measures it), is at most E. The estimate of a site is its rule's stated
-  bound (`(bound FN ...)`, `vocab.registry.BOUNDS`) evaluated on the calibration values of
-  the rule's captures, over the largest magnitude of the node's own output: the relative error
-  the node itself may add. The search keeps the first k sites of an order in float, k found
-  by bisection (each step extracts the graph anew from the same e-graph and runs it under
-  onnxruntime, ORT_ENABLE_ALL as a user runs it, up to the first input that takes it over
-  the budget: a step's recorded error over the budget is a lower bound), for three orders:
-  the largest estimates first, the largest estimates per nanosecond of the site's float work
-  (`Site.float_ns`, the cost model's) first, and graph order; it keeps the one that leaves the
-  fewest in float, then the one whose float sites cost least (the estimates are worst cases
-  that do not say how an error grows on its way to the outputs: they rank BERT-base's
-  products well and ResNet-50's Convs worse than graph order does).
+* with `--error-budget E`, the rest are ranked and the fewest of them are kept in float such
+  that the measured error of every float output over the calibration inputs, max|q - ref| /
+  max|ref| (per input, the worst over the inputs, as the output check measures it), is at
+  most E. When the graph with every site quantized is within E, nothing is searched. Else
+  each site is measured alone: the error of the graph with it alone quantized, on the
+  `ALONE_INPUTS` inputs that the graph with every site quantized errs most on. Each site also
+  has an estimate: its rule's stated bound (`(bound FN ...)`, `vocab.registry.BOUNDS`)
+  evaluated on the calibration values of the rule's captures, over the largest magnitude of
+  the node's own output, the relative error the node itself may add (a worst case that does
+  not say how an error grows on its way to the outputs). The search keeps the first k sites
+  of an order in float, k found by bisection (each step extracts the graph anew from the same
+  e-graph and runs it under onnxruntime, ORT_ENABLE_ALL as a user runs it, up to the first
+  input that takes it over the budget: a step's recorded error over the budget is a lower
+  bound), for five orders: the largest errors alone first, and the largest estimates first,
+  each also per nanosecond of the site's float work (`Site.float_ns`, the cost model's), and
+  graph order; it keeps the one that leaves the fewest in float, then the one whose float
+  sites cost least. Measuring each site alone costs one graph per site; on DistilBERT it
+  keeps 5 of 38 products in float where the estimates kept 14 (docs/benchmarks.md).
 
 Calibration inputs come from `--calibration FILE.npz` (one array per graph input, its first
 axis the samples) or are drawn like the output check's (`check.random_inputs`), with a warning:
@@ -66,6 +69,9 @@ CHOLESKY_BLOCK = 384  # columns per step of `_cholesky` (0.19 s at K = 3072 agai
 # VGG-19's first fully connected layer (K = 25088, 2.5 GB per copy) keeps its nearest levels
 GPTQ_MAX_K = 8192
 CALIBRATION_METHODS = ("minmax", "percentile")
+# the inputs a site's error alone is measured on (the Chooser's order by it): those the graph
+# with every site quantized errs most on
+ALONE_INPUTS = 4
 PERCENTILE = 99.999  # the percentile method's range: [the 0.001th, the 99.999th] percentile
 
 
@@ -151,6 +157,7 @@ class Chooser:
         keep = {s.index for s in sites if self._why_float(s)}
         free = [s for s in sites if s.index not in keep]
         estimates: dict[int, float | None] = {}
+        alone: dict[int, float] = {}  # a site's error measured with it alone quantized
         errors: dict[str, float] = {}
         if self.plan.error_budget is not None and sites:
             reference = self._model(build(frozenset(s.index for s in sites)))
@@ -173,6 +180,9 @@ class Chooser:
                 prefix = lambda k: frozenset(s.index for s in order[:k])  # noqa: E731
                 lo, hi = 0, len(order)  # the answer lies in [lo, hi]
                 steps = []
+                if max(error(prefix(0)).values(), default=0.0) <= self.plan.error_budget:
+                    hi = 0  # every site quantized fits (measured first, above)
+                    steps.append({"kept_float": 0, "error": max(error(prefix(0)).values())})
                 while lo < hi:
                     mid = (lo + hi) // 2
                     worst = max(error(prefix(mid)).values(), default=0.0)
@@ -183,18 +193,38 @@ class Chooser:
                         lo = mid + 1
                 return prefix(lo), steps
 
-            # three orders: the largest estimates first, the largest estimates per nanosecond
-            # of float work first (a small product that errs much is cheap to keep: BERT's
-            # pooler reads one row), and graph order (the first nodes first); none wins
-            # everywhere (BERT-base at 3.6%: 47 of 76 sites kept in float by estimate, 73 in
-            # graph order; ResNet-50 static at 15%: 55 and 37), so the search runs each and
-            # keeps the one that leaves the fewest in float, then the one whose float sites
-            # cost least (`Site.float_ns`). Cost first was tried: the cost model prices an
-            # embedding Gather by its whole table, so GPT-2's 5 sites kept in graph order
-            # (its embeddings and first layer) lost to 17 Gemms, 0.355x -> 0.515x of float
+            # each site's error measured alone (it quantized, every other site in float), on
+            # the ALONE_INPUTS inputs the graph with every site quantized errs most on: the
+            # estimates are worst-case bounds, and how far a site's bound lies above the
+            # error it causes at the outputs varies by 50x between sites (DistilBERT's
+            # attention projections against its FFN's: 0.35 both, 0.0001-0.0006 and
+            # 0.004-0.007 measured), so an order by measured error keeps fewer in float
+            # (the graph with every site quantized runs on every input first: it orders them
+            # hardest first, and when it is within the budget there is nothing to search)
+            everything = frozenset(s.index for s in free)
+            measured[frozenset()] = self._errors(self._model(build(frozenset(keep))), want)
+            few = self.hardest[:ALONE_INPUTS]
+            if max(measured[frozenset()].values(), default=0.0) > self.plan.error_budget:
+                for s in free:
+                    only = self._model(build(frozenset(keep | (everything - {s.index}))))
+                    alone[s.index] = max(self._errors(only, want, feeds=few).values(), default=0.0)
+            # five orders: the largest errors measured alone first, and per nanosecond of
+            # float work (a small product that errs much is cheap to keep: BERT's pooler reads
+            # one row); the largest estimates first, and per nanosecond; graph order (the
+            # first nodes first). None wins everywhere (BERT-base at 3.6%: 47 of 76 sites kept
+            # in float by estimate, 73 in graph order; ResNet-50 static at 15%: 55 and 37), so
+            # the search runs each and keeps the one that leaves the fewest in float, then the
+            # one whose float sites cost least (`Site.float_ns`). Cost first was tried: the
+            # cost model prices an embedding Gather by its whole table, so GPT-2's 5 sites
+            # kept in graph order (its embeddings and first layer) lost to 17 Gemms, 0.355x
+            # -> 0.515x of float
+            by_alone = sorted(free, key=lambda s: -alone.get(s.index, 0.0))
+            by_alone_rate = sorted(free, key=lambda s: -alone.get(s.index, 0.0) / _ns(s))
             by_estimate = sorted(free, key=lambda s: -(estimates[s.index] or 0.0))
             by_rate = sorted(free, key=lambda s: -(estimates[s.index] or 0.0) / _ns(s))
             orders = {
+                "largest error alone first": by_alone,
+                "largest error alone per float nanosecond first": by_alone_rate,
                 "largest estimate first": by_estimate,
                 "largest estimate per float nanosecond first": by_rate,
                 "graph order": free,
@@ -213,7 +243,8 @@ class Chooser:
             errors = error(kept)
             quantized = [s for s in free if s.index not in keep]
             self.record["estimated_error"] = _estimated_per_output(reference, quantized, estimates)
-            self.record["evaluations"] = len(measured)
+            self.record["evaluations"] = len(measured) + len(alone)
+            self.record["alone_inputs"] = len(few) if alone else 0
             self.record["order"] = chosen
             # the searches: how many sites were kept in float, and the worst output's error (over
             # the budget: the worst up to the input that took it over, a lower bound)
@@ -229,6 +260,7 @@ class Chooser:
                 "rule": s.rules[0],
                 "quantized": s.index not in keep,
                 "estimate": estimates.get(s.index),
+                "alone": alone.get(s.index),
                 "float_ns": s.float_ns,
                 "why": self._why_float(s)
                 or (
@@ -310,7 +342,11 @@ class Chooser:
         return (outs, want), values
 
     def _errors(
-        self, model: onnx.ModelProto, reference, stop_over: float | None = None
+        self,
+        model: onnx.ModelProto,
+        reference,
+        stop_over: float | None = None,
+        feeds: list[int] | None = None,
     ) -> dict[str, float]:
         """max|q - ref| / max|ref| per float output, the worst over the calibration feeds
         (each feed's error relative to its own largest output, as the output check has it).
@@ -320,11 +356,14 @@ class Chooser:
         it whatever the other feeds give: 10 of DistilBERT's 15 candidates and 7 of GPT-2's 17
         were, in their budget rows). The feeds run hardest first (`hardest`: by their error on
         the candidate measured before), so a candidate over the budget mostly stops at the
-        first; the worst over all feeds does not depend on the order."""
+        first; the worst over all feeds does not depend on the order. feeds: the indexes of
+        the feeds to run (default: all; a subset leaves `hardest` as it was)."""
         outs, want = reference
         sess = session(model, optimized=True)
         worst = dict.fromkeys(outs, 0.0)
         order = self.hardest or list(range(len(self.calibration)))
+        if feeds is not None:
+            order = [i for i in order if i in set(feeds)]
         ran: dict[int, float] = {}  # feed index -> its worst output's error
         for i in order:
             errors = []
@@ -338,7 +377,8 @@ class Chooser:
             ran[i] = max(errors, default=0.0)
             if stop_over is not None and ran[i] > stop_over:
                 break
-        self.hardest = sorted(ran, key=lambda i: -ran[i]) + [i for i in order if i not in ran]
+        if feeds is None:
+            self.hardest = sorted(ran, key=lambda i: -ran[i]) + [i for i in order if i not in ran]
         return worst
 
 
