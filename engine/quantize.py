@@ -127,7 +127,8 @@ class Activation:
     value: a graph value its e-class holds (the activation), or None. forbid: indexes into
     `Snapshot.nodes` of the e-nodes its firings created and, transitively, those the exact
     rules built from them (the DequantizeLinear moved through a Relu and a MaxPool), imported
-    e-nodes aside. sites: the indexes of the Sites whose rules matched one of those e-nodes
+    e-nodes and ops over constants aside (a zero point a rule writes is one e-node that every
+    activation shares). sites: the indexes of the Sites whose rules matched one of those e-nodes
     (the Convs that read the activation in 8 bits, and the one whose output it is)."""
 
     value: str | None
