@@ -124,14 +124,13 @@ class Activation:
     (an 8-bit MaxPool between two float Convs is cheaper than a float one), an error no site
     accounts for; so it stays in float when every site that reads it does (`forbidden`).
 
-    value: a graph value its e-class holds (the activation), or None. forbid: indexes into
-    `Snapshot.nodes` of the e-nodes its firings created and, transitively, those the exact
-    rules built from them (the DequantizeLinear moved through a Relu and a MaxPool), imported
-    e-nodes and ops over constants aside (a zero point a rule writes is one e-node that every
-    activation shares). sites: the indexes of the Sites whose rules matched one of those e-nodes
-    (the Convs that read the activation in 8 bits, and the one whose output it is)."""
+    forbid: indexes into `Snapshot.nodes` of the e-nodes its firings created and,
+    transitively, those the exact rules built from them (the DequantizeLinear moved through a
+    Relu and a MaxPool), imported e-nodes and ops over constants aside (a zero point a rule
+    writes is one e-node that every activation shares). sites: the indexes of the Sites whose
+    rules matched one of those e-nodes (the Convs that read the activation in 8 bits, and the
+    one whose output it is)."""
 
-    value: str | None
     forbid: frozenset[int]
     sites: frozenset[int]
 
@@ -269,14 +268,13 @@ def sites(
         fired.append(fs)
     chooses = {id(f) for f in quant}
     steps = [f for f in firings if id(f) not in chooses]  # the exact rules' firings
-    return out, _activations(snap, index, names, value_of, alone, fired, steps)
+    return out, _activations(snap, index, names, alone, fired, steps)
 
 
 def _activations(
     snap: Snapshot,
     index: dict,
     names: dict,
-    value_of: dict[int, str],
     alone: list[tuple[int, list[Firing]]],
     fired: list[list[Firing]],
     steps: list[Firing],
@@ -303,7 +301,7 @@ def _activations(
         return e not in names and not all(_constant(snap, c, constant) for c in e.children)
 
     out = []
-    for root, fs in alone:
+    for _, fs in alone:
         made = {e for f in fs for e in f.created if computes(e)}
         todo = list(made)
         while todo:
@@ -314,7 +312,7 @@ def _activations(
                         todo.append(e)
         forbid = frozenset(i for e in made for i in at.get(e, ()))
         tied = frozenset(i for i, seen in enumerate(reads) if seen & made)
-        out.append(Activation(value_of.get(root), forbid, tied))
+        out.append(Activation(forbid, tied))
     return out
 
 
