@@ -9,12 +9,14 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 from onnx.reference import ReferenceEvaluator
 
 import rewrite
 from engine.cost import CostModel
-from frontends.onnx import api, check, quantize
+from frontends.onnx import api, check, import_model, quantize
 from frontends.onnx.api import OptionError
+from frontends.onnx.exporter import IN_MEMORY, export_model
 from rewrite.cli import main
 from vocab.registry import BOUNDS, conv_pair_steps, int8_sums_in_int32, pair_steps
 from vocab.types import TensorType
@@ -567,6 +569,49 @@ def test_an_error_budget_with_validation_inputs_is_searched_and_checked_on_them(
     # the output check ran on the validation inputs at the budget
     assert report.extra["check"][0]["rtol"] == 0.5
     assert report.extra["check"][0]["max_rel"] == pytest.approx(on_validation, rel=1e-5)
+
+
+def test_a_candidate_reaches_onnxruntime_with_its_large_constants_as_arrays():
+    # the budget search's sessions: the constants of IN_MEMORY_BYTES and more stay arrays
+    # (external data "in memory" in the proto), and the session computes what the whole
+    # model's does, bit for bit
+    g = import_model(named_mlp())
+    arrays: dict = {}
+    stubbed = export_model(g, arrays)
+    whole = export_model(g)
+    assert sorted(arrays) == ["W1", "W2"]  # 256 KB and 64 KB; B1 (1 KB) is inline
+    inits = {t.name: t for t in stubbed.graph.initializer}
+    for name in arrays:
+        t = inits[name]
+        assert t.data_location == TensorProto.EXTERNAL and not t.raw_data
+        assert ExternalDataInfo(t).location == IN_MEMORY
+    assert inits["B1"].raw_data and not any(uses_external_data(t) for t in whole.graph.initializer)
+    np.testing.assert_array_equal(arrays["W1"], W1)
+    x = RNG.normal(0, 1, (64, 256)).astype(np.float32)
+    for optimized in (False, True):
+        got = check.session(stubbed, optimized, arrays).run(None, {"x": x})[0]
+        want = check.session(whole, optimized).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+    assert not np.allclose(got, 0)
+
+
+def test_an_error_budget_on_a_model_with_external_data_searches_and_writes_the_same(tmp_path):
+    # a model whose weights are in a file beside it: the search's candidates read those in
+    # and keep their own large constants in memory; the same choice and the same graph
+    path, xs = calibration(tmp_path)
+    src = tmp_path / "m.onnx"
+    onnx.save_model(named_mlp(), str(src), save_as_external_data=True, size_threshold=0)
+    everything = measured_error(rewrite.optimize_model(named_mlp(), quantize="dynamic")[0], xs)
+    kept = rewrite.optimize_model(named_mlp(), quantize="dynamic", keep_float=["fc2/*"])[0]
+    budget = (measured_error(kept, xs) + everything) / 2  # fc2 in float fits, none does not
+    kw = dict(quantize="dynamic", error_budget=budget, calibration=str(path))
+    from_file, report = rewrite.optimize_model(src, **kw)
+    in_memory, expected = rewrite.optimize_model(named_mlp(), **kw)
+    assert report.extra["quantize"]["evaluations"] > 1  # a search ran
+    assert sites(report) == sites(expected)
+    assert ops(from_file) == ops(in_memory) and "MatMulInteger" in ops(from_file)
+    for a, b in zip(from_file.graph.initializer, in_memory.graph.initializer):
+        np.testing.assert_array_equal(numpy_helper.to_array(a), numpy_helper.to_array(b))
 
 
 def test_cli_validation_inputs_are_named_in_the_summary_and_their_errors(tmp_path, capsys):

@@ -74,15 +74,27 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     return feeds
 
 
-def session(model: onnx.ModelProto | bytes | str, optimized: bool = False) -> ort.InferenceSession:
+def session(
+    model: onnx.ModelProto | bytes | str,
+    optimized: bool = False,
+    arrays: dict[str, np.ndarray] | None = None,
+) -> ort.InferenceSession:
     """An onnxruntime CPU session with graph optimizations off (`optimized`: at its default,
     ORT_ENABLE_ALL, as a user runs the model, fused int8 kernels included), from a
     ModelProto, its serialized bytes, or a file path (the cheapest: nothing is serialized in
-    Python). Raises CheckError."""
+    Python). arrays: the initializers `model` holds as external data in memory
+    (`exporter.export_model(g, arrays)`), by name; onnxruntime copies them in before any graph
+    optimization (`SessionOptions.add_external_initializers`), so the session is the one the
+    whole model makes. Raises CheckError."""
     opts = ort.SessionOptions()
     if not optimized:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 3
+    if arrays:  # (the arrays live on in the caller until the session has copied them)
+        values = [
+            ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a)) for a in arrays.values()
+        ]
+        opts.add_external_initializers(list(arrays), values)
     src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
         return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])

@@ -32,8 +32,14 @@ from vocab.ops import MAX_IR_VERSION, OPS
 NODE_METADATA_IR = 10  # the first IR version with NodeProto/TensorProto.metadata_props
 
 
-def export_model(g: TermGraph) -> onnx.ModelProto:
+def export_model(g: TermGraph, arrays: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
     """Build a ModelProto from `g`, using `g.meta` (the imported model) as the template.
+
+    arrays: for a model only onnxruntime will read (`check.session(model, arrays=...)`): each
+    constant of `IN_MEMORY_BYTES` or more is written as external data at location `IN_MEMORY`
+    and put into `arrays` by name, not copied into the proto (a candidate of the budget
+    search: DistilBERT's 265 MB took 0.3 s to serialize and onnxruntime as long to parse, per
+    candidate). Such a model is not a file anyone else can read.
 
     Raises ValueError if `g.meta` is not an `onnx.ModelProto`.
     """
@@ -60,7 +66,12 @@ def export_model(g: TermGraph) -> onnx.ModelProto:
     inits = set()
     for vid, arr in g.constants.items():
         if name(vid) in used:
-            _write_tensor(graph.initializer.add(), np.asarray(arr), name(vid))
+            arr = np.asarray(arr)
+            if arrays is not None and _in_memory(arr):
+                _write_stub(graph.initializer.add(), arr, name(vid))
+                arrays[name(vid)] = arr
+            else:
+                _write_tensor(graph.initializer.add(), arr, name(vid))
             inits.add(name(vid))
     # an initializer also listed as an input (an overridable default) stays an input only
     # while the initializer is still there
@@ -147,6 +158,28 @@ def _write_tensor(t: onnx.TensorProto, arr: np.ndarray, name: str) -> None:
     if sys.byteorder == "big":
         arr = arr.byteswap()
     t.raw_data = np.ascontiguousarray(arr).tobytes()
+
+
+IN_MEMORY = "rewrite:in-memory"  # the external data location of `export_model`'s `arrays`
+IN_MEMORY_BYTES = 1 << 16
+# ONNX element types whose numpy arrays onnxruntime takes as they are (not bfloat16, float8
+# or the packed 4-bit types, which numpy spells as void)
+_IN_MEMORY_TYPES = frozenset("fiub")
+
+
+def _in_memory(arr: np.ndarray) -> bool:
+    return arr.nbytes >= IN_MEMORY_BYTES and arr.dtype.kind in _IN_MEMORY_TYPES
+
+
+def _write_stub(t: onnx.TensorProto, arr: np.ndarray, name: str) -> None:
+    """Fill TensorProto `t` as `arr`'s name, type and shape, its data external at `IN_MEMORY`."""
+    t.name = name
+    t.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)
+    t.dims.extend(arr.shape)
+    t.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", IN_MEMORY), ("offset", "0"), ("length", str(arr.nbytes))):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
 
 
 def _rebind_outer_names(n: Node, name) -> list[onnx.NodeProto]:

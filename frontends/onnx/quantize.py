@@ -38,11 +38,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
-from onnx.external_data_helper import uses_external_data
+from onnx.external_data_helper import (
+    ExternalDataInfo,
+    load_external_data_for_tensor,
+    uses_external_data,
+)
 
 from engine.quantize import Site
+from frontends.onnx import external
 from frontends.onnx.check import CheckError, random_inputs, run, session, upstream
-from frontends.onnx.exporter import export_model
+from frontends.onnx.exporter import IN_MEMORY, export_model
 from frontends.onnx.importer import is_weight, skeleton
 from vocab.graph import TermGraph, unique_name
 from vocab.ops import FAMILIES
@@ -170,7 +175,7 @@ class Chooser:
                 """The candidate's error per output; over the budget, only as far as the first
                 feed that took it over (all the search needs to know)."""
                 if kept not in measured:
-                    model = self._model(build(frozenset(keep | kept)))
+                    model = self._candidate(build(frozenset(keep | kept)))
                     measured[kept] = self._errors(model, want, self.plan.error_budget)
                 return measured[kept]
 
@@ -202,11 +207,11 @@ class Chooser:
             # (the graph with every site quantized runs on every input first: it orders them
             # hardest first, and when it is within the budget there is nothing to search)
             everything = frozenset(s.index for s in free)
-            measured[frozenset()] = self._errors(self._model(build(frozenset(keep))), want)
+            measured[frozenset()] = self._errors(self._candidate(build(frozenset(keep))), want)
             few = self.hardest[:ALONE_INPUTS]
             if max(measured[frozenset()].values(), default=0.0) > self.plan.error_budget:
                 for s in free:
-                    only = self._model(build(frozenset(keep | (everything - {s.index}))))
+                    only = self._candidate(build(frozenset(keep | (everything - {s.index}))))
                     alone[s.index] = max(self._errors(only, want, feeds=few).values(), default=0.0)
             # five orders: the largest errors measured alone first, and per nanosecond of
             # float work (a small product that errs much is cheap to keep: BERT's pooler reads
@@ -308,10 +313,19 @@ class Chooser:
     def _model(self, g: TermGraph) -> onnx.ModelProto:
         return self._with_weights(export_model(g))
 
+    def _candidate(self, g: TermGraph) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+        """`g` for a session of the search: the model, and its large constants left out of the
+        proto and given as arrays (`export_model`'s `arrays`)."""
+        arrays: dict[str, np.ndarray] = {}
+        return self._with_weights(export_model(g, arrays)), arrays
+
     def _with_weights(self, m: onnx.ModelProto) -> onnx.ModelProto:
-        """`m` with the weights it keeps in the model's external data files read in."""
+        """`m` with the weights it keeps in the model's external data files read in (those
+        `export_model` left in memory aside)."""
         if self.folder is not None:
-            onnx.external_data_helper.load_external_data_for_model(m, self.folder)
+            for t in list(external.external_tensors(m)):
+                if ExternalDataInfo(t).location != IN_MEMORY:
+                    load_external_data_for_tensor(t, self.folder)
         return m
 
     def _reference(self, model: onnx.ModelProto, free: list[Site]):
@@ -343,13 +357,14 @@ class Chooser:
 
     def _errors(
         self,
-        model: onnx.ModelProto,
+        model: onnx.ModelProto | tuple[onnx.ModelProto, dict[str, np.ndarray]],
         reference,
         stop_over: float | None = None,
         feeds: list[int] | None = None,
     ) -> dict[str, float]:
         """max|q - ref| / max|ref| per float output, the worst over the calibration feeds
         (each feed's error relative to its own largest output, as the output check has it).
+        model: a ModelProto, or one with its large constants as arrays (`_candidate`).
 
         stop_over: stop after the first feed on which an output's error exceeds it; the
         errors are then those of the feeds run so far (a candidate over the budget is over
@@ -359,7 +374,8 @@ class Chooser:
         first; the worst over all feeds does not depend on the order. feeds: the indexes of
         the feeds to run (default: all; a subset leaves `hardest` as it was)."""
         outs, want = reference
-        sess = session(model, optimized=True)
+        model, arrays = model if isinstance(model, tuple) else (model, None)
+        sess = session(model, optimized=True, arrays=arrays)
         worst = dict.fromkeys(outs, 0.0)
         order = self.hardest or list(range(len(self.calibration)))
         if feeds is not None:
