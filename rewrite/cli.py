@@ -897,8 +897,9 @@ def _mismatch(args, done, src: Path, start: float) -> int:
 
 class _Stages:
     """Progress on stderr: a stage that has run for `delay` seconds shows a spinner with its
-    name until it ends (rich's status line, erased after); with `verbose` each stage's time is
-    printed as it ends. Off with `quiet` or when stderr is not a terminal (rich's
+    name until it ends (rich's status line, erased after), and what the stage reports it is
+    doing (the budget search's candidate); with `verbose` each stage's time is printed as it
+    ends. Off with `quiet` or when stderr is not a terminal (rich's
     `is_terminal`), so logs and pipes get no control characters."""
 
     def __init__(
@@ -910,9 +911,15 @@ class _Stages:
 
     @contextlib.contextmanager
     def stage(self, label: str):
-        """Context manager around one stage named `label`."""
+        """Context manager around one stage named `label`; it gives a function that shows
+        one line of detail after the label (what the stage is doing now)."""
         clock = time.perf_counter()
         status = self.console.status(f"{label}...") if self.live else None
+
+        def detail(text: str) -> None:
+            if status is not None:
+                status.update(f"{label}: {text}")
+
         lock, shown = threading.Lock(), []
 
         def show():
@@ -926,7 +933,7 @@ class _Stages:
             timer.daemon = True
             timer.start()
         try:
-            yield
+            yield detail
         finally:
             if timer is not None:
                 timer.cancel()

@@ -161,6 +161,25 @@ def test_progress_shows_a_stage_on_a_terminal_only():
     assert buffer.getvalue() == ""
 
 
+def test_a_stage_shows_the_detail_it_reports_on_a_terminal_only():
+    import time
+
+    from rich.console import Console
+
+    from rewrite.cli import _Stages
+
+    for terminal in (True, False):
+        buffer = io.StringIO()
+        console = Console(file=buffer, force_terminal=terminal, width=120)
+        with _Stages(delay=0.0, console=console).stage("optimizing") as detail:
+            detail("site 3 of 38 quantized alone")
+            for _ in range(200):  # the status is drawn from a timer thread
+                if "site 3" in buffer.getvalue():
+                    break
+                time.sleep(0.01)
+        assert ("optimizing: site 3 of 38 quantized alone" in buffer.getvalue()) == terminal
+
+
 def test_backend_names_an_unknown_option():
     torch = pytest.importorskip("torch")
     from torch import nn

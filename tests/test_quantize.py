@@ -4,6 +4,8 @@ pytest plugin, and tests/wrong_rules/quant.rules for the planted wrong ones); he
 path: the engine picks the quantized form where it pays, onnxruntime runs it, and a single
 MatMul's measured error stays within its rule's bound."""
 
+import contextlib
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -509,6 +511,38 @@ def test_the_budget_search_orders_sites_by_their_error_measured_alone(tmp_path):
     assert all(s["quantized"] and s["alone"] is None for s in sites(report).values())
     for steps in record["searches"].values():
         assert steps == [{"kept_float": 0, "error": pytest.approx(max(per_input), rel=1e-4)}]
+
+
+def test_the_budget_search_says_which_candidate_it_measures(tmp_path):
+    path, xs = calibration(tmp_path)
+    full, _ = rewrite.optimize_model(named_mlp(), quantize="dynamic")
+    budget = 0.5 * measured_error(full, xs)  # every site quantized is over: a search runs
+    lines: dict[str, list[str]] = {}
+
+    @contextlib.contextmanager
+    def stage(label):
+        lines[label] = []
+        yield lines[label].append
+
+    options = api.Options.from_keywords(
+        {"quantize": "dynamic", "error_budget": budget, "calibration": str(path)}
+    )
+    done = api.run(named_mlp(), options, stage=stage)
+    said = lines["optimizing (import, saturate, extract, fold)"]
+    assert said[:4] == [
+        "error budget search: the float model's outputs on 8 inputs",
+        "error budget search: every site quantized, on 8 inputs",
+        "error budget search: site 1 of 2 quantized alone (fc1/MatMul)",
+        "error budget search: site 2 of 2 quantized alone (fc2/MatMul)",
+    ]
+    record = done.report.extra["quantize"]
+    assert len(record["searches"]) == 5
+    for name, steps in record["searches"].items():  # each bisection step of each order
+        assert steps and [
+            f"error budget search: {name}: {s['kept_float']} of 2 sites kept in float"
+            for s in steps
+        ] == [line for line in said if line.startswith(f"error budget search: {name}:")]
+    assert len(said) == 4 + sum(len(steps) for steps in record["searches"].values())
 
 
 def test_the_budget_search_stops_a_candidate_at_the_first_input_over_the_budget(

@@ -630,10 +630,12 @@ def run(
 
     start: the `time.perf_counter()` value `options.timeout` counts from (default now).
     stage(label): a context manager around each stage ("reading rules", "loading the model",
-    "optimizing", "checking outputs"), for progress display. stage_output(result, original)
-    -> source: called before the check with the optimized model and the input (its external
-    data not read); returns what onnxruntime loads for the result (bytes, or the path of a
-    staged file: the CLI checks the very file it writes), or None.
+    "optimizing", "checking outputs"), for progress display; what it gives, if not None, is
+    called with a line saying what the stage is doing now (the budget search's candidates).
+    stage_output(result, original) -> source: called before the check with the optimized
+    model and the input (its external data not read); returns what onnxruntime loads for the
+    result (bytes, or the path of a staged file: the CLI checks the very file it writes), or
+    None.
     Raises as `optimize_model`; OutputMismatch after the check failed and CheckError when a
     model cannot run both carry the `Run` as `.run`.
     """
@@ -775,8 +777,10 @@ def run(
                 "symmetric": options.symmetric,
                 "activations": len(ranges),
             }
-    with stage("optimizing (import, saturate, extract, fold)"):
+    with stage("optimizing (import, saturate, extract, fold)") as detail:
         kw = {} if choose is None else {"choose": choose}
+        if choose is not None and detail is not None:
+            choose.progress = detail
         if lean:
             graph = import_model(model, folder)
             model = engine_input = structure(model)

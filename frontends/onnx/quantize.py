@@ -33,6 +33,7 @@ random token ids and noise are not the data the model will see.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -142,7 +143,9 @@ class Chooser:
     `record` says per site what was chosen and why, and the calibration error per output.
 
     calibration: the feeds (see `load_calibration`); folder: where the model's external data
-    is, for models whose weights stay in files (None when none)."""
+    is, for models whose weights stay in files (None when none); progress: called with a
+    line saying which candidate the budget search measures (a search runs one onnxruntime
+    session per site and per step: minutes on a full-size model)."""
 
     plan: Plan
     calibration: list = field(default_factory=list)
@@ -152,6 +155,7 @@ class Chooser:
     reference: tuple | None = None
     # the feeds' indexes, those that erred most on the last candidate measured first
     hardest: list[int] = field(default_factory=list)
+    progress: Callable[[str], None] | None = None
 
     def __call__(self, sites: list[Site], build) -> frozenset[int]:
         """The indexes of the sites to keep in float (see the module docstring); `build(keep)`
@@ -165,6 +169,8 @@ class Chooser:
         alone: dict[int, float] = {}  # a site's error measured with it alone quantized
         errors: dict[str, float] = {}
         if self.plan.error_budget is not None and sites:
+            n = len(self.calibration)
+            self._say(f"the float model's outputs on {n} inputs")
             reference = self._model(build(frozenset(s.index for s in sites)))
             want, values = self._reference(reference, free)
             self.reference = want
@@ -179,7 +185,7 @@ class Chooser:
                     measured[kept] = self._errors(model, want, self.plan.error_budget)
                 return measured[kept]
 
-            def fewest(order: list[Site]) -> tuple[frozenset, list[dict]]:
+            def fewest(name: str, order: list[Site]) -> tuple[frozenset, list[dict]]:
                 """The fewest first sites of `order` kept in float within budget (bisection;
                 the error falls as more are kept, near enough), and the steps taken."""
                 prefix = lambda k: frozenset(s.index for s in order[:k])  # noqa: E731
@@ -190,6 +196,7 @@ class Chooser:
                     steps.append({"kept_float": 0, "error": max(error(prefix(0)).values())})
                 while lo < hi:
                     mid = (lo + hi) // 2
+                    self._say(f"{name}: {mid} of {len(order)} sites kept in float")
                     worst = max(error(prefix(mid)).values(), default=0.0)
                     steps.append({"kept_float": mid, "error": worst})
                     if worst <= self.plan.error_budget:
@@ -207,10 +214,12 @@ class Chooser:
             # (the graph with every site quantized runs on every input first: it orders them
             # hardest first, and when it is within the budget there is nothing to search)
             everything = frozenset(s.index for s in free)
+            self._say(f"every site quantized, on {n} inputs")
             measured[frozenset()] = self._errors(self._candidate(build(frozenset(keep))), want)
             few = self.hardest[:ALONE_INPUTS]
             if max(measured[frozenset()].values(), default=0.0) > self.plan.error_budget:
-                for s in free:
+                for k, s in enumerate(free, 1):
+                    self._say(f"site {k} of {len(free)} quantized alone ({s.name})")
                     only = self._candidate(build(frozenset(keep | (everything - {s.index}))))
                     alone[s.index] = max(self._errors(only, want, feeds=few).values(), default=0.0)
             # five orders: the largest errors measured alone first, and per nanosecond of
@@ -234,7 +243,7 @@ class Chooser:
                 "largest estimate per float nanosecond first": by_rate,
                 "graph order": free,
             }
-            found = {name: fewest(order) for name, order in orders.items()}
+            found = {name: fewest(name, order) for name, order in orders.items()}
             float_ns = {s.index: s.float_ns for s in free}
             chosen = min(
                 found,
@@ -299,6 +308,10 @@ class Chooser:
         if self.reference is None:
             return None
         return self._errors(self._with_weights(model), self.reference)
+
+    def _say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(f"error budget search: {text}")
 
     def _why_float(self, s: Site) -> str:
         """Why the user's options keep `s` in float ("" if they do not)."""
