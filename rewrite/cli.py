@@ -187,6 +187,7 @@ def _optimize_parser(sub) -> None:
         error_budget=None,
         calibration=None,
         validation=None,
+        held_out=0,
         calibrate="minmax",
         symmetric=False,
         smooth=None,
@@ -301,6 +302,17 @@ def _quantize_parser(sub) -> None:
         "--calibration's) instead of the calibration inputs, which --smooth, --rounding gptq "
         "and --mode static fit: an error measured on the inputs a stage was fitted to is "
         "smaller than on others",
+    )
+    q.add_argument(
+        "--held-out",
+        type=int,
+        default=0,
+        metavar="N",
+        help="--error-budget: keep the last N of the inputs the budget is checked on "
+        "(--validation's, else --calibration's) from the search; the written graph's error "
+        "on them is reported, with a 95%% upper bound on the share of such inputs over the "
+        "budget (the search chose the graph on its own inputs, so those give no such bound), "
+        "and the output check holds them to the budget too (default 0)",
     )
     q.add_argument(
         "--calibrate",
@@ -754,6 +766,7 @@ def cmd_optimize(args) -> int:
             error_budget=args.error_budget,
             calibration=args.calibration,
             validation=args.validation,
+            held_out=args.held_out,
             calibrate=args.calibrate,
             symmetric=args.symmetric,
             smooth=args.smooth,
@@ -881,9 +894,16 @@ def _mismatch(args, done, src: Path, start: float) -> int:
     budget = getattr(args, "error_budget", None)
     worst = max((d.max_rel for d in done.diffs if not d.ok), default=0.0)
     if budget is not None:  # quantization error, not a wrong rule: nothing to bisect
+        held = report.extra.get("quantize", {}).get("held_out") or {}
         return _fail(
             f"measured error {100 * worst:.2f}% of {bad} exceeds --error-budget "
-            f"{100 * budget:.2f}% on the {_budget_inputs(report)} inputs; nothing written"
+            f"{100 * budget:.2f}% on the {_budget_inputs(report)} inputs"
+            + (
+                f" ({held['over_budget']} of the {held['inputs']} held out from the search over it)"
+                if held.get("over_budget")
+                else ""
+            )
+            + "; nothing written"
         )
     if report.fp == "quant":  # the quant rules' error, each within its verified bound
         return _fail(
@@ -1107,6 +1127,21 @@ def _print_quantized(record: dict, verbose: bool) -> None:
                 f"{100 * record['budget']:.2f}%",
             )
         out.print(t)
+    held = record.get("held_out")
+    if held:
+        worst = max(held["error"].values(), default=0.0)
+        share = held["over_budget_share_at_most"]
+        out.print(
+            f"held out from the search: {held['inputs']} inputs, worst {100 * worst:.2f}% "
+            f"against the budget's {100 * record['budget']:.2f}%; "
+            + (
+                f"{held['over_budget']} of them over it"
+                if held["over_budget"]
+                else f"none over it: at most {100 * share:.1f}% of inputs drawn like them "
+                f"would be ({100 * held['confidence']:.0f}% confidence, Clopper-Pearson)"
+            ),
+            markup=False,
+        )
     if record.get("warning"):
         err.print(f"warning: {record['warning']}", markup=False)
     if record.get("note"):

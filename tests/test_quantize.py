@@ -17,7 +17,7 @@ from onnx.reference import ReferenceEvaluator
 import rewrite
 from engine.cost import CostModel
 from frontends.onnx import api, check, import_model, quantize
-from frontends.onnx.api import OptionError
+from frontends.onnx.api import OptionError, OutputMismatch
 from frontends.onnx.exporter import IN_MEMORY, export_model
 from rewrite.cli import main
 from vocab.registry import BOUNDS, conv_pair_steps, int8_sums_in_int32, pair_steps
@@ -648,6 +648,83 @@ def test_an_error_budget_on_a_model_with_external_data_searches_and_writes_the_s
         np.testing.assert_array_equal(numpy_helper.to_array(a), numpy_helper.to_array(b))
 
 
+def per_input_errors(q: onnx.ModelProto, xs: np.ndarray) -> np.ndarray:
+    """max|q - ref| / max|ref| of each input."""
+    want = [run(named_mlp(), x) for x in xs]
+    return np.array([np.abs(run(q, x) - w).max() / np.abs(w).max() for x, w in zip(xs, want)])
+
+
+def test_held_out_inputs_are_kept_from_the_search_and_reported_with_a_bound(tmp_path, capsys):
+    _, xs = calibration(tmp_path)
+    full, _ = rewrite.optimize_model(named_mlp(), quantize="dynamic")
+    fc2 = rewrite.optimize_model(named_mlp(), quantize="dynamic", keep_float=["fc2/*"])[0]
+    everything, kept = per_input_errors(full, xs), per_input_errors(fc2, xs)
+    # the file's last two inputs, held out, are those the graph with fc2 in float errs most on
+    order = np.argsort(kept)
+    path, first = tmp_path / "ordered.npz", tmp_path / "searched.npz"
+    np.savez(path, x=xs[order])
+    np.savez(first, x=xs[order][:-2])
+    searched, held = kept[order][:-2], kept[order][-2:]
+    assert kept.max() < everything[order][:-2].max()
+    budget = (kept.max() + everything[order][:-2].max()) / 2  # fc2 in float fits everywhere
+    kw = dict(quantize="dynamic", error_budget=budget, calibration=str(path), held_out=2)
+    q, report = rewrite.optimize_model(named_mlp(), **kw)
+    record = report.extra["quantize"]
+    assert not sites(report)["fc2/MatMul"]["quantized"] and sites(report)["fc1/MatMul"]["quantized"]
+    assert record["calibration_samples"] == 6
+    assert record["calibration_error"]["y"] == pytest.approx(searched.max(), rel=1e-5)
+    assert record["held_out"] == {
+        "inputs": 2,
+        "error": {"y": pytest.approx(held.max(), rel=1e-5)},
+        "over_budget": 0,
+        "over_budget_share_at_most": pytest.approx(1 - 0.05**0.5),
+        "confidence": 0.95,
+    }
+    # the search saw only the first six: it searched as on a file of those alone
+    _, alone = rewrite.optimize_model(
+        named_mlp(), quantize="dynamic", error_budget=budget, calibration=str(first)
+    )
+    for key in ("searches", "order", "evaluations", "calibration_error", "estimated_error"):
+        assert record[key] == alone.extra["quantize"][key], key
+    for key in ("alone", "estimate"):
+        assert [s[key] for s in record["sites"]] == [
+            s[key] for s in alone.extra["quantize"]["sites"]
+        ]
+    # the output check held all eight to the budget
+    assert report.extra["check"][0]["max_rel"] == pytest.approx(kept.max(), rel=1e-5)
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(named_mlp(), src)
+    argv = ["quantize", str(src), str(dst), "--error-budget", str(budget)]
+    argv += ["--calibration", str(path), "--held-out", "2"]
+    assert main(argv) == 0
+    said = capsys.readouterr().out
+    assert (
+        f"held out from the search: 2 inputs, worst {100 * held.max():.2f}% against the "
+        f"budget's {100 * budget:.2f}%; none over it: at most 77.6% of inputs drawn like them "
+        "would be (95% confidence, Clopper-Pearson)"
+    ) in " ".join(said.split())
+    # a budget the searched inputs meet and the held-out ones do not: refused, nothing written
+    assert searched.max() < held.min() < everything[order][:-2].max()
+    tight = (searched.max() + held.min()) / 2
+    with pytest.raises(OutputMismatch) as e:
+        rewrite.optimize_model(named_mlp(), **{**kw, "error_budget": tight})
+    assert e.value.run.report.extra["quantize"]["held_out"]["over_budget"] == 2
+    dst.unlink()
+    argv[argv.index(str(budget))] = str(tight)
+    assert main(argv) == 1 and not dst.exists()
+    assert "(2 of the 2 held out from the search over it); nothing written" in " ".join(
+        capsys.readouterr().err.split()
+    )
+
+
+def test_held_out_inputs_leave_some_to_search_on(tmp_path):
+    path, _ = calibration(tmp_path)
+    with pytest.raises(OptionError, match="held-out 8 leaves none of the 8 calibration inputs"):
+        rewrite.optimize_model(
+            named_mlp(), quantize="dynamic", error_budget=0.1, calibration=str(path), held_out=8
+        )
+
+
 def test_cli_validation_inputs_are_named_in_the_summary_and_their_errors(tmp_path, capsys):
     src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
     onnx.save(named_mlp(), src)
@@ -732,6 +809,12 @@ def test_weight_only_8bit_for_standard_onnx_passes_the_output_check():
             "calibration inputs are unused here",
         ),
         ({"validation": "v.npz"}, "validation needs a quantization mode"),
+        ({"quantize": "dynamic", "held_out": 2}, "held-out inputs are used by error-budget only"),
+        (
+            {"quantize": "dynamic", "error_budget": 0.1, "held_out": -1},
+            "held-out must be a whole number >= 0",
+        ),
+        ({"held_out": 2}, "held-out needs a quantization mode"),
         ({"quantize": "dynamic", "op_types": ["Matmul"]}, "'Matmul' is not an ONNX op"),
         ({"quantize": "dynamic", "cpu": "arm"}, "cpu: unknown choice 'arm'"),
         ({"cpu": "vnni"}, "cpu needs a quantization mode"),

@@ -176,7 +176,11 @@ class Options:
         `calibration` (error_budget only), the inputs the budget is searched and checked on
         instead of the calibration inputs: smoothing, GPTQ and static ranges fit the
         calibration inputs, and an error measured on the inputs they were fitted to is
-        smaller than on others. smooth: SmoothQuant's migration
+        smaller than on others. held_out: how many of the inputs the budget is checked on
+        (validation, else calibration), the last ones, the search does not see: the written
+        graph's error on them is reported (`extra["quantize"]["held_out"]`) with a 95% upper
+        bound on the share of such inputs over the budget, and the output check holds them
+        to the budget too. smooth: SmoothQuant's migration
         strength alpha in [0, 1] (modes dynamic and static), or None: before quantizing,
         each activation a normalization makes and a product by a constant weight reads is
         divided per channel by s_j = max|x_j|^alpha / max|w_j|^(1 - alpha) (from the
@@ -222,6 +226,7 @@ class Options:
     error_budget: float | None = None
     calibration: str | None = None
     validation: str | None = None
+    held_out: int = 0
     calibrate: str = "minmax"
     symmetric: bool = False
     smooth: float | None = None
@@ -309,7 +314,7 @@ class Options:
     @property
     def plan(self) -> Plan:
         """The quantization choices (`frontends.onnx.quantize.Plan`)."""
-        return Plan(self.keep_float, self.op_types, self.error_budget)
+        return Plan(self.keep_float, self.op_types, self.error_budget, self.held_out)
 
     def validate(self) -> None:
         """Raise OptionError for a value that cannot be used."""
@@ -353,11 +358,16 @@ class Options:
             )
         if self.quantize is None:
             names = ("keep_float", "op_types", "error_budget", "calibration", "validation")
+            names += ("held_out",)
             for name in (*names, "bits", "smooth"):
                 if getattr(self, name):
                     raise OptionError(f"{name.replace('_', '-')} needs a quantization mode")
         if self.validation is not None and self.error_budget is None:
             raise OptionError("validation inputs are used by error-budget only")
+        if not isinstance(self.held_out, int) or self.held_out < 0:
+            raise OptionError(f"held-out must be a whole number >= 0, not {self.held_out!r}")
+        if self.held_out and self.error_budget is None:
+            raise OptionError("held-out inputs are used by error-budget only")
         if self.validation is not None and self.calibration is not None and not self.runs_model:
             raise OptionError(
                 "calibration inputs are unused here: with validation inputs the budget is "
@@ -699,6 +709,12 @@ def run(
             )
         except CalibrationError as e:
             raise OptionError(str(e)) from None
+        if options.held_out and options.held_out >= len(held):
+            raise OptionError(
+                f"held-out {options.held_out} leaves none of the {len(held)} "
+                f"{'validation' if options.validation else 'calibration'} inputs to search the "
+                "budget on"
+            )
         choose = Chooser(options.plan, held, None if folder is None else str(folder))
         if options.validation:
             choose.record["budget_inputs"] = "validation"
@@ -841,6 +857,10 @@ def run(
             )
             earlier = choose.record.get("warning")
             choose.record["warning"] = f"{earlier}; {warning}" if earlier else warning
+    if choose is not None and options.held_out:
+        with stage("measuring the result on the held-out inputs") as detail:
+            choose.progress = detail
+            choose.record["held_out"] = choose.held_out(result)
     if options.cpu == "vnni" and not int8_sums_in_int32():
         warning = (
             "cpu vnni: this CPU has no VNNI, so onnxruntime here adds int16 pairs of products, "

@@ -24,6 +24,11 @@ its float and its quantized form (an `engine.quantize.Site`). `Chooser` is the
   graph order; it keeps the one that leaves the fewest in float, then the one whose float
   sites cost least. Measuring each site alone costs one graph per site; on DistilBERT it
   keeps 5 of 38 products in float where the estimates kept 14 (docs/benchmarks.md).
+  Each candidate's large constants reach onnxruntime as arrays, not through protobuf
+  (`export_model(g, arrays)`): that halved DistilBERT's budget run (111 s -> 51 s).
+* with `--held-out N` (`Plan.held_out`), the last N calibration inputs are kept from the
+  search (the estimates, the orders and every step); the written graph is measured on them
+  after it (`Chooser.held_out`), with a bound on the share of such inputs over the budget.
 
 Calibration inputs come from `--calibration FILE.npz` (one array per graph input, its first
 axis the samples) or are drawn like the output check's (`check.random_inputs`), with a warning:
@@ -78,6 +83,7 @@ CALIBRATION_METHODS = ("minmax", "percentile")
 # the inputs a site's error alone is measured on (the Chooser's order by it): those the graph
 # with every site quantized errs most on
 ALONE_INPUTS = 4
+CONFIDENCE = 0.95  # of the bound on the share of held-out-like inputs over the budget
 PERCENTILE = 99.999  # the percentile method's range: [the 0.001th, the 99.999th] percentile
 
 
@@ -91,11 +97,14 @@ class Plan:
 
     keep_float: fnmatch globs of node names. op_types: the ops to quantize (empty: every op the
     mode's rules cover). error_budget: the largest max|q - ref| / max|ref| allowed per float
-    output over the calibration inputs, or None (quantize every site left)."""
+    output over the calibration inputs, or None (quantize every site left). held_out: how
+    many of those inputs, the last ones, the budget search does not see (`Chooser.held_out`).
+    """
 
     keep_float: tuple[str, ...] = ()
     op_types: tuple[str, ...] = ()
     error_budget: float | None = None
+    held_out: int = 0
 
     @property
     def active(self) -> bool:
@@ -169,8 +178,8 @@ class Chooser:
         alone: dict[int, float] = {}  # a site's error measured with it alone quantized
         errors: dict[str, float] = {}
         if self.plan.error_budget is not None and sites:
-            n = len(self.calibration)
-            self._say(f"the float model's outputs on {n} inputs")
+            n = len(self._searched())
+            self._say(f"the float model's outputs on {len(self.calibration)} inputs")
             reference = self._model(build(frozenset(s.index for s in sites)))
             want, values = self._reference(reference, free)
             self.reference = want
@@ -264,7 +273,7 @@ class Chooser:
             # the budget: the worst up to the input that took it over, a lower bound)
             self.record["search"] = found[chosen][1]
             self.record["searches"] = {name: steps for name, (_, steps) in found.items()}
-            self.record["calibration_samples"] = len(self.calibration)
+            self.record["calibration_samples"] = n
         self.record["budget"] = self.plan.error_budget
         self.record["calibration_error"] = errors
         self.record["sites"] = [
@@ -298,16 +307,48 @@ class Chooser:
                 row["why"] = "float: the cost model found the quantized form no cheaper"
         return self.record
 
+    def held_out(self, model: onnx.ModelProto) -> dict | None:
+        """`model`'s error on the inputs the search did not see (`Plan.held_out`, the last of
+        the calibration feeds), or None when there are none or no search ran: per float
+        output the worst over them, how many of them err over the budget, and, when none
+        does, the largest share of inputs like them that could at 95% confidence. That is the
+        one-sided Clopper-Pearson limit for no failures in k trials, 1 - 0.05^(1/k) (Clopper
+        and Pearson, Biometrika 26, 1934; about 3/k): it holds for inputs drawn as the held-out
+        ones were, independently, because neither the search nor the fits saw them (the
+        search's own inputs give no such bound: it chose the graph on them). Raises
+        CheckError when onnxruntime cannot run `model`."""
+        held = list(range(len(self._searched()), len(self.calibration)))
+        if not held or self.reference is None:
+            return None
+        self._say(f"the chosen graph on {len(held)} held-out inputs")
+        per_feed: dict[int, float] = {}
+        errors = self._errors(
+            self._with_weights(model), self.reference, feeds=held, per_feed=per_feed
+        )
+        over = sum(e > self.plan.error_budget for e in per_feed.values())
+        return {
+            "inputs": len(held),
+            "error": errors,
+            "over_budget": over,
+            "over_budget_share_at_most": None if over else 1 - (1 - CONFIDENCE) ** (1 / len(held)),
+            "confidence": CONFIDENCE,
+        }
+
     def measure(self, model: onnx.ModelProto) -> dict[str, float] | None:
         """The error per float output of `model` (a result of the same float model) on the
-        calibration feeds, as the budget search measured its candidates; None when no search
-        ran. For a rewrite after the search: in a model whose quantization errors compound
+        calibration feeds the search runs on, as it measured its candidates; None when no
+        search ran. For a rewrite after the search: in a model whose quantization errors compound
         (ViT-B/16), a float32 regrouping of one float product moved the worst of 32 inputs
         from 4.08% to 5.01% (docs/benchmarks.md), so the search's measurement does not carry
         over. Raises CheckError when onnxruntime cannot run it."""
         if self.reference is None:
             return None
         return self._errors(self._with_weights(model), self.reference)
+
+    def _searched(self) -> list[int]:
+        """The indexes of the calibration feeds the budget search runs on (all but the last
+        `Plan.held_out`)."""
+        return list(range(len(self.calibration) - self.plan.held_out))
 
     def _say(self, text: str) -> None:
         if self.progress is not None:
@@ -344,7 +385,7 @@ class Chooser:
     def _reference(self, model: onnx.ModelProto, free: list[Site]):
         """The float model's outputs on the calibration feeds, and the values the estimates
         read (each site's captures and output: graph inputs, node outputs or initializers)
-        per feed."""
+        per feed the search runs on (`_searched`)."""
         made = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
         inits = {i.name: i for i in model.graph.initializer}
         wanted = {
@@ -362,10 +403,12 @@ class Chooser:
         sess = session(probe, optimized=True)
         weights = {n: numpy_helper.to_array(inits[n]) for n in wanted if n in inits}  # read once
         want, values = [], []
-        for feeds in self.calibration:
+        searched = len(self._searched())
+        for i, feeds in enumerate(self.calibration):
             got = dict(zip(outs + extra, run(sess, feeds)))
             want.append([got[o] for o in outs])
-            values.append(got | weights)
+            if i < searched:
+                values.append(got | weights)
         return (outs, want), values
 
     def _errors(
@@ -374,6 +417,7 @@ class Chooser:
         reference,
         stop_over: float | None = None,
         feeds: list[int] | None = None,
+        per_feed: dict[int, float] | None = None,
     ) -> dict[str, float]:
         """max|q - ref| / max|ref| per float output, the worst over the calibration feeds
         (each feed's error relative to its own largest output, as the output check has it).
@@ -385,15 +429,17 @@ class Chooser:
         were, in their budget rows). The feeds run hardest first (`hardest`: by their error on
         the candidate measured before), so a candidate over the budget mostly stops at the
         first; the worst over all feeds does not depend on the order. feeds: the indexes of
-        the feeds to run (default: all; a subset leaves `hardest` as it was)."""
+        the feeds to run (default: those the search runs on, `_searched`; a subset leaves
+        `hardest` as it was). per_feed: filled with each feed's worst output's error."""
         outs, want = reference
         model, arrays = model if isinstance(model, tuple) else (model, None)
         sess = session(model, optimized=True, arrays=arrays)
         worst = dict.fromkeys(outs, 0.0)
-        order = self.hardest or list(range(len(self.calibration)))
-        if feeds is not None:
-            order = [i for i in order if i in set(feeds)]
-        ran: dict[int, float] = {}  # feed index -> its worst output's error
+        order = self.hardest or self._searched()
+        if feeds is not None:  # (held-out feeds are not in `hardest`: they follow)
+            wanted, known = set(feeds), set(order)
+            order = [i for i in order if i in wanted] + [i for i in feeds if i not in known]
+        ran = {} if per_feed is None else per_feed  # feed index -> its worst output's error
         for i in order:
             errors = []
             for name, got, ref in zip(outs, run(sess, self.calibration[i]), want[i]):
