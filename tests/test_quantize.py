@@ -560,7 +560,7 @@ def test_the_budget_search_stops_a_candidate_at_the_first_input_over_the_budget(
     chooser = quantize.Chooser(
         quantize.Plan(error_budget=over), quantize.load_calibration(str(path), named_mlp())
     )
-    reference = chooser._reference(named_mlp(), [])[0]
+    reference = chooser._reference(named_mlp(), {}, [])[0]
     runs = []
     monkeypatch.setattr(quantize, "run", lambda s, f: runs.append(f) or check.run(s, f))
     stopped = chooser._errors(full, reference, stop_over=over)

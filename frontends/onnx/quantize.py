@@ -180,8 +180,9 @@ class Chooser:
         if self.plan.error_budget is not None and sites:
             n = len(self._searched())
             self._say(f"the float model's outputs on {len(self.calibration)} inputs")
-            reference = self._model(build(frozenset(s.index for s in sites)))
-            want, values = self._reference(reference, free)
+            reference, arrays = self._candidate(build(frozenset(s.index for s in sites)))
+            want, values = self._reference(reference, arrays, free)
+            del arrays
             self.reference = want
             estimates = {s.index: _estimate(s, values) for s in free}
             measured: dict[frozenset, dict[str, float]] = {}
@@ -364,9 +365,6 @@ class Chooser:
             return f"--op-types: {s.op} not listed"
         return ""
 
-    def _model(self, g: TermGraph) -> onnx.ModelProto:
-        return self._with_weights(export_model(g))
-
     def _candidate(self, g: TermGraph) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
         """`g` for a session of the search: the model, and its large constants left out of the
         proto and given as arrays (`export_model`'s `arrays`)."""
@@ -382,10 +380,11 @@ class Chooser:
                     load_external_data_for_tensor(t, self.folder)
         return m
 
-    def _reference(self, model: onnx.ModelProto, free: list[Site]):
+    def _reference(self, model: onnx.ModelProto, arrays: dict[str, np.ndarray], free: list[Site]):
         """The float model's outputs on the calibration feeds, and the values the estimates
         read (each site's captures and output: graph inputs, node outputs or initializers)
-        per feed the search runs on (`_searched`)."""
+        per feed the search runs on (`_searched`). model, arrays: as `_candidate` gives them
+        (`model` is as it was on return)."""
         made = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
         inits = {i.name: i for i in model.graph.initializer}
         wanted = {
@@ -397,11 +396,16 @@ class Chooser:
         }
         outs = [o.name for o in model.graph.output]
         extra = sorted(n for n in wanted if n in made and n not in outs)
-        probe = onnx.ModelProto()
-        probe.CopyFrom(model)
-        probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in extra)
-        sess = session(probe, optimized=True)
-        weights = {n: numpy_helper.to_array(inits[n]) for n in wanted if n in inits}  # read once
+        model.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in extra)
+        try:
+            sess = session(model, optimized=True, arrays=arrays)
+        finally:
+            del model.graph.output[len(outs) :]
+        weights = {  # read once
+            n: arrays[n] if n in arrays else numpy_helper.to_array(inits[n])
+            for n in wanted
+            if n in inits
+        }
         want, values = [], []
         searched = len(self._searched())
         for i, feeds in enumerate(self.calibration):
@@ -754,9 +758,10 @@ def _declare_like(g: onnx.GraphProto, name: str, like: str, known: dict) -> None
 
 def _known_types(model: onnx.ModelProto) -> dict:
     """name -> TypeProto of every value whose type ONNX shape inference finds (the declared
-    ones when inference fails)."""
+    ones when inference fails). Inferred on the model's `skeleton` (onnx's C++ inference is
+    handed the whole model serialized: 1.3 s a call for DistilBERT's weights)."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model).graph
+        inferred = onnx.shape_inference.infer_shapes(skeleton(model)).graph
     except Exception:  # InferenceError: the declared types only
         inferred = model.graph
     return {v.name: v.type for v in (*inferred.value_info, *inferred.input, *inferred.output)}
