@@ -312,8 +312,8 @@ class Chooser:
         """`model`'s error on the inputs the search did not see (`Plan.held_out`, the last of
         the calibration feeds), or None when there are none or no search ran: per float
         output the worst over them, how many of them err over the budget, and, when none
-        does, the largest share of inputs like them that could at 95% confidence. That is the
-        one-sided Clopper-Pearson limit for no failures in k trials, 1 - 0.05^(1/k) (Clopper
+        does, an upper bound at 95% confidence on the share of inputs like them that would:
+        the one-sided Clopper-Pearson limit for no failures in k trials, 1 - 0.05^(1/k) (Clopper
         and Pearson, Biometrika 26, 1934; about 3/k): it holds for inputs drawn as the held-out
         ones were, independently, because neither the search nor the fits saw them (the
         search's own inputs give no such bound: it chose the graph on them). Raises
