@@ -74,11 +74,12 @@ def fold(g: TermGraph, provenance: bool = False) -> TermGraph:
                 consts[o] = None  # value computed below
     if folded:
         by_ort, by_reference = _split(folded, g)
+        wanted = _read_after(g, folded)
         results: dict[int, np.ndarray] = {}
         for part, evaluators in ((by_ort, (True, False)), (by_reference, (False,))):
             for onnxruntime in evaluators if part else ():
                 try:  # onnxruntime first where it may run the part; then the reference
-                    results.update(_evaluate(part, g, consts, onnxruntime=onnxruntime))
+                    results.update(_evaluate(part, g, consts, onnxruntime, wanted))
                     break
                 except Exception:  # a part neither runs stays unfolded, never an error
                     continue
@@ -92,6 +93,22 @@ def fold(g: TermGraph, provenance: bool = False) -> TermGraph:
     nodes = tuple(n for n in g.nodes if not all(o in done for o in n.outputs))
     kept = {vid: a for vid, a in consts.items() if a is not None}
     return prune(TermGraph(tuple(values), nodes, g.inputs, g.outputs, kept, g.opset, g.meta))
+
+
+def _read_after(g: TermGraph, folded: list[Node]) -> set[int]:
+    """The outputs of `folded` nodes that anything left after folding reads: a node not
+    folded (its inputs, or the outer values its subgraphs read) or a graph output; every
+    output of such a node, so that it folds whole. (`_split`'s two batches share no value
+    but the Constant-like nodes each copies.) The rest are steps inside a folded chain, left
+    uncomputed and pruned with their nodes: asked for as outputs, each would be a buffer of
+    its own (weight-only's packing of BERT-base: about ten intermediate arrays of 340 MB)."""
+    inside = {id(n) for n in folded}
+    read = set(g.outputs)
+    for n in g.nodes:
+        if id(n) not in inside:
+            read.update(n.inputs)
+            read.update(n.implicit)
+    return {o for n in folded if read.intersection(n.outputs) for o in n.outputs}
 
 
 def _fold_tree(nodes: list[Node], g: TermGraph) -> dict:
@@ -243,8 +260,14 @@ _FLOAT_TYPES = {
 
 
 def _evaluate(
-    nodes: list[Node], g: TermGraph, consts: dict, onnxruntime: bool = False
+    nodes: list[Node],
+    g: TermGraph,
+    consts: dict,
+    onnxruntime: bool = False,
+    wanted: set[int] | None = None,
 ) -> dict[int, np.ndarray]:
+    """The values `nodes` compute from `consts`, those in `wanted` (default: all), by
+    onnxruntime's kernels or the reference evaluator. Raises what the evaluator raises."""
     name = lambda v: "" if v == ABSENT else g.values[v].name  # noqa: E731
     # a payload that is not an ONNX node (the fx frontend's) is not a proto to copy; canonical
     # nodes are then written from their attributes
@@ -264,7 +287,7 @@ def _evaluate(
         helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
         for k, v in feeds.items()
     ]
-    outs = sorted(produced)
+    outs = sorted(produced if wanted is None else produced & wanted)
     graph = helper.make_graph(
         protos, "fold", inputs, [helper.make_value_info(name(o), onnx.TypeProto()) for o in outs]
     )
