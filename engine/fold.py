@@ -288,6 +288,8 @@ def _evaluate(
         for k, v in feeds.items()
     ]
     outs = sorted(produced if wanted is None else produced & wanted)
+    if not outs:  # a chain nothing reads: left as it is, and pruned
+        return {}
     graph = helper.make_graph(
         protos, "fold", inputs, [helper.make_value_info(name(o), onnx.TypeProto()) for o in outs]
     )

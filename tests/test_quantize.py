@@ -563,6 +563,7 @@ def test_the_budget_search_stops_a_candidate_at_the_first_input_over_the_budget(
     reference = chooser._reference(named_mlp(), {}, [])[0]
     runs = []
     monkeypatch.setattr(quantize, "run", lambda s, f: runs.append(f) or check.run(s, f))
+    full = check.session(full, optimized=True)
     stopped = chooser._errors(full, reference, stop_over=over)
     assert len(runs) == first + 1
     assert stopped["y"] == pytest.approx(max(errors[: first + 1]), rel=1e-4) and stopped["y"] > over

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnx.external_data_helper import (
     ExternalDataInfo,
@@ -180,7 +181,7 @@ class Chooser:
         if self.plan.error_budget is not None and sites:
             n = len(self._searched())
             self._say(f"the float model's outputs on {len(self.calibration)} inputs")
-            reference, arrays = self._candidate(build(frozenset(s.index for s in sites)))
+            reference, arrays = self._exported(build(frozenset(s.index for s in sites)))
             want, values = self._reference(reference, arrays, free)
             del arrays
             self.reference = want
@@ -191,8 +192,8 @@ class Chooser:
                 """The candidate's error per output; over the budget, only as far as the first
                 feed that took it over (all the search needs to know)."""
                 if kept not in measured:
-                    model = self._candidate(build(frozenset(keep | kept)))
-                    measured[kept] = self._errors(model, want, self.plan.error_budget)
+                    sess = self._candidate(build(frozenset(keep | kept)))
+                    measured[kept] = self._errors(sess, want, self.plan.error_budget)
                 return measured[kept]
 
             def fewest(name: str, order: list[Site]) -> tuple[frozenset, list[dict]]:
@@ -323,9 +324,8 @@ class Chooser:
             return None
         self._say(f"the chosen graph on {len(held)} held-out inputs")
         per_feed: dict[int, float] = {}
-        errors = self._errors(
-            self._with_weights(model), self.reference, feeds=held, per_feed=per_feed
-        )
+        sess = session(self._with_weights(model), optimized=True)
+        errors = self._errors(sess, self.reference, feeds=held, per_feed=per_feed)
         over = sum(e > self.plan.error_budget for e in per_feed.values())
         return {
             "inputs": len(held),
@@ -344,7 +344,7 @@ class Chooser:
         over. Raises CheckError when onnxruntime cannot run it."""
         if self.reference is None:
             return None
-        return self._errors(self._with_weights(model), self.reference)
+        return self._errors(session(self._with_weights(model), optimized=True), self.reference)
 
     def _searched(self) -> list[int]:
         """The indexes of the calibration feeds the budget search runs on (all but the last
@@ -365,11 +365,16 @@ class Chooser:
             return f"--op-types: {s.op} not listed"
         return ""
 
-    def _candidate(self, g: TermGraph) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    def _exported(self, g: TermGraph) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
         """`g` for a session of the search: the model, and its large constants left out of the
         proto and given as arrays (`export_model`'s `arrays`)."""
         arrays: dict[str, np.ndarray] = {}
         return self._with_weights(export_model(g, arrays)), arrays
+
+    def _candidate(self, g: TermGraph) -> ort.InferenceSession:
+        """A session of `g` at ORT_ENABLE_ALL, as a user runs it (`_exported`'s arrays)."""
+        model, arrays = self._exported(g)
+        return session(model, optimized=True, arrays=arrays)
 
     def _with_weights(self, m: onnx.ModelProto) -> onnx.ModelProto:
         """`m` with the weights it keeps in the model's external data files read in (those
@@ -383,7 +388,7 @@ class Chooser:
     def _reference(self, model: onnx.ModelProto, arrays: dict[str, np.ndarray], free: list[Site]):
         """The float model's outputs on the calibration feeds, and the values the estimates
         read (each site's captures and output: graph inputs, node outputs or initializers)
-        per feed the search runs on (`_searched`). model, arrays: as `_candidate` gives them
+        per feed the search runs on (`_searched`). model, arrays: as `_exported` gives them
         (`model` is as it was on return)."""
         made = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
         inits = {i.name: i for i in model.graph.initializer}
@@ -417,15 +422,15 @@ class Chooser:
 
     def _errors(
         self,
-        model: onnx.ModelProto | tuple[onnx.ModelProto, dict[str, np.ndarray]],
+        sess: ort.InferenceSession,
         reference,
         stop_over: float | None = None,
         feeds: list[int] | None = None,
         per_feed: dict[int, float] | None = None,
     ) -> dict[str, float]:
-        """max|q - ref| / max|ref| per float output, the worst over the calibration feeds
-        (each feed's error relative to its own largest output, as the output check has it).
-        model: a ModelProto, or one with its large constants as arrays (`_candidate`).
+        """max|q - ref| / max|ref| per float output of `sess` (a candidate: `_candidate`), the
+        worst over the calibration feeds (each feed's error relative to its own largest
+        output, as the output check has it).
 
         stop_over: stop after the first feed on which an output's error exceeds it; the
         errors are then those of the feeds run so far (a candidate over the budget is over
@@ -436,8 +441,6 @@ class Chooser:
         the feeds to run (default: those the search runs on, `_searched`; a subset leaves
         `hardest` as it was). per_feed: filled with each feed's worst output's error."""
         outs, want = reference
-        model, arrays = model if isinstance(model, tuple) else (model, None)
-        sess = session(model, optimized=True, arrays=arrays)
         worst = dict.fromkeys(outs, 0.0)
         order = self.hardest or self._searched()
         if feeds is not None:  # (held-out feeds are not in `hardest`: they follow)
