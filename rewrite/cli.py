@@ -188,6 +188,7 @@ def _optimize_parser(sub) -> None:
         calibration=None,
         validation=None,
         held_out=0,
+        over_budget_share=None,
         calibrate="minmax",
         symmetric=False,
         smooth=None,
@@ -313,6 +314,17 @@ def _quantize_parser(sub) -> None:
         "on them is reported, with a 95%% upper bound on the share of such inputs over the "
         "budget (the search chose the graph on its own inputs, so those give no such bound), "
         "and the output check holds them to the budget too (default 0)",
+    )
+    q.add_argument(
+        "--over-budget-share",
+        type=float,
+        metavar="P",
+        help="--error-budget: also keep nodes in float until an exponential tail fitted to "
+        "the searched inputs' errors estimates that at most a share P of inputs like them "
+        "would err over the budget (0.001 = 0.1%%; needs 16 searched inputs or more). The "
+        "worst of a few dozen inputs is a tail statistic: without this another set of "
+        "inputs has a worse one about as often as not (default: off; the estimate is "
+        "shown either way)",
     )
     q.add_argument(
         "--calibrate",
@@ -767,6 +779,7 @@ def cmd_optimize(args) -> int:
             calibration=args.calibration,
             validation=args.validation,
             held_out=args.held_out,
+            over_budget_share=args.over_budget_share,
             calibrate=args.calibrate,
             symmetric=args.symmetric,
             smooth=args.smooth,
@@ -1127,6 +1140,17 @@ def _print_quantized(record: dict, verbose: bool) -> None:
                 f"{100 * record['budget']:.2f}%",
             )
         out.print(t)
+    tail = record.get("tail")
+    if tail:
+        allowed = record.get("over_budget_share")
+        out.print(
+            f"tail of the {tail['inputs']} searched inputs' errors (exponential above the "
+            f"{tail['tail'] + 1}th worst, {100 * tail['threshold']:.2f}%, scale "
+            f"{100 * tail['scale']:.3f}%): about {100 * tail['share']:.3g}% of inputs like them "
+            f"would err over the budget"
+            + ("" if allowed is None else f" (--over-budget-share {100 * allowed:.3g}%)"),
+            markup=False,
+        )
     held = record.get("held_out")
     if held:
         worst = max(held["error"].values(), default=0.0)

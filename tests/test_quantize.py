@@ -726,6 +726,105 @@ def test_held_out_inputs_leave_some_to_search_on(tmp_path):
         )
 
 
+def test_tail_share_extrapolates_an_exponential_tail_above_the_worst_seen():
+    # 16 errors: k = 4 above the threshold u = 0.02 (the 5th worst), their mean excess b = 0.025
+    top = 0.02 + np.array([0.01, 0.02, 0.03, 0.04])
+    errors = np.concatenate([top, [0.02], np.linspace(0.0, 0.019, 11)])
+    RNG.shuffle(errors)
+    tail = quantize.tail_share(errors, 0.02 + 0.025 * np.log(4 / 16 / 0.001))
+    assert tail == {
+        "share": pytest.approx(0.001),
+        "inputs": 16,
+        "tail": 4,
+        "threshold": 0.02,
+        "scale": pytest.approx(0.025),
+    }
+    # above the worst seen the share keeps falling, not to 0 as the empirical share does
+    assert 0 < quantize.tail_share(errors, 0.5)["share"] < 0.001 / 1000
+    # at or below the threshold the share is the empirical one
+    assert quantize.tail_share(errors, 0.02)["share"] == 4 / 16
+    assert quantize.tail_share(errors, 0.015)["share"] == 8 / 16
+    assert quantize.tail_share(errors, 0.0)["share"] == 15 / 16
+    assert quantize.tail_share(errors[:15], 0.1) is None  # too few to fit a tail
+    # errors all equal: nothing lies above them
+    assert quantize.tail_share(np.full(16, 0.01), 0.02)["share"] == 0.0
+
+
+def test_tail_share_estimates_the_share_of_an_exponential_tail_near_its_value():
+    # errors 0.01 + Exp(0.002): P(error > limit) = exp(-(limit - 0.01) / 0.002); limit at a
+    # share of 0.001, beyond the worst of 100 (a share of 0.01). Over 400 sets of n, the
+    # median estimate is near it (0.76x at n = 100), and the spread narrows as n grows: an
+    # estimate from 100 inputs (10 above the threshold) is noisy, a factor of 4 either way in
+    # one set of 5 (the 10th and 90th percentiles, 0.05x and 4x)
+    rng = np.random.default_rng(1)
+    limit = 0.01 + 0.002 * np.log(1000)
+
+    def shares(n: int) -> np.ndarray:
+        draws = [0.01 + rng.exponential(0.002, n) for _ in range(400)]
+        return np.array([quantize.tail_share(d, limit)["share"] for d in draws])
+
+    few, many = shares(100), shares(300)
+    assert 0.0006 < np.median(few) < 0.0014 and 0.0006 < np.median(many) < 0.0014
+    spread = lambda s: np.quantile(s, 0.75) / np.quantile(s, 0.25)  # noqa: E731
+    assert spread(many) < spread(few) / 2
+    # the worst of the 100 alone says nothing of it: below the limit in 9 sets of 10
+    assert np.mean([(0.01 + rng.exponential(0.002, 100)).max() < limit for _ in range(400)]) > 0.85
+
+
+def test_over_budget_share_keeps_sites_in_float_until_the_tail_fits(tmp_path, capsys):
+    path, xs = calibration(tmp_path, 20)
+    full, _ = rewrite.optimize_model(named_mlp(), quantize="dynamic")
+    everything = per_input_errors(full, xs)
+    budget = float(everything.max()) * 1.01  # every site quantized is within on all 20
+    kw = dict(quantize="dynamic", error_budget=budget, calibration=str(path))
+    q, report = rewrite.optimize_model(named_mlp(), **kw)
+    record = report.extra["quantize"]
+    assert all(s["quantized"] for s in record["sites"])
+    # its tail, recorded without the option: the share of inputs like these over the budget
+    tail = quantize.tail_share(everything, budget)
+    assert 0.001 < tail["share"] and tail["inputs"] == 20 and tail["tail"] == 5
+    assert record["tail"]["share"] == pytest.approx(tail["share"], rel=1e-3)
+    assert record["over_budget_share"] is None
+    # at most 0.1% of inputs over it: a product stays in float, and the chosen graph's tail
+    # (measured here on the written file) fits
+    q, report = rewrite.optimize_model(named_mlp(), over_budget_share=0.001, **kw)
+    record = report.extra["quantize"]
+    assert sum(s["quantized"] for s in record["sites"]) == 1
+    written = quantize.tail_share(per_input_errors(q, xs), budget)
+    assert written["share"] <= 0.001 and record["tail"]["share"] == pytest.approx(
+        written["share"], rel=1e-3
+    )
+    # the search's step with every site quantized was within the budget, and refused by its tail
+    step = next(s for s in record["search"] if s["kept_float"] == 0)
+    assert step["error"] <= budget and step["over_budget_share"] > 0.001
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(named_mlp(), src)
+    argv = ["quantize", str(src), str(dst), "--error-budget", str(budget)]
+    argv += ["--calibration", str(path), "--over-budget-share", "0.001"]
+    assert main(argv) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert (
+        f"tail of the 20 searched inputs' errors (exponential above the 6th worst, "
+        f"{100 * written['threshold']:.2f}%"
+    ) in said
+    assert "of inputs like them would err over the budget (--over-budget-share 0.1%)" in said
+
+
+def test_over_budget_share_needs_enough_searched_inputs(tmp_path):
+    path, _ = calibration(tmp_path, 18)
+    with pytest.raises(
+        OptionError, match="at least 16 searched inputs; the budget is searched on 15 "
+    ):
+        rewrite.optimize_model(
+            named_mlp(),
+            quantize="dynamic",
+            error_budget=0.1,
+            calibration=str(path),
+            held_out=3,
+            over_budget_share=0.01,
+        )
+
+
 def test_cli_validation_inputs_are_named_in_the_summary_and_their_errors(tmp_path, capsys):
     src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
     onnx.save(named_mlp(), src)
@@ -816,6 +915,15 @@ def test_weight_only_8bit_for_standard_onnx_passes_the_output_check():
             "held-out must be a whole number >= 0",
         ),
         ({"held_out": 2}, "held-out needs a quantization mode"),
+        (
+            {"quantize": "dynamic", "over_budget_share": 0.01},
+            "over-budget-share is used by error-budget only",
+        ),
+        (
+            {"quantize": "dynamic", "error_budget": 0.1, "over_budget_share": 1.0},
+            "over-budget-share must lie strictly between 0 and 1, not 1.0",
+        ),
+        ({"over_budget_share": 0.01}, "over-budget-share needs a quantization mode"),
         ({"quantize": "dynamic", "op_types": ["Matmul"]}, "'Matmul' is not an ONNX op"),
         ({"quantize": "dynamic", "cpu": "arm"}, "cpu: unknown choice 'arm'"),
         ({"cpu": "vnni"}, "cpu needs a quantization mode"),

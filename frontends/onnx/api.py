@@ -38,6 +38,7 @@ from frontends.onnx.quantize import (
     ROUNDED,
     ROUNDINGS,
     SMOOTH,
+    TAIL_MIN_INPUTS,
     CalibrationError,
     Chooser,
     Plan,
@@ -180,7 +181,12 @@ class Options:
         (validation, else calibration), the last ones, the search does not see: the written
         graph's error on them is reported (`extra["quantize"]["held_out"]`) with a 95% upper
         bound on the share of such inputs over the budget, and the output check holds them
-        to the budget too. smooth: SmoothQuant's migration
+        to the budget too. over_budget_share: a share in (0, 1), or None: the search also
+        keeps sites in float until the exponential tail fitted to the searched inputs' errors
+        puts at most that share of inputs like them over the budget
+        (`frontends.onnx.quantize.tail_share`; at least TAIL_MIN_INPUTS searched inputs);
+        the chosen graph's estimate is in `extra["quantize"]["tail"]` either way (with 16
+        searched inputs or more). smooth: SmoothQuant's migration
         strength alpha in [0, 1] (modes dynamic and static), or None: before quantizing,
         each activation a normalization makes and a product by a constant weight reads is
         divided per channel by s_j = max|x_j|^alpha / max|w_j|^(1 - alpha) (from the
@@ -227,6 +233,7 @@ class Options:
     calibration: str | None = None
     validation: str | None = None
     held_out: int = 0
+    over_budget_share: float | None = None
     calibrate: str = "minmax"
     symmetric: bool = False
     smooth: float | None = None
@@ -314,7 +321,13 @@ class Options:
     @property
     def plan(self) -> Plan:
         """The quantization choices (`frontends.onnx.quantize.Plan`)."""
-        return Plan(self.keep_float, self.op_types, self.error_budget, self.held_out)
+        return Plan(
+            self.keep_float,
+            self.op_types,
+            self.error_budget,
+            self.held_out,
+            self.over_budget_share,
+        )
 
     def validate(self) -> None:
         """Raise OptionError for a value that cannot be used."""
@@ -358,7 +371,7 @@ class Options:
             )
         if self.quantize is None:
             names = ("keep_float", "op_types", "error_budget", "calibration", "validation")
-            names += ("held_out",)
+            names += ("held_out", "over_budget_share")
             for name in (*names, "bits", "smooth"):
                 if getattr(self, name):
                     raise OptionError(f"{name.replace('_', '-')} needs a quantization mode")
@@ -368,6 +381,14 @@ class Options:
             raise OptionError(f"held-out must be a whole number >= 0, not {self.held_out!r}")
         if self.held_out and self.error_budget is None:
             raise OptionError("held-out inputs are used by error-budget only")
+        if self.over_budget_share is not None:
+            if self.error_budget is None:
+                raise OptionError("over-budget-share is used by error-budget only")
+            if not 0 < self.over_budget_share < 1:
+                raise OptionError(
+                    f"over-budget-share must lie strictly between 0 and 1, not "
+                    f"{self.over_budget_share!r}"
+                )
         if self.validation is not None and self.calibration is not None and not self.runs_model:
             raise OptionError(
                 "calibration inputs are unused here: with validation inputs the budget is "
@@ -714,6 +735,13 @@ def run(
                 f"held-out {options.held_out} leaves none of the {len(held)} "
                 f"{'validation' if options.validation else 'calibration'} inputs to search the "
                 "budget on"
+            )
+        searched = len(held) - options.held_out
+        if options.over_budget_share is not None and searched < TAIL_MIN_INPUTS:
+            raise OptionError(
+                f"over-budget-share fits a tail to at least {TAIL_MIN_INPUTS} searched inputs; "
+                f"the budget is searched on {searched}"
+                + (f" ({options.held_out} more held out)" if options.held_out else "")
             )
         choose = Chooser(options.plan, held, None if folder is None else str(folder))
         if options.validation:
