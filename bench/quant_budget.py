@@ -14,13 +14,16 @@ and with `--validation [N]` searched and checked on N inputs of seeds 2000.. (as
 calibration inputs without N; else on the calibration inputs). Reported: latency / float
 (median of 30 paired runs, ORT_ENABLE_ALL, 1 thread), the worst and mean error (max|q - ref| /
 max|ref| per input, the worst output) and the argmax agreement on the measured inputs, the same
-worst and mean on the inputs the search ran on, and the seconds `rewrite quantize` took. A run
+worst and mean on the inputs the search ran on, the share of inputs like those the search
+estimates over the budget (`extra["quantize"]["tail"]` of its `--report`: an exponential tail
+fitted to their errors, `--over-budget-share`), and the seconds `rewrite quantize` took. A run
 over its budget on the search's inputs exits non-zero and writes nothing: its row says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -55,8 +58,10 @@ def row(name: str, exporter: str, args) -> str:
         held = M.save_inputs(work / f"validation-{seen_n}.npz", name, range(2000, 2000 + seen_n))
         more += ["--validation", str(held)] if budget else []
         searched = 2000
-    dst = work / "budget.onnx"
+    dst, report = work / "budget.onnx", work / "budget.json"
     dst.unlink(missing_ok=True)
+    report.unlink(missing_ok=True)
+    more += ["--report", str(report)]
     flags = " ".join(args.flags)
     stated = f"{100 * budget:.2f}%" if budget else "none"
     try:
@@ -67,10 +72,12 @@ def row(name: str, exporter: str, args) -> str:
     e = Q.errors(name, ref, q, args.inputs)
     seen = Q.errors(name, ref, q, seen_n, first=searched)
     lat = Q.latency(name, ref, q, args.runs)
+    tail = json.loads(report.read_text())["extra"].get("quantize", {}).get("tail")
+    share = "-" if not tail else f"{100 * tail['share']:.3g}%"
     return (
         f"| {label} | {flags} | {stated} | {lat:.3f}x | {100 * e['error']:.2f}% "
         f"| {100 * e['mean']:.2f}% | {100 * e['argmax']:.1f}% | {100 * seen['error']:.2f}% "
-        f"| {100 * seen['mean']:.2f}% | {seconds:.0f} |"
+        f"| {100 * seen['mean']:.2f}% | {share} | {seconds:.0f} |"
     )
 
 
@@ -108,8 +115,9 @@ def main(argv=None) -> int:
     searched = "calibration" if args.validation is None else "validation"
     print(
         "| model | flags | budget | latency / float | worst measured | mean measured | argmax "
-        f"| worst on {searched} | mean on {searched} | seconds |\n"
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| worst on {searched} | mean on {searched} | estimated share over the budget | "
+        "seconds |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         flush=True,
     )
     for name in args.models:
