@@ -14,16 +14,22 @@ which the search or the calibrated stages saw, it draws 20000 sets of 32 without
 the median and the 90th percentile of their worst input, and the share of draws whose worst
 exceeds the validation inputs' worst (about half if the validation set's worst were a typical
 worst of 32; by exchangeability, a new set of M inputs has its worst above the worst of N
-others with probability M / (N + M)).
+others with probability M / (N + M)). When the file came with bench/quant_budget.py's report
+(`budget.json`), also its budget, the share of inputs over it that `rewrite quantize` estimates
+from the validation inputs' errors (`frontends.onnx.quantize.tail_share`, what
+`--over-budget-share` holds), and how many of the unseen inputs are over it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from frontends.onnx.quantize import tail_share
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -50,11 +56,20 @@ def row(name: str, exporter: str, args) -> str:
     worst = np.array([rng.choice(unseen, SET, replace=False).max() for _ in range(DRAWS)])
     median, p90 = np.quantile(worst, [0.5, 0.9])
     pct = lambda x: f"{100 * x:.2f}%"  # noqa: E731
+    report = work / "budget.json"
+    budget = None
+    if report.exists():
+        budget = json.loads(report.read_text())["extra"].get("quantize", {}).get("budget")
+    against = "| - | - | - |"
+    if budget:
+        tail = tail_share(seen, budget)
+        share = "-" if tail is None else f"{100 * tail['share']:.3g}%"
+        against = f"| {pct(budget)} | {share} | {int(np.sum(unseen > budget))} |"
     return (
         f"| {label} | {pct(seen.mean())} | {pct(seen.std())} | {pct(seen.max())} "
         f"| {pct(max(measured))} | {pct(unseen.mean())} | {pct(unseen.std())} "
         f"| {pct(unseen.max())} | {(unseen.max() - unseen.mean()) / unseen.std():.1f} "
-        f"| {pct(median)} | {pct(p90)} | {np.mean(worst > seen.max()):.2f} |"
+        f"| {pct(median)} | {pct(p90)} | {np.mean(worst > seen.max()):.2f} {against}"
     )
 
 
@@ -74,8 +89,9 @@ def main(argv=None) -> int:
     print(
         f"| model | mean validation | sd | worst validation | worst measured | mean of {n} "
         f"unseen | sd | worst | (worst - mean) / sd | worst of {SET} unseen: median | 90th "
-        "percentile | share over the worst validation |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "percentile | share over the worst validation | budget | estimated share over it "
+        "| unseen over it |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         flush=True,
     )
     for name in args.models:
