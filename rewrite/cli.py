@@ -877,8 +877,9 @@ def _discard(staged: list) -> None:
 
 
 def _timed(report, start: float, save: float):
-    """`report` with `save` and `other` (what no stage accounts for) added to its seconds."""
-    seconds = {**report.seconds, "save": save}
+    """`report` with `save` (added to the staging of the output that `api.run` timed) and
+    `other` (what no stage accounts for) added to its seconds."""
+    seconds = {**report.seconds, "save": report.seconds.get("save", 0.0) + save}
     seconds["other"] = max(time.perf_counter() - start - sum(seconds.values()), 0.0)
     return replace(report, seconds=seconds)
 

@@ -905,6 +905,7 @@ def run(
     source = stage_output(result, model) if stage_output is not None else None
     if source is None and folder is not None:  # the weights in the model the caller gets
         with_weights(result, folder)
+    t_staged, clock = time.perf_counter() - clock, time.perf_counter()
     diffs = []
     if options.check:
         with stage("checking outputs under onnxruntime"):
@@ -931,6 +932,8 @@ def run(
         "load": t_load,
         **report.seconds,
         "output check": time.perf_counter() - clock,
+        # writing the result where the caller stages it (its save; BERT-base: 0.3 s)
+        "save": t_staged,
     }
     extra = {**report.extra, "check": [d.__dict__ for d in diffs]} if diffs else report.extra
     if choose is not None:
