@@ -8,7 +8,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 import rewrite
 from frontends.onnx.api import OptionError
-from frontends.onnx.quantize import SMOOTH, Chooser, smoothing_divisions, smoothing_marks
+from frontends.onnx.quantize import (
+    SMOOTH,
+    Chooser,
+    smoothing_divisions,
+    smoothing_marks,
+    tail_share,
+)
 from rewrite.cli import main
 
 K, N, TOKENS = 256, 256, 128
@@ -212,7 +218,7 @@ def test_folding_a_division_back_is_measured_against_the_budget(tmp_path, monkey
     assert record["smoothing"]["unsmoothed"] == 1
     assert 0 < record["calibration_error"]["y"] <= 0.5  # measured on the result
     assert not [n for n in out.graph.node if n.op_type == "Div" and "qk" in n.input]
-    monkeypatch.setattr(Chooser, "measure", lambda self, model: {"y": 0.9})
+    monkeypatch.setattr(Chooser, "measure", lambda self, model, per_feed=None: {"y": 0.9})
     out, report = rewrite.optimize_model(block(), error_budget=0.5, **kw)
     smoothing = report.extra["quantize"]["smoothing"]
     assert smoothing["unsmoothed"] == 0 and smoothing["unsmoothing_over_budget"] == 0.9
@@ -223,6 +229,42 @@ def test_folding_a_division_back_is_measured_against_the_budget(tmp_path, monkey
     more = ["--keep-float", "o", "--error-budget", "0.5", "--calibration", str(path)]
     assert main([*args, *more, "--no-check"]) == 0
     assert "without them the error measured 90.00%, over the budget" in capsys.readouterr().out
+
+
+def test_folding_a_division_back_is_held_to_the_over_budget_share_too(tmp_path, monkeypatch):
+    """The graph without the Div is what is written: its tail is recorded, and with
+    --over-budget-share a tail over the share keeps the searched graph, as an error over the
+    budget does."""
+    path = tmp_path / "cal.npz"
+    np.savez(path, x=np.stack([f["x"] for f in feeds(20, 0)]))
+    kw = dict(quantize="dynamic", smooth=0.5, calibration=str(path), check=False, keep_float=["o"])
+    out, report = rewrite.optimize_model(block(), error_budget=0.5, **kw)
+    record = report.extra["quantize"]
+    assert record["smoothing"]["unsmoothed"] == 1
+    errors = [  # each input's error on the written file, as the search measures it
+        float(np.abs(run(out, f) - run(block(), f)).max() / np.abs(run(block(), f)).max())
+        for f in feeds(20, 0)
+    ]
+    assert record["tail"]["share"] == pytest.approx(tail_share(errors, 0.5)["share"], rel=1e-3)
+    # within the budget on every input, its tail over a share of 0.001: the Div stays
+    spread = list(np.linspace(0.3, 0.49, 20))
+    assert tail_share(spread, 0.5)["share"] > 0.001
+
+    def measured(self, model, per_feed=None):
+        per_feed.update(enumerate(spread))
+        return {"y": max(spread)}
+
+    monkeypatch.setattr(Chooser, "measure", measured)
+    out, report = rewrite.optimize_model(block(), error_budget=0.5, over_budget_share=0.001, **kw)
+    smoothing = report.extra["quantize"]["smoothing"]
+    assert smoothing["unsmoothed"] == 0 and smoothing["divisions"] == 2
+    assert smoothing["unsmoothing_tail_share"] == pytest.approx(tail_share(spread, 0.5)["share"])
+    assert [n for n in out.graph.node if n.op_type == "Div" and "qk" in n.input]
+    # without the option the same measurement is within the budget: the Div goes, and the
+    # tail recorded is the written graph's (the measurement after the search's)
+    out, report = rewrite.optimize_model(block(), error_budget=0.5, **kw)
+    assert report.extra["quantize"]["smoothing"]["unsmoothed"] == 1
+    assert report.extra["quantize"]["tail"] == tail_share(spread, 0.5)
 
 
 def test_cli_smooth_summary_and_bad_values(tmp_path, capsys):

@@ -51,6 +51,7 @@ from frontends.onnx.quantize import (
     smoothing_divisions,
     smoothing_marks,
     strip_marks,
+    tail_share,
 )
 from vocab.ops import OPS, TARGETS
 from vocab.registry import int8_sums_in_int32
@@ -859,12 +860,21 @@ def run(
                 target=options.target,
             )
             # the budget was measured on the graph with the Divs: the new one is measured
-            # again, and kept only if it is within the budget too
-            errors = choose.measure(unsmoothed)
+            # again, and kept only if it is within the budget too (and its tail within
+            # over_budget_share when given)
+            per_feed: dict[int, float] = {}
+            errors = choose.measure(unsmoothed, per_feed)
+            tail = None if errors is None else tail_share(per_feed.values(), options.error_budget)
             smoothing = choose.record["smoothing"]
-            if errors is not None and max(errors.values(), default=0.0) > options.error_budget:
+            allowed = options.over_budget_share
+            if errors is not None and (
+                max(errors.values(), default=0.0) > options.error_budget
+                or (allowed is not None and tail is not None and tail["share"] > allowed)
+            ):
                 smoothing["unsmoothed"] = 0
-                smoothing["unsmoothing_over_budget"] = max(errors.values())
+                smoothing["unsmoothing_over_budget"] = max(errors.values(), default=0.0)
+                if tail is not None:
+                    smoothing["unsmoothing_tail_share"] = tail["share"]
             else:
                 result = unsmoothed
                 left = smoothing_divisions(result, marked)
@@ -872,6 +882,7 @@ def run(
                 smoothing["divisions"] = left
                 if errors is not None:
                     choose.record["calibration_error"] = errors
+                    choose.record["tail"] = tail
     if options.runs_model and options.quantize != "static":  # (static: below)
         report = onnx_counts(report, model, result)  # counted against the user's model
     if options.quantize == "static":  # marks the rules did not consume never reach the output

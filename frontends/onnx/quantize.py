@@ -372,16 +372,20 @@ class Chooser:
             "confidence": CONFIDENCE,
         }
 
-    def measure(self, model: onnx.ModelProto) -> dict[str, float] | None:
+    def measure(
+        self, model: onnx.ModelProto, per_feed: dict[int, float] | None = None
+    ) -> dict[str, float] | None:
         """The error per float output of `model` (a result of the same float model) on the
         calibration feeds the search runs on, as it measured its candidates; None when no
         search ran. For a rewrite after the search: in a model whose quantization errors compound
         (ViT-B/16), a float32 regrouping of one float product moved the worst of 32 inputs
         from 4.08% to 5.01% (docs/benchmarks.md), so the search's measurement does not carry
-        over. Raises CheckError when onnxruntime cannot run it."""
+        over. per_feed: filled with each feed's worst output's error (for `tail_share`).
+        Raises CheckError when onnxruntime cannot run it."""
         if self.reference is None:
             return None
-        return self._errors(session(self._with_weights(model), optimized=True), self.reference)
+        sess = session(self._with_weights(model), optimized=True)
+        return self._errors(sess, self.reference, per_feed=per_feed)
 
     def _searched(self) -> list[int]:
         """The indexes of the calibration feeds the budget search runs on (all but the last
