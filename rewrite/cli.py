@@ -1089,12 +1089,7 @@ def _print_quantized(record: dict, verbose: bool) -> None:
                 if smooth.get("unsmoothed")
                 else ""
             )
-            + (
-                "; the Divs before products kept in float stay: without them the error "
-                f"measured {100 * smooth['unsmoothing_over_budget']:.2f}%, over the budget"
-                if smooth.get("unsmoothing_over_budget")
-                else ""
-            ),
+            + _unsmoothing_refused(smooth),
             markup=False,
         )
     rounding = record.get("rounding")
@@ -1171,6 +1166,20 @@ def _print_quantized(record: dict, verbose: bool) -> None:
         err.print(f"warning: {record['warning']}", markup=False)
     if record.get("note"):
         err.print(f"note: {record['note']}", markup=False)
+
+
+def _unsmoothing_refused(smooth: dict) -> str:
+    """Why the smoothing Divs before products kept in float stayed ("" if they did not)."""
+    stay = "; the Divs before products kept in float stay: without them the error measured "
+    if "unsmoothing_over_budget" in smooth:
+        return f"{stay}{100 * smooth['unsmoothing_over_budget']:.2f}%, over the budget"
+    if "unsmoothing_tail_share" in smooth:
+        return (
+            f"{stay}{100 * smooth['unsmoothing_error']:.2f}%, within the budget, but its tail "
+            f"puts about {100 * smooth['unsmoothing_tail_share']:.3g}% of inputs over it, more "
+            "than --over-budget-share allows"
+        )
+    return ""
 
 
 def _print_summary(report, diffs, options, verbose: bool = False) -> None:

@@ -231,7 +231,9 @@ def test_folding_a_division_back_is_measured_against_the_budget(tmp_path, monkey
     assert "without them the error measured 90.00%, over the budget" in capsys.readouterr().out
 
 
-def test_folding_a_division_back_is_held_to_the_over_budget_share_too(tmp_path, monkeypatch):
+def test_folding_a_division_back_is_held_to_the_over_budget_share_too(
+    tmp_path, monkeypatch, capsys
+):
     """The graph without the Div is what is written: its tail is recorded, and with
     --over-budget-share a tail over the share keeps the searched graph, as an error over the
     budget does."""
@@ -259,6 +261,16 @@ def test_folding_a_division_back_is_held_to_the_over_budget_share_too(tmp_path, 
     smoothing = report.extra["quantize"]["smoothing"]
     assert smoothing["unsmoothed"] == 0 and smoothing["divisions"] == 2
     assert smoothing["unsmoothing_tail_share"] == pytest.approx(tail_share(spread, 0.5)["share"])
+    assert smoothing["unsmoothing_error"] == 0.49 and "unsmoothing_over_budget" not in smoothing
+    onnx.save(block(), str(tmp_path / "in.onnx"))
+    args = ["quantize", str(tmp_path / "in.onnx"), str(tmp_path / "out.onnx"), "--smooth", "0.5"]
+    more = ["--keep-float", "o", "--error-budget", "0.5", "--calibration", str(path)]
+    assert main([*args, *more, "--over-budget-share", "0.001", "--no-check"]) == 0
+    assert (
+        "without them the error measured 49.00%, within the budget, but its tail puts about "
+        f"{100 * tail_share(spread, 0.5)['share']:.3g}% of inputs over it, more than "
+        "--over-budget-share allows"
+    ) in " ".join(capsys.readouterr().out.split())
     assert [n for n in out.graph.node if n.op_type == "Div" and "qk" in n.input]
     # without the option the same measurement is within the budget: the Div goes, and the
     # tail recorded is the written graph's (the measurement after the search's)

@@ -871,9 +871,12 @@ def run(
                 max(errors.values(), default=0.0) > options.error_budget
                 or (allowed is not None and tail is not None and tail["share"] > allowed)
             ):
+                worst = max(errors.values(), default=0.0)
                 smoothing["unsmoothed"] = 0
-                smoothing["unsmoothing_over_budget"] = max(errors.values(), default=0.0)
-                if tail is not None:
+                if worst > options.error_budget:
+                    smoothing["unsmoothing_over_budget"] = worst
+                else:  # within the budget, its tail over the share allowed
+                    smoothing["unsmoothing_error"] = worst
                     smoothing["unsmoothing_tail_share"] = tail["share"]
             else:
                 result = unsmoothed
