@@ -206,13 +206,20 @@ def test_a_product_kept_in_float_reads_its_activation_undivided(tmp_path):
     assert "unsmoothed" not in report.extra["quantize"]["smoothing"]
 
 
+def kept_float_o(tmp_path, n: int):
+    """A calibration file of `n` inputs (seeds 0..) and the options of a smoothed dynamic run
+    that keeps the output projection `o` in float (its Div left for quant-unsmooth)."""
+    path = tmp_path / "cal.npz"
+    np.savez(path, x=np.stack([f["x"] for f in feeds(n, 0)]))
+    kw = dict(quantize="dynamic", smooth=0.5, calibration=str(path), check=False, keep_float=["o"])
+    return path, kw
+
+
 def test_folding_a_division_back_is_measured_against_the_budget(tmp_path, monkeypatch, capsys):
     """With --error-budget, the graph without the Div is measured again on the search's
     inputs (float32 regrouping can move a compounding model's error) and kept only within
     the budget; over it, the searched graph stays, and the record says why."""
-    path = tmp_path / "cal.npz"
-    np.savez(path, x=np.stack([f["x"] for f in feeds(8, 0)]))
-    kw = dict(quantize="dynamic", smooth=0.5, calibration=str(path), check=False, keep_float=["o"])
+    path, kw = kept_float_o(tmp_path, 8)
     out, report = rewrite.optimize_model(block(), error_budget=0.5, **kw)
     record = report.extra["quantize"]
     assert record["smoothing"]["unsmoothed"] == 1
@@ -237,9 +244,7 @@ def test_folding_a_division_back_is_held_to_the_over_budget_share_too(
     """The graph without the Div is what is written: its tail is recorded, and with
     --over-budget-share a tail over the share keeps the searched graph, as an error over the
     budget does."""
-    path = tmp_path / "cal.npz"
-    np.savez(path, x=np.stack([f["x"] for f in feeds(20, 0)]))
-    kw = dict(quantize="dynamic", smooth=0.5, calibration=str(path), check=False, keep_float=["o"])
+    path, kw = kept_float_o(tmp_path, 20)
     out, report = rewrite.optimize_model(block(), error_budget=0.5, **kw)
     record = report.extra["quantize"]
     assert record["smoothing"]["unsmoothed"] == 1

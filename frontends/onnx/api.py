@@ -866,18 +866,15 @@ def run(
             errors = choose.measure(unsmoothed, per_feed)
             tail = None if errors is None else tail_share(per_feed.values(), options.error_budget)
             smoothing = choose.record["smoothing"]
+            worst = None if errors is None else max(errors.values(), default=0.0)
             allowed = options.over_budget_share
-            if errors is not None and (
-                max(errors.values(), default=0.0) > options.error_budget
-                or (allowed is not None and tail is not None and tail["share"] > allowed)
-            ):
-                worst = max(errors.values(), default=0.0)
+            if worst is not None and worst > options.error_budget:
                 smoothing["unsmoothed"] = 0
-                if worst > options.error_budget:
-                    smoothing["unsmoothing_over_budget"] = worst
-                else:  # within the budget, its tail over the share allowed
-                    smoothing["unsmoothing_error"] = worst
-                    smoothing["unsmoothing_tail_share"] = tail["share"]
+                smoothing["unsmoothing_over_budget"] = worst
+            elif allowed is not None and tail is not None and tail["share"] > allowed:
+                smoothing["unsmoothed"] = 0
+                smoothing["unsmoothing_error"] = worst
+                smoothing["unsmoothing_tail_share"] = tail["share"]
             else:
                 result = unsmoothed
                 left = smoothing_divisions(result, marked)
