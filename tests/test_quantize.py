@@ -513,6 +513,75 @@ def test_the_budget_search_orders_sites_by_their_error_measured_alone(tmp_path):
         assert steps == [{"kept_float": 0, "error": pytest.approx(max(per_input), rel=1e-4)}]
 
 
+def chain(n: int = 6) -> onnx.ModelProto:
+    """x[64, 128] through n MatMuls by [128, 128] weights (fc0..), a Relu after each but the
+    last; the last weight has an outlier row, so that quantizing it alone errs most."""
+    rng = np.random.default_rng(3)
+    nodes, inits, prev = [], [], "x"
+    for i in range(n):
+        w = rng.normal(0, 0.09, (128, 128)).astype(np.float32)
+        if i == n - 1:
+            w[0, :] = 3.0  # each column's step set by its outlier: the rest rounds coarsely
+        inits.append(numpy_helper.from_array(w, f"W{i}"))
+        out = "y" if i == n - 1 else f"m{i}"
+        nodes.append(helper.make_node("MatMul", [prev, f"W{i}"], [out], name=f"fc{i}"))
+        if i < n - 1:
+            nodes.append(helper.make_node("Relu", [out], [f"h{i}"], name=f"relu{i}"))
+            prev = f"h{i}"
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 128])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def test_an_order_that_would_keep_more_in_float_than_one_before_is_cut_short(tmp_path):
+    # the orders are searched in turn, each capped at the fewest kept by those before: one
+    # over the budget at that count cannot be chosen and takes that one step; one within it
+    # bisects below it
+    xs = np.random.default_rng(7).normal(0, 1, (8, 64, 128)).astype(np.float32)
+    xs[:, :, 0] *= 0.01  # the outlier row reads a small input channel
+    path = tmp_path / "chain.npz"
+    np.savez(path, x=xs)
+    want = [check.run(chain(), {"x": x})[0] for x in xs]
+
+    def error(q: onnx.ModelProto) -> float:
+        sess = check.session(q)
+        return max(
+            float(np.abs(check.run(sess, {"x": x})[0] - w).max() / np.abs(w).max())
+            for x, w in zip(xs, want)
+        )
+
+    everything = error(rewrite.optimize_model(chain(), quantize="dynamic")[0])
+    last = error(rewrite.optimize_model(chain(), quantize="dynamic", keep_float=["fc5"])[0])
+    first = error(rewrite.optimize_model(chain(), quantize="dynamic", keep_float=["fc0"])[0])
+    budget = (everything + last) / 2
+    assert last < budget < first < everything  # fc5 in float fits, fc0 does not
+    _, report = rewrite.optimize_model(
+        chain(), quantize="dynamic", error_budget=budget, calibration=str(path)
+    )
+    record = report.extra["quantize"]
+    assert record["order"] == "largest error alone first"
+    assert [s["node"] for s in record["sites"] if not s["quantized"]] == ["fc5"]
+    searches = record["searches"]
+    # the first order bisects over all 6: 3, 1, 0 kept in float
+    assert [s["kept_float"] for s in searches["largest error alone first"]] == [3, 1, 0]
+    # graph order keeps fc0 first: over the budget at 1, so it needs more than 1: one step
+    # (its error up to the first input over the budget, a lower bound of the worst)
+    (step,) = searches["graph order"]
+    assert step["kept_float"] == 1 and budget < step["error"] <= first * (1 + 1e-5)
+    # the other orders keep fc5 first too: within at 1, bisected below it
+    for name in (
+        "largest error alone per float nanosecond first",
+        "largest estimate first",
+        "largest estimate per float nanosecond first",
+    ):
+        assert [s["kept_float"] for s in searches[name]] == [1, 0], name
+
+
 def test_the_budget_search_says_which_candidate_it_measures(tmp_path):
     path, xs = calibration(tmp_path)
     full, _ = rewrite.optimize_model(named_mlp(), quantize="dynamic")

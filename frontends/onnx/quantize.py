@@ -22,8 +22,10 @@ its float and its quantized form (an `engine.quantize.Site`). `Chooser` is the
   bound), for five orders: the largest errors alone first, and the largest estimates first,
   each also per nanosecond of the site's float work (`Site.float_ns`, the cost model's), and
   graph order; it keeps the one that leaves the fewest in float, then the one whose float
-  sites cost least. Measuring each site alone costs one graph per site; on DistilBERT it
-  keeps 5 of 38 products in float where the estimates kept 14 (docs/benchmarks.md).
+  sites cost least (an order is first tried at the fewest an order before it kept: over the
+  budget there, it cannot be chosen, and its search ends). Measuring each site alone costs
+  one graph per site; on DistilBERT it keeps 5 of 38 products in float where the estimates
+  kept 14 (docs/benchmarks.md).
   Each candidate's large constants reach onnxruntime as arrays, not through protobuf
   (`export_model(g, arrays)`): that halved DistilBERT's budget run (111 s -> 51 s).
 * with `--over-budget-share P` (`Plan.over_budget_share`), a candidate fits only when, besides
@@ -226,15 +228,26 @@ class Chooser:
                     step["over_budget_share"] = tail["share"]
                 return tail["share"] <= allowed
 
-            def fewest(name: str, order: list[Site]) -> tuple[frozenset, list[dict]]:
+            def fewest(
+                name: str, order: list[Site], cap: int | None
+            ) -> tuple[frozenset | None, list[dict]]:
                 """The fewest first sites of `order` kept in float within budget (bisection;
-                the error falls as more are kept, near enough), and the steps taken."""
+                the error falls as more are kept, near enough), and the steps taken; None
+                when more than `cap` (the fewest an order searched before keeps) would be:
+                such an order cannot be chosen, and its step at `cap` says so."""
                 prefix = lambda k: frozenset(s.index for s in order[:k])  # noqa: E731
                 lo, hi = 0, len(order)  # the answer lies in [lo, hi]
                 steps = []
                 if fits(prefix(0), step := {}):
                     hi = 0  # every site quantized fits (measured first, above)
                     steps.append({"kept_float": 0, "error": max(error(prefix(0)).values())} | step)
+                elif cap is not None and cap < hi:
+                    self._say(f"{name}: {cap} of {len(order)} sites kept in float")
+                    worst = max(error(prefix(cap)).values(), default=0.0)
+                    steps.append({"kept_float": cap, "error": worst})
+                    if not fits(prefix(cap), steps[-1]):
+                        return None, steps
+                    hi = cap
                 while lo < hi:
                     mid = (lo + hi) // 2
                     self._say(f"{name}: {mid} of {len(order)} sites kept in float")
@@ -287,10 +300,16 @@ class Chooser:
                 "largest estimate per float nanosecond first": by_rate,
                 "graph order": free,
             }
-            found = {name: fewest(name, order) for name, order in orders.items()}
+            # in turn, each order capped at the fewest kept by those before (it cannot win with
+            # more; one over the budget at that count costs one candidate, mostly stopped at
+            # its first input)
+            found: dict[str, tuple[frozenset | None, list[dict]]] = {}
+            for name, order in orders.items():
+                counts = [len(k) for k, _ in found.values() if k is not None]
+                found[name] = fewest(name, order, min(counts, default=None))
             float_ns = {s.index: s.float_ns for s in free}
             chosen = min(
-                found,
+                (name for name, (k, _) in found.items() if k is not None),
                 key=lambda name: (
                     len(found[name][0]),
                     sum(float_ns[i] for i in found[name][0]),
