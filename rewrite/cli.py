@@ -1144,7 +1144,11 @@ def _print_quantized(record: dict, verbose: bool) -> None:
             f"{tail['tail'] + 1}th worst, {100 * tail['threshold']:.2f}%, scale "
             f"{100 * tail['scale']:.3f}%): about {100 * tail['share']:.3g}% of inputs like them "
             f"would err over the budget"
-            + ("" if allowed is None else f" (--over-budget-share {100 * allowed:.3g}%)"),
+            + (
+                " (--over-budget-share P keeps nodes in float until it is at most P)"
+                if allowed is None
+                else f" (--over-budget-share {100 * allowed:.3g}%)"
+            ),
             markup=False,
         )
     held = record.get("held_out")

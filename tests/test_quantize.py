@@ -877,6 +877,13 @@ def test_over_budget_share_keeps_sites_in_float_until_the_tail_fits(tmp_path, ca
         f"{100 * written['threshold']:.2f}%"
     ) in said
     assert "of inputs like them would err over the budget (--over-budget-share 0.1%)" in said
+    # without the option the estimate is shown, and the option named
+    assert main(argv[:-2]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert (
+        f"about {100 * tail['share']:.3g}% of inputs like them would err over the budget "
+        "(--over-budget-share P keeps nodes in float until it is at most P)"
+    ) in said
 
 
 def test_over_budget_share_needs_enough_searched_inputs(tmp_path):
