@@ -888,9 +888,7 @@ def test_over_budget_share_keeps_sites_in_float_until_the_tail_fits(tmp_path, ca
 
 def test_over_budget_share_needs_enough_searched_inputs(tmp_path):
     path, _ = calibration(tmp_path, 18)
-    with pytest.raises(
-        OptionError, match="at least 16 searched inputs; the budget is searched on 15 "
-    ):
+    with pytest.raises(OptionError) as e:
         rewrite.optimize_model(
             named_mlp(),
             quantize="dynamic",
@@ -898,6 +896,15 @@ def test_over_budget_share_needs_enough_searched_inputs(tmp_path):
             calibration=str(path),
             held_out=3,
             over_budget_share=0.01,
+        )
+    assert str(e.value) == (
+        "over-budget-share fits a tail to at least 16 searched inputs; the budget is searched "
+        "on 15 (3 more held out): give --calibration a file with more"
+    )
+    # without a file, the 8 inputs drawn at random
+    with pytest.raises(OptionError, match="searched on 8 drawn at random: give --calibration"):
+        rewrite.optimize_model(
+            named_mlp(), quantize="dynamic", error_budget=0.1, over_budget_share=0.01
         )
 
 

@@ -739,10 +739,14 @@ def run(
             )
         searched = len(held) - options.held_out
         if options.over_budget_share is not None and searched < TAIL_MIN_INPUTS:
+            source = "--validation" if options.validation else "--calibration"
+            drawn = not options.validation and not options.calibration
             raise OptionError(
                 f"over-budget-share fits a tail to at least {TAIL_MIN_INPUTS} searched inputs; "
                 f"the budget is searched on {searched}"
                 + (f" ({options.held_out} more held out)" if options.held_out else "")
+                + (" drawn at random" if drawn else "")
+                + f": give {source} a file with more"
             )
         choose = Chooser(options.plan, held, None if folder is None else str(folder))
         if options.validation:
