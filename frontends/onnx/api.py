@@ -51,7 +51,6 @@ from frontends.onnx.quantize import (
     smoothing_divisions,
     smoothing_marks,
     strip_marks,
-    tail_share,
 )
 from vocab.ops import OPS, TARGETS
 from vocab.registry import int8_sums_in_int32
@@ -868,17 +867,16 @@ def run(
             # over_budget_share when given)
             per_feed: dict[int, float] = {}
             errors = choose.measure(unsmoothed, per_feed)
-            tail = None if errors is None else tail_share(per_feed.values(), options.error_budget)
+            why, tail = ("", None) if errors is None else choose.verdict(errors, per_feed)
             smoothing = choose.record["smoothing"]
-            worst = None if errors is None else max(errors.values(), default=0.0)
-            allowed = options.over_budget_share
-            if worst is not None and worst > options.error_budget:
+            if why:
                 smoothing["unsmoothed"] = 0
-                smoothing["unsmoothing_over_budget"] = worst
-            elif allowed is not None and tail is not None and tail["share"] > allowed:
-                smoothing["unsmoothed"] = 0
-                smoothing["unsmoothing_error"] = worst
-                smoothing["unsmoothing_tail_share"] = tail["share"]
+                worst = max(errors.values(), default=0.0)
+                if why == "budget":
+                    smoothing["unsmoothing_over_budget"] = worst
+                else:  # within the budget, its tail over the share allowed
+                    smoothing["unsmoothing_error"] = worst
+                    smoothing["unsmoothing_tail_share"] = tail["share"]
             else:
                 result = unsmoothed
                 left = smoothing_divisions(result, marked)

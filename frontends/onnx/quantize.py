@@ -214,19 +214,15 @@ class Chooser:
                     )
                 return measured[kept]
 
-            def fits(kept: frozenset, step: dict | None = None) -> bool:
-                """Whether the candidate is within the budget on every searched feed and, with
-                `Plan.over_budget_share`, by the tail its feeds' errors give (`tail_share`;
-                the estimate goes into `step`'s "over_budget_share")."""
-                if max(error(kept).values(), default=0.0) > self.plan.error_budget:
-                    return False
-                allowed = self.plan.over_budget_share
-                tail = tail_share(per_feed[kept].values(), self.plan.error_budget)
-                if allowed is None or tail is None:
-                    return True
-                if step is not None:
+            def tried(kept: frozenset, k: int) -> tuple[bool, dict]:
+                """Whether the candidate fits the plan (`verdict`), and its search step: the
+                number kept in float, the worst output's error, and with
+                `Plan.over_budget_share` the tail's share when it was estimated."""
+                step = {"kept_float": k, "error": max(error(kept).values(), default=0.0)}
+                why, tail = self.verdict(measured[kept], per_feed[kept])
+                if self.plan.over_budget_share is not None and tail is not None:
                     step["over_budget_share"] = tail["share"]
-                return tail["share"] <= allowed
+                return not why, step
 
             def fewest(
                 name: str, order: list[Site], cap: int | None
@@ -238,22 +234,23 @@ class Chooser:
                 prefix = lambda k: frozenset(s.index for s in order[:k])  # noqa: E731
                 lo, hi = 0, len(order)  # the answer lies in [lo, hi]
                 steps = []
-                if fits(prefix(0), step := {}):
+                ok, step = tried(prefix(0), 0)
+                if ok:
                     hi = 0  # every site quantized fits (measured first, above)
-                    steps.append({"kept_float": 0, "error": max(error(prefix(0)).values())} | step)
+                    steps.append(step)
                 elif cap is not None and cap < hi:
                     self._say(f"{name}: {cap} of {len(order)} sites kept in float")
-                    worst = max(error(prefix(cap)).values(), default=0.0)
-                    steps.append({"kept_float": cap, "error": worst})
-                    if not fits(prefix(cap), steps[-1]):
+                    ok, step = tried(prefix(cap), cap)
+                    steps.append(step)
+                    if not ok:
                         return None, steps
                     hi = cap
                 while lo < hi:
                     mid = (lo + hi) // 2
                     self._say(f"{name}: {mid} of {len(order)} sites kept in float")
-                    worst = max(error(prefix(mid)).values(), default=0.0)
-                    steps.append({"kept_float": mid, "error": worst})
-                    if fits(prefix(mid), steps[-1]):
+                    ok, step = tried(prefix(mid), mid)
+                    steps.append(step)
+                    if ok:
                         hi = mid
                     else:
                         lo = mid + 1
@@ -274,7 +271,7 @@ class Chooser:
                 self._candidate(build(frozenset(keep))), want, per_feed=per_feed[frozenset()]
             )
             few = self.hardest[:ALONE_INPUTS]
-            if not fits(frozenset()):
+            if self.verdict(measured[frozenset()], per_feed[frozenset()])[0]:
                 for k, s in enumerate(free, 1):
                     self._say(f"site {k} of {len(free)} quantized alone ({s.name})")
                     only = self._candidate(build(frozenset(keep | (everything - {s.index}))))
@@ -390,6 +387,22 @@ class Chooser:
             "over_budget_share_at_most": None if over else 1 - (1 - CONFIDENCE) ** (1 / len(held)),
             "confidence": CONFIDENCE,
         }
+
+    def verdict(
+        self, errors: dict[str, float], per_feed: dict[int, float]
+    ) -> tuple[str, dict | None]:
+        """Whether a graph with `errors` (per float output, `_errors`) and `per_feed` (each
+        searched feed's worst output's error) fits the plan: "" when it does, "budget" when an
+        output is over the error budget, "tail" when within it but the tail of `per_feed`
+        (`tail_share`) puts more than `Plan.over_budget_share` of inputs over it; and that
+        tail (None when over the budget, or with too few feeds to fit one)."""
+        if max(errors.values(), default=0.0) > self.plan.error_budget:
+            return "budget", None
+        tail = tail_share(per_feed.values(), self.plan.error_budget)
+        allowed = self.plan.over_budget_share
+        if allowed is not None and tail is not None and tail["share"] > allowed:
+            return "tail", tail
+        return "", tail
 
     def measure(
         self, model: onnx.ModelProto, per_feed: dict[int, float] | None = None
