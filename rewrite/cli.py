@@ -354,10 +354,10 @@ def _quantize_parser(sub) -> None:
         "--rounding",
         choices=("nearest", "gptq"),  # frontends.onnx.quantize.ROUNDINGS
         default="nearest",
-        help="dynamic per output column: how weights round to their int8 levels. nearest "
-        "(default); gptq: GPTQ on the calibration inputs' activations (each row's rounding "
-        "error spread over the rows not yet rounded), less error at the same speed, for "
-        "seconds more per weight of K = 3072",
+        help="modes dynamic (per output column) and weight-only: how weights round to their "
+        "levels. nearest (default); gptq: GPTQ on the calibration inputs' activations (each "
+        "row's rounding error spread over the rows not yet rounded), less error at the same "
+        "speed, for seconds more per weight of K = 3072",
     )
     _add_optimize_options(q)
     q.set_defaults(func=cmd_optimize)

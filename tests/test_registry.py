@@ -743,6 +743,28 @@ def test_weight_only_bounds_hold_and_are_not_loose(bits, levels):
     assert max(ratios) > 0.2  # attained within a small factor somewhere
 
 
+@pytest.mark.parametrize("bits, levels", [(4, 8), (8, 128)])
+def test_weight_only_rounded_bounds_add_the_weights_move(bits, levels):
+    # MatMul(x, orig) computed from w, a rounding of orig onto its blocks' levels (GPTQ's, the
+    # weight-only rules of patterns/quant/rounding.rules): the error holds within the bound,
+    # which is the plain bound of w plus sum_k |x_k| |w_k - orig_k| (up to float32 rounding)
+    f = covers(f"matmul-weight-{bits}bit-block32-rounded").fn
+    plain = covers(f"matmul-weight-{bits}bit-block32").fn
+    rng = np.random.default_rng(10 + bits)
+    for _ in range(100):
+        k, n = 32 * int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        x = rng.normal(0, 1, (int(rng.integers(1, 4)), k)) * rng.choice([0.01, 1, 100])
+        orig = rng.normal(0, 1, (k, n)) * rng.uniform(0.01, 1, n)
+        s = np.repeat(registry.block_steps(orig, levels), 32, axis=0).astype(np.float64)
+        q = np.clip(np.rint(orig / s) + rng.integers(-2, 3, (k, n)), -levels, levels - 1)
+        w = (q * s).astype(np.float32)  # moved 0-2 levels (some blocks' scales move too)
+        err = _blockwise_error(x, w.astype(np.float64), levels) + np.abs(x @ (w - orig))
+        assert np.all(err <= f(x, w, orig))
+        moved = np.abs(x) @ np.abs(w - orig)
+        rounding = (k + 8) * 2.0**-23 * (np.abs(x) @ np.abs(orig))  # of x @ orig in float32
+        np.testing.assert_allclose(f(x, w, orig) - plain(x, w), moved + rounding, rtol=1e-9)
+
+
 def test_gather_8bit_per_row_bound_holds_and_is_not_loose():
     f = covers("gather-8bit-per-row").fn
     rng = np.random.default_rng(5)

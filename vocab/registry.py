@@ -1213,24 +1213,48 @@ def dim(x: ClassInfo, axis: int) -> int | None:
     return d if isinstance(d, int) else None
 
 
-def _blockwise_bound(x: np.ndarray, w: np.ndarray, half: int) -> np.ndarray:
-    """|x @ w - x @ dq(w)| per output element for w quantized to the 2 `half` values
-    [-half, half - 1] in blocks of 32 along K, one scale per block and column s = m / -half,
-    m the block's weight of the largest magnitude, sign kept (so m itself is -half exactly,
-    and every level is used: onnxruntime's own symmetric blocks). A weight w = t s rounds to
-    within s / 2, but where t > half - 1/2 (only -m's neighbourhood) it saturates at half - 1,
-    within (t - half + 1) |s| <= |s|. Plus the float32 rounding of both sides' sums
-    ((K + 8) 2^-23 of |x| @ (|w| + |s|))."""
-    x, w = x.astype(np.float64), w.astype(np.float64)
-    k, n = w.shape
-    blocks = w.reshape(k // 32, 32, n)
+WEIGHT_ONLY_BLOCK = (
+    32  # the weight-only rules' block length along K (patterns/quant/weight_only.rules)
+)
+
+
+def block_steps(w: np.ndarray, half: int) -> np.ndarray:
+    """The weight-only rules' scales of a [K, N] weight (K a multiple of WEIGHT_ONLY_BLOCK), one
+    per block of 32 along K and column, [K / 32, N] float32, as the rules compute them: m / -half,
+    m the block's weight of the largest magnitude with its sign (its max, or its min where that
+    is larger in magnitude), 1 for a block of zeros. Signed: m itself is the level -half, and
+    the levels [-half, half - 1] all lie within |m| of 0 (onnxruntime's symmetric blocks)."""
+    w32 = w.astype(np.float32)
+    k, n = w32.shape
+    blocks = w32.reshape(k // WEIGHT_ONLY_BLOCK, WEIGHT_ONLY_BLOCK, n)
     hi, lo = blocks.max(axis=1, initial=-np.inf), blocks.min(axis=1, initial=np.inf)
     m = np.where(hi >= -lo, hi, lo)
-    scale = np.abs(np.repeat(np.where(m == 0, 1.0, m / -half), 32, axis=0))  # [K, N]
-    t = w / np.repeat(np.where(m == 0, 1.0, m / -half), 32, axis=0)
+    return np.where(m == 0, np.float32(1.0), m / np.float32(-half)).astype(np.float32)
+
+
+def _blockwise_bound(
+    x: np.ndarray, w: np.ndarray, half: int, orig: np.ndarray | None = None
+) -> np.ndarray:
+    """|x @ w - x @ dq(w)| per output element for w quantized to the 2 `half` values
+    [-half, half - 1] in blocks of 32 along K, one scale per block and column s = m / -half
+    (`block_steps`; so m itself is -half exactly, and every level is used: onnxruntime's own
+    symmetric blocks). A weight w = t s rounds to within s / 2, but where t > half - 1/2 (only
+    -m's neighbourhood) it saturates at half - 1, within (t - half + 1) |s| <= |s|. Plus the
+    float32 rounding of both sides' sums ((K + 8) 2^-23 of |x| @ (|w| + |s|)). orig: the weight
+    `w` stands in for (a rounding of it, GPTQ's): the bound is then on |x @ orig - x @ dq(w)|,
+    with the weight's move sum_k |x_k| |w_k - orig_k| and the float32 rounding of x @ orig,
+    (K + 8) 2^-23 |x| @ |orig|, added."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    k = w.shape[0]
+    signed = np.repeat(block_steps(w, half).astype(np.float64), WEIGHT_ONLY_BLOCK, axis=0)
+    scale, t = np.abs(signed), w / signed  # [K, N]
     err = np.where(t > half - 0.5, (t - half + 1) * scale, scale / 2)
     ax = np.abs(x)
-    return ax @ err + (k + 8) * 2.0**-23 * (ax @ (np.abs(w) + scale))
+    out = ax @ err + (k + 8) * 2.0**-23 * (ax @ (np.abs(w) + scale))
+    if orig is not None:
+        orig = orig.astype(np.float64)
+        out += ax @ np.abs(w - orig) + (k + 8) * 2.0**-23 * (ax @ np.abs(orig))
+    return out
 
 
 @bound("matmul-weight-4bit-block32", TERM, TERM)
@@ -1244,6 +1268,19 @@ def matmul_weight_4bit_block32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def matmul_weight_8bit_block32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The same with w in 8 bits (q - 128 in [-128, 127])."""
     return _blockwise_bound(x, w, 128)
+
+
+@bound("matmul-weight-4bit-block32-rounded", TERM, TERM, TERM)
+def matmul_weight_4bit_block32_rounded(x, w, orig) -> np.ndarray:
+    """The error of MatMul(x, orig) computed as `matmul-weight-4bit-block32` of x by w, a
+    rounding of orig: that bound plus the weight's move (`_blockwise_bound`'s `orig`)."""
+    return _blockwise_bound(x, w, 8, orig=orig)
+
+
+@bound("matmul-weight-8bit-block32-rounded", TERM, TERM, TERM)
+def matmul_weight_8bit_block32_rounded(x, w, orig) -> np.ndarray:
+    """The same in 8 bits (`matmul-weight-8bit-block32` plus the weight's move)."""
+    return _blockwise_bound(x, w, 128, orig=orig)
 
 
 # ---- static quantization (patterns/quant/static.rules) ------------------------------------------

@@ -65,8 +65,18 @@ QUANT_RULESETS = {
         "quant-dynamic-per-channel-rounded",
         "quant-embedding",
     ),
-    ("weight-only", False, 4): ("quant-weight-only-4bit", "quant-weight-only-4bit-onnx"),
-    ("weight-only", False, 8): ("quant-weight-only-8bit", "quant-weight-only-8bit-onnx"),
+    ("weight-only", False, 4): (
+        "quant-weight-only-4bit",
+        "quant-weight-only-4bit-rounded",
+        "quant-weight-only-4bit-onnx",
+        "quant-weight-only-4bit-rounded-onnx",
+    ),
+    ("weight-only", False, 8): (
+        "quant-weight-only-8bit",
+        "quant-weight-only-8bit-rounded",
+        "quant-weight-only-8bit-onnx",
+        "quant-weight-only-8bit-rounded-onnx",
+    ),
     ("static", True, 8): (
         "quant-static",
         "quant-static-conv",
@@ -95,6 +105,9 @@ CPU_RULESETS = {
 # input is onnxruntime's quantize_dynamic's or lower per channel and 16-38% above it per
 # tensor, at the same latency (docs/benchmarks.md); static mode is per channel always
 PER_CHANNEL_DEFAULT = {"dynamic": True, "static": True}
+# the (mode, per_channel) pairs whose rules have `*-rounded` forms (patterns/quant/rounding.rules),
+# so that `rounding` gptq applies
+ROUNDED_MODES = (("dynamic", True), ("weight-only", False))
 # SmoothQuant's pass (`smooth`) runs these rulesets alone (patterns/quant/smooth.rules): the
 # cleanup runs in the quantization pass after it
 SMOOTH_RULESETS = ("quant-smooth", "quant-smooth-absorb", "quant-smooth-layernorm")
@@ -201,10 +214,11 @@ class Options:
         where onnxruntime's uint8-by-int8 kernels sum in int32, x86 with AVX512-VNNI or
         AVX-VNNI; on an older x86 CPU they can saturate). Rules whose ruleset says `:sums
         int32` run only with `vnni`.
-    rounding: how weights round to their int8 levels (`ROUNDINGS`): `nearest` (the default),
-        or `gptq` (mode dynamic with one scale per output column): each weight is rounded by
-        GPTQ (Frantar et al., ICLR 2023) on the calibration inputs' activations, row by row,
-        each row's error spread over the rows not yet rounded, at no cost at run time
+    rounding: how weights round to their levels (`ROUNDINGS`): `nearest` (the default), or
+        `gptq` (mode dynamic with one scale per output column, and mode weight-only's blocks):
+        each weight is rounded by GPTQ (Frantar et al., ICLR 2023) on the calibration inputs'
+        activations, row by row, each row's error spread over the rows not yet rounded onto
+        the steps of the weight's own rule, at no cost at run time
         (`frontends.onnx.quantize.calibrated_rounding`; patterns/quant/rounding.rules'
         `*-rounded` rules, whose bounds include the weight's move). A product kept in float
         keeps its weight.
@@ -299,6 +313,15 @@ class Options:
         if per_channel is None or self.quantize == "static":
             per_channel = PER_CHANNEL_DEFAULT.get(self.quantize, False)
         return (self.quantize, per_channel, bits)
+
+    @property
+    def rounding_grid(self) -> str:
+        """The levels `rounding` gptq rounds weights onto (`frontends.onnx.quantize.GRIDS`): the
+        weight-only blocks of `bits`, else int8 per output column, full range for `cpu` vnni
+        and stepped for int16 pairs otherwise."""
+        if self.quantize == "weight-only":
+            return f"block{self._quant_key[2]}"
+        return "full" if self.cpu == "vnni" else "pairs"
 
     @property
     def sums(self) -> tuple[str, ...]:
@@ -419,10 +442,10 @@ class Options:
             raise OptionError(
                 f"rounding: unknown choice {self.rounding!r} (choose from {', '.join(ROUNDINGS)})"
             )
-        if self.rounding != "nearest" and self._quant_key != ("dynamic", True, 8):
+        if self.rounding != "nearest" and self._quant_key[:2] not in ROUNDED_MODES:
             raise OptionError(
                 f"rounding {self.rounding} applies to mode dynamic with one weight scale per "
-                "output column"
+                "output column, and to mode weight-only"
             )
         if self.quantize != "static" and (self.symmetric or self.calibrate != "minmax"):
             raise OptionError("symmetric and calibrate apply to mode static only")
@@ -794,7 +817,7 @@ def run(
         # each product's weight marked with its GPTQ rounding (patterns/quant/rounding.rules'
         # rewrite.Rounded), from the activations of the model the quantization rules will see
         with stage("rounding weights on calibration activations (GPTQ)"), _calibration_runs():
-            engine_input, count = rounding_marks(engine_input, feeds, pairs=options.cpu != "vnni")
+            engine_input, count = rounding_marks(engine_input, feeds, options.rounding_grid)
             choose.record["rounding"] = {
                 "method": options.rounding,
                 "samples": len(feeds),

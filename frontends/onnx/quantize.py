@@ -65,7 +65,15 @@ from frontends.onnx.exporter import IN_MEMORY, export_model
 from frontends.onnx.importer import is_weight, skeleton
 from vocab.graph import TermGraph, unique_name
 from vocab.ops import FAMILIES
-from vocab.registry import BOUNDS, PAIR_LEVELS, SMOOTHING_RANGE, full_range_steps, pair_steps
+from vocab.registry import (
+    BOUNDS,
+    PAIR_LEVELS,
+    SMOOTHING_RANGE,
+    WEIGHT_ONLY_BLOCK,
+    block_steps,
+    full_range_steps,
+    pair_steps,
+)
 
 DRAWN_SAMPLES = 8  # calibration inputs drawn when the user gives none
 OBSERVED = ("rewrite", "Observed")  # patterns/quant/static.rules' activation mark
@@ -1061,34 +1069,66 @@ def _cholesky(a: np.ndarray) -> np.ndarray:
     return lower
 
 
-def calibrated_rounding(w: np.ndarray, hessian: np.ndarray, pairs: bool) -> np.ndarray:
+# the levels a quantization rule rounds a weight onto (`calibrated_rounding`'s `grid`): "pairs",
+# int8 per output column stepped for int16 pair sums (`pair_steps`, the dynamic rules);
+# "full", int8 per output column over the full range (`full_range_steps`, `--cpu vnni`);
+# "block4" and "block8", blocks of 32 along K in 4 or 8 bits (`block_steps`, weight-only)
+GRID_HALF = {"block4": 8, "block8": 128}  # a block grid's levels: [-half, half - 1]
+GRIDS = ("pairs", "full", *GRID_HALF)
+
+
+def grid_steps(w: np.ndarray, grid: str) -> np.ndarray:
+    """The steps of `grid` (`GRIDS`) for a float32 weight [K, N], per entry as it broadcasts:
+    [1, N] for the per-column grids, [K, N] for the block grids (signed: a block's entry of the
+    largest magnitude is the level -half, `vocab.registry.block_steps`)."""
+    if grid == "pairs":
+        return pair_steps(w, per_column=True)[None]
+    if grid == "full":
+        return full_range_steps(w)[None]
+    return np.repeat(block_steps(w, GRID_HALF[grid]), WEIGHT_ONLY_BLOCK, axis=0)
+
+
+def _grid_levels(grid: str) -> tuple[np.float32, np.float32]:
+    """The lowest and highest level of `grid`: +-127 (int8 rules), [-half, half - 1] (blocks)."""
+    half = GRID_HALF.get(grid)
+    if half is None:
+        return -np.float32(PAIR_LEVELS), np.float32(PAIR_LEVELS)
+    return np.float32(-half), np.float32(half - 1)
+
+
+def calibrated_rounding(w: np.ndarray, hessian: np.ndarray, grid: str) -> np.ndarray:
     """GPTQ (Frantar et al., "GPTQ: Accurate Post-Training Quantization for Generative
     Pre-trained Transformers", ICLR 2023, Algorithm 1): the weight `w` [K, N] (float32) rounded
-    to int8 levels of the quantization rules' steps, one per output column
-    (`vocab.registry.pair_steps(w, per_column=True)` when `pairs`, else `full_range_steps`),
-    row by row along K, each row's rounding error spread over the rows not yet rounded so that
+    to the levels of a quantization rule's `grid` (`GRIDS`: int8 steps per output column,
+    `vocab.registry.pair_steps(w, per_column=True)` for "pairs" and `full_range_steps` for
+    "full"; weight-only's blocks of 32 along K, `block_steps`, for "block4" and "block8"), row by
+    row along K, each row's rounding error spread over the rows not yet rounded so that
     ||X (w~ - w)|| stays small on the calibration activations X whose H = X^T X is `hessian`
-    [K, K] (float32). Returns w~ = q * step, float32 [K, N], q integers in [-127, 127]. The
-    errors are spread in GPTQ's LDL form (`_feedback`), which needs no inverse of H, by
-    blocks of GPTQ_BLOCK rows (GPTQ's lazy batches: the rows after a block get its errors in
-    one matrix product).
+    [K, K] (float32). Returns w~ = q * step, float32 [K, N], q integers within the grid's levels
+    (`_grid_levels`). The errors are spread in GPTQ's LDL form (`_feedback`), which needs no
+    inverse of H, by blocks of GPTQ_BLOCK rows (GPTQ's lazy batches: the rows after a block get
+    its errors in one matrix product). The steps are w's, fixed before the rounding (for blocks,
+    GPTQ's "static groups").
 
     The rules that quantize w~ compute their steps from it; so that they find these steps and
-    round w~ to exactly q, the entries that define each column's step keep their nearest
-    levels (127 for a column's largest |w|; for pairs, a neighbour pair whose sum defines the
-    step sums to 127 levels), and no other entry exceeds them: |q_k| <= 127 and, for pairs,
-    |q_k + q_k+1| <= 127. A column where this does not hold in float32 (it always has here)
-    keeps its nearest-level rounding. H gets GPTQ_DAMPING of its mean diagonal added (10 and
-    100 times that if the factorization fails in float32; the nearest levels if it still does);
-    rows that no calibration input reaches (H_kk = 0) round to nearest. The columns are
-    independent: weights that read one activation may be rounded together, side by side."""
+    round w~ to exactly q, the entries that define each step keep their levels
+    (`_step_defining_levels`: 127 for a column's largest |w|; for pairs, a neighbour pair whose
+    sum defines the step sums to 127 levels; a block's entry of the largest magnitude at -half,
+    a block of zeros at 0), and no other entry exceeds them: |q_k| <= 127 and, for pairs,
+    |q_k + q_k+1| <= 127; a block's levels are [-half, half - 1]. A column where this does not
+    hold in float32 (it always has here) keeps its nearest-level rounding. H gets GPTQ_DAMPING
+    of its mean diagonal added (10 and 100 times that if the factorization fails in float32;
+    the nearest levels if it still does); rows that no calibration input reaches (H_kk = 0)
+    round to nearest. The columns are independent: weights that read one activation may be
+    rounded together, side by side. Raises ValueError for a grid not in `GRIDS`."""
+    if grid not in GRIDS:
+        raise ValueError(f"calibrated_rounding: unknown grid {grid!r} (one of {', '.join(GRIDS)})")
     k, n = w.shape
     w32 = w.astype(np.float32)
-    steps = (pair_steps(w32, per_column=True) if pairs else full_range_steps(w32)).astype(
-        np.float32
-    )
-    levels = np.float32(PAIR_LEVELS)
-    nearest = np.clip(np.rint(w32 / steps), -levels, levels)
+    steps = grid_steps(w32, grid).astype(np.float32)
+    pairs = grid == "pairs"
+    low, high = _grid_levels(grid)
+    nearest = np.clip(np.rint(w32 / steps), low, high)
     h = np.array(hessian, np.float32)
     unseen = np.diag(h) == 0
     h[unseen, unseen] = 1.0
@@ -1104,12 +1144,13 @@ def calibrated_rounding(w: np.ndarray, hessian: np.ndarray, pairs: bool) -> np.n
         f = None
     if f is None:  # H too far from positive definite even damped: the nearest levels
         return (nearest * steps).astype(np.float32)
-    fixed = _step_defining_levels(w32, steps, pairs)
+    fixed = _step_defining_levels(w32, steps, grid)
     target = w32.copy()  # each row plus the errors of the rows rounded before it
     q = np.zeros((k, n), np.float32)
     prev = np.zeros(n, np.float32)
     has_fixed = ~np.isnan(fixed).all(axis=1)  # rows holding a step-defining entry
     inverse_steps = np.float32(1) / steps
+    row_of = (lambda r: r) if len(steps) == k else (lambda r: 0)  # a row's steps
     for i1 in range(0, k, GPTQ_BLOCK):
         i2 = min(i1 + GPTQ_BLOCK, k)
         errors = np.zeros((i2 - i1, n), np.float32)
@@ -1119,25 +1160,24 @@ def calibrated_rounding(w: np.ndarray, hessian: np.ndarray, pairs: bool) -> np.n
             if unseen[r]:
                 here = nearest[r]
             else:  # the row plus the errors of this block's rows before it (one gemv)
-                here = np.rint((target[r] + block[j, :j] @ errors[:j]) * inverse_steps)
+                here = np.rint((target[r] + block[j, :j] @ errors[:j]) * inverse_steps[row_of(r)])
                 if pairs:  # this row's pair with the one before, and with a fixed one after
-                    lo, hi = np.maximum(-levels - prev, -levels), np.minimum(levels - prev, levels)
+                    lo, hi = np.maximum(-high - prev, low), np.minimum(high - prev, high)
                     if r + 1 < k and has_fixed[r + 1]:
                         after = fixed[r + 1]
                         known = ~np.isnan(after)
-                        lo = np.where(known, np.maximum(lo, -levels - after), lo)
-                        hi = np.where(known, np.minimum(hi, levels - after), hi)
+                        lo = np.where(known, np.maximum(lo, -high - after), lo)
+                        hi = np.where(known, np.minimum(hi, high - after), hi)
                     here = np.clip(here, lo, hi)
                 else:
-                    here = np.clip(here, -levels, levels)
+                    here = np.clip(here, low, high)
                 if has_fixed[r]:
                     here = np.where(np.isnan(fixed[r]), here, fixed[r])
             q[r] = prev = here
-            errors[j] = w32[r] - here * steps
+            errors[j] = w32[r] - here * steps[row_of(r)]
         target[i2:] += f[i1:i2, i2:].T @ errors
     out = (q * steps).astype(np.float32)
-    again = pair_steps(out, per_column=True) if pairs else full_range_steps(out)
-    differs = (np.rint(out / again) != q).any(axis=0)
+    differs = (np.rint(out / grid_steps(out, grid)) != q).any(axis=0)
     if differs.any():  # keep the rules' rounding exact: such a column rounds to nearest
         out[:, differs] = (nearest * steps)[:, differs]
     return out
@@ -1160,17 +1200,29 @@ def _side_by_side(ids: list[int], sizes: list[int]) -> list[list[int]]:
     return runs
 
 
-def _step_defining_levels(w: np.ndarray, steps: np.ndarray, pairs: bool) -> np.ndarray:
-    """Per column of `w` [K, N], the levels of the entries that define its step (NaN
-    elsewhere): its largest |w_k| at +-127, or for pairs, when a neighbour pair's |w_k +
-    w_k+1| is larger, w_k's nearest level and w_k+1's the rest of +-127."""
+def _step_defining_levels(w: np.ndarray, steps: np.ndarray, grid: str) -> np.ndarray:
+    """Per column of `w` [K, N], the levels of the entries that define its steps `steps`
+    (`grid_steps`; NaN elsewhere): its largest |w_k| at +-127, or for pairs, when a neighbour
+    pair's |w_k + w_k+1| is larger, w_k's nearest level and w_k+1's the rest of +-127; for
+    blocks, each block's entry of the largest magnitude at -half (its step is that entry over
+    -half), and every entry of a block of zeros at 0 (its step, 1, is the rule's for zeros)."""
     k, n = w.shape
     levels = np.float32(PAIR_LEVELS)
     fixed = np.full((k, n), np.nan, np.float32)
     cols = np.arange(n)
+    half = GRID_HALF.get(grid)
+    if half is not None:
+        blocks = w.reshape(k // WEIGHT_ONLY_BLOCK, WEIGHT_ONLY_BLOCK, n)
+        hi, lo = blocks.max(axis=1), blocks.min(axis=1)
+        at = np.where(hi >= -lo, blocks.argmax(axis=1), blocks.argmin(axis=1))
+        rows = np.arange(k // WEIGHT_ONLY_BLOCK)[:, None] * WEIGHT_ONLY_BLOCK + at
+        fixed[rows, cols[None, :]] = np.float32(-half)
+        zero = np.repeat((hi == 0) & (lo == 0), WEIGHT_ONLY_BLOCK, axis=0)
+        fixed[zero] = 0.0
+        return fixed
     a = np.abs(w)
     top = a.argmax(axis=0)
-    if not pairs or k == 1:
+    if grid != "pairs" or k == 1:
         fixed[top, cols] = np.sign(w[top, cols]) * levels
         return fixed
     sums = np.abs(w[:-1] + w[1:])
@@ -1178,26 +1230,28 @@ def _step_defining_levels(w: np.ndarray, steps: np.ndarray, pairs: bool) -> np.n
     top = np.where(by_pair, sums.argmax(axis=0), top)
     after = np.minimum(top + 1, k - 1)
     sign = np.sign(np.where(by_pair, w[top, cols] + w[after, cols], w[top, cols]))
-    first = np.clip(np.rint(w[top, cols] / steps), -levels, levels)
+    first = np.clip(np.rint(w[top, cols] / steps[0]), -levels, levels)
     fixed[top, cols] = np.where(by_pair, first, sign * levels)
     fixed[after[by_pair], cols[by_pair]] = (sign * levels - first)[by_pair]
     return fixed
 
 
 def rounding_marks(
-    model: onnx.ModelProto, feeds: list[dict], pairs: bool
+    model: onnx.ModelProto, feeds: list[dict], grid: str
 ) -> tuple[onnx.ModelProto, int]:
-    """A copy of `model` in which the weight w of each product the dynamic per-column rules
-    quantize is read through `rewrite.Rounded(w, w~)` (patterns/quant/rounding.rules), w~ its
-    GPTQ rounding (`calibrated_rounding`, H = X^T X of the product's activation X over the
-    calibration `feeds`, rows over every leading axis), and how many were marked. Such a
-    product is a MatMul or a Gemm (transA 0, alpha and beta 1) whose weight is a 2-D float32
-    initializer of 1 <= K <= GPTQ_MAX_K that is not all zeros, and whose activation is float32
-    of K on its last axis (a larger K keeps its nearest levels). Each product gets its own w~
-    (two products of one weight read different activations); the weights of products that
-    read one activation (an attention block's Q, K and V) are rounded together, side by side,
-    with one factorization of their H. Raises CheckError when onnxruntime cannot run the
-    model."""
+    """A copy of `model` in which the weight w of each product a quantization rule of `grid`
+    (`GRIDS`) quantizes is read through `rewrite.Rounded(w, w~)` (patterns/quant/rounding.rules),
+    w~ its GPTQ rounding onto that grid (`calibrated_rounding`, H = X^T X of the product's
+    activation X over the calibration `feeds`, rows over every leading axis), and how many were
+    marked. Such a product is, for the int8 grids (the dynamic per-column rules), a MatMul or a
+    Gemm (transA 0, alpha and beta 1), and for the block grids (the weight-only rules) a MatMul
+    whose K is a multiple of 32, by a 2-D float32 initializer of 1 <= K <= GPTQ_MAX_K that is
+    not all zeros, whose activation is float32 of K on its last axis (a larger K keeps its
+    nearest levels). Each product gets its own w~ (two products of one weight read different
+    activations); the weights of products that read one activation (an attention block's Q, K
+    and V) are rounded together, side by side, with one factorization of their H. Raises
+    CheckError when onnxruntime cannot run the model."""
+    blocks = grid in GRID_HALF
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
@@ -1208,6 +1262,8 @@ def rounding_marks(
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
         if w is None or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
             continue
+        if blocks and (n.op_type != "MatMul" or w.shape[0] % WEIGHT_ONLY_BLOCK):
+            continue  # the weight-only rules quantize a MatMul in whole blocks only
         if 1 <= w.shape[0] <= GPTQ_MAX_K and w.size and np.any(w != 0):
             products.append((n, w, bool(attrs.get("transB", 0))))
     if not products:
@@ -1231,7 +1287,7 @@ def rounding_marks(
     for x, ids in readers.items():  # the weights of one H side by side: one factorization
         for chunk in _side_by_side(ids, [products[i][1].size for i in ids]):
             ws = [products[i][1] for i in chunk]
-            together = calibrated_rounding(np.concatenate(ws, axis=1), hessians[x], pairs)
+            together = calibrated_rounding(np.concatenate(ws, axis=1), hessians[x], grid)
             ends = np.cumsum([w.shape[1] for w in ws])
             rounding.update(zip(chunk, np.split(together, ends[:-1], axis=1)))
     del hessians
