@@ -38,6 +38,11 @@ largest, what a classifier head would read). On a CPU with VNNI a row with `--cp
 its groups to integer kernels with `rewrite optimize --allow quant --target onnxruntime`
 (patterns/quant/lower.rules), for the file a runtime without QDQ fusion could run.
 
+`--mode weight-only` compares onnxruntime's `MatMulNBitsQuantizer` (4 bits, blocks of 32,
+symmetric, round to nearest) with `rewrite quantize --mode weight-only`, for onnxruntime
+(MatMulNBits) and for standard ONNX (int4 DequantizeLinear with block_size), each also with
+`--rounding gptq` (GPTQ onto the same blocks, from the `--calibration` inputs).
+
 `--kernels` times onnxruntime's MatMulInteger (uint8 by int8) against float32 MatMul at BERT's
 shapes, 1 thread, and prints the ratio that `engine.cost.INT8_FLOP_FACTOR` stands for; then
 QLinearConv by dtype pair at ResNet-50's shapes (`engine.cost.S8_FLOP_FACTOR`).
@@ -282,6 +287,16 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
             ("onnxruntime MatMulNBits", quantize_ort_weight_only),
             ("rewrite --mode weight-only", quantize_ours_weight_only),
             ("rewrite --mode weight-only --target onnx", quantize_ours_weight_only_onnx),
+            (
+                "rewrite --mode weight-only --rounding gptq",
+                lambda s, d: quantize_ours(
+                    s, d, "--mode", "weight-only", "--target", "onnxruntime", *gptq
+                ),
+            ),
+            (
+                "rewrite --mode weight-only --target onnx --rounding gptq",
+                lambda s, d: quantize_ours(s, d, "--mode", "weight-only", *gptq),
+            ),
         ]
     measured: dict[str, dict] = {}
     while tools:
