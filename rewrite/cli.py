@@ -1094,9 +1094,18 @@ def _print_quantized(record: dict, verbose: bool) -> None:
         )
     rounding = record.get("rounding")
     if rounding:
+        nearer = rounding.get("nearest", [])
         out.print(
             f"rounded {rounding['weights']} weights by {rounding['method'].upper()} on "
-            f"{rounding['samples']} calibration inputs",
+            f"{rounding['samples']} calibration inputs"
+            + (
+                f"; {len(nearer)} kept their nearest levels: rounded on the first "
+                f"{rounding['samples'] - rounding['held_out']}, they erred more on the last "
+                f"{rounding['held_out']} than the nearest levels do (more calibration inputs "
+                "help)"
+                if nearer
+                else ""
+            ),
             markup=False,
         )
     shown = sites if verbose else [s for s in sites if not s["quantized"]]

@@ -4,6 +4,8 @@ rules). The rules' bounds are verified like every shipped rule (the pytest plugi
 planted wrong one (its bound without the weight's move) in tests/wrong_rules/quant.rules; here
 the rounding itself and the whole path."""
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -242,7 +244,13 @@ def test_gptq_rounding_quantizes_with_less_error_at_the_same_ops(tmp_path, trans
     assert all(o.domain != ROUNDED[0] for o in gptq.opset_import)
     assert not [t.name for t in gptq.graph.initializer if "rounded" in t.name]
     record = report.extra["quantize"]
-    assert record["rounding"] == {"method": "gptq", "samples": 16, "weights": 2}
+    assert record["rounding"] == {
+        "method": "gptq",
+        "samples": 16,
+        "held_out": 4,
+        "weights": 2,
+        "nearest": [],
+    }
     suffix = "-transposed-dynamic-per-column-rounded" if transposed else "-per-column-rounded"
     assert {r for r in report.fired if r.endswith("-rounded")} and all(
         r.endswith(suffix) for r in report.fired if r.startswith("quantize-")
@@ -268,7 +276,13 @@ def test_gptq_rounding_of_weight_only_blocks(tmp_path, target, bits):
     assert ops == sorted(n.op_type for n in nearest.graph.node)
     assert ops.count("MatMulNBits" if target == "onnxruntime" else "DequantizeLinear") == 2
     assert not any(n.domain == ROUNDED[0] for n in gptq.graph.node)
-    assert report.extra["quantize"]["rounding"] == {"method": "gptq", "samples": 16, "weights": 2}
+    assert report.extra["quantize"]["rounding"] == {
+        "method": "gptq",
+        "samples": 16,
+        "held_out": 4,
+        "weights": 2,
+        "nearest": [],
+    }
     quantized = [r for r in report.fired if r.startswith("quantize-")]
     assert quantized and all(r.endswith("-rounded") for r in quantized), quantized
     before, after = worst_error(nearest, model, held_out), worst_error(gptq, model, held_out)
@@ -277,9 +291,9 @@ def test_gptq_rounding_of_weight_only_blocks(tmp_path, target, bits):
 
 def test_block_grids_mark_only_what_the_weight_only_rules_quantize():
     # MatMuls whose K splits into blocks of 32; a Gemm (the dynamic rules') is left alone
-    feeds = [{"x": x} for x in inputs(2, 10)]
+    feeds = [{"x": x} for x in inputs(16, 10)]
     assert rounding_marks(block(), feeds, "block4")[1] == 2
-    gemms = [{"x": x} for x in inputs(2, 10, transposed=True)]
+    gemms = [{"x": x} for x in inputs(16, 10, transposed=True)]
     assert rounding_marks(block(transposed=True), gemms, "block4")[1] == 0
     assert rounding_marks(block(transposed=True), gemms, "pairs")[1] == 2
 
@@ -300,7 +314,7 @@ def test_a_product_kept_in_float_keeps_its_own_weight(tmp_path):
 
 def test_rounding_marks_mark_each_product_with_its_own_rounding():
     model = block()
-    marked, count = rounding_marks(model, [{"x": x} for x in inputs(4, 10)], "pairs")
+    marked, count, _ = rounding_marks(model, [{"x": x} for x in inputs(16, 10)], "pairs")
     marks = [n for n in marked.graph.node if (n.domain, n.op_type) == ROUNDED]
     assert count == 2 and [m.input[0] for m in marks] == ["w1", "w2"]
     readers = {n.name: n.input[1] for n in marked.graph.node if n.op_type == "MatMul"}
@@ -324,7 +338,7 @@ def test_products_of_one_activation_are_rounded_together_as_each_alone(monkeypat
     g.initializer.append(numpy_helper.from_array(wq, "wq"))
     g.node.insert(1, helper.make_node("MatMul", ["h", "wq"], ["yq"], name="q"))
     g.output.append(helper.make_tensor_value_info("yq", TensorProto.FLOAT, [1, TOKENS, N]))
-    feeds = [{"x": x} for x in inputs(4, 12)]
+    feeds = [{"x": x} for x in inputs(16, 12)]
     calls = []
     real = quantize.calibrated_rounding
     monkeypatch.setattr(
@@ -332,8 +346,9 @@ def test_products_of_one_activation_are_rounded_together_as_each_alone(monkeypat
         "calibrated_rounding",
         lambda w, h, grid: calls.append(w.shape) or real(w, h, grid),
     )
-    marked, count = rounding_marks(model, feeds, "pairs")
-    assert count == 3 and sorted(calls) == [(K, N), (K, K + N)]
+    marked, count, _ = rounding_marks(model, feeds, "pairs")
+    # once on the feeds but the held-out ones (judged on those), then on every feed
+    assert count == 3 and sorted(calls) == [(K, N), (K, N), (K, K + N), (K, K + N)]
     weights = {t.name: numpy_helper.to_array(t) for t in marked.graph.initializer}
     rounded = {
         m.input[0]: weights[m.input[1]] for m in marked.graph.node if m.op_type == ROUNDED[1]
@@ -349,10 +364,10 @@ def test_products_of_one_activation_are_rounded_together_as_each_alone(monkeypat
 def test_a_weight_of_k_beyond_the_limit_keeps_its_nearest_levels(monkeypatch):
     # H is K x K: VGG-19's K = 25088 would need gigabytes, so such a product is not marked
     monkeypatch.setattr(quantize, "GPTQ_MAX_K", K - 1)  # fc1's K is K, fc2's is K too
-    _, count = rounding_marks(block(), [{"x": x} for x in inputs(2, 10)], "pairs")
+    _, count, _ = rounding_marks(block(), [{"x": x} for x in inputs(16, 10)], "pairs")
     assert count == 0
     monkeypatch.setattr(quantize, "GPTQ_MAX_K", K)
-    _, count = rounding_marks(block(), [{"x": x} for x in inputs(2, 10)], "pairs")
+    _, count, _ = rounding_marks(block(), [{"x": x} for x in inputs(16, 10)], "pairs")
     assert count == 2
 
 
@@ -373,14 +388,48 @@ def test_rounding_options_that_cannot_be_used(options, message):
         rewrite.optimize_model(block(), **options)
 
 
+def test_a_weight_whose_rounding_errs_more_on_held_out_inputs_keeps_its_nearest_levels(
+    tmp_path, capsys, monkeypatch
+):
+    """Each weight is rounded first on the calibration inputs but the last quarter and judged on
+    those: fc2's rounding spoiled there (all zeros) errs more than its nearest levels, so fc2 is
+    quantized by the plain rule; fc1 is rounded again on every input and marked."""
+    real, calls = quantize.calibrated_rounding, []
+
+    def spoiled(w, h, grid):
+        calls.append(w.shape)
+        out = real(w, h, grid)
+        return np.zeros_like(out) if calls.count((K, N)) == 1 and w.shape == (K, N) else out
+
+    monkeypatch.setattr(quantize, "calibrated_rounding", spoiled)
+    src, dst, cal = tmp_path / "block.onnx", tmp_path / "q.onnx", tmp_path / "cal.npz"
+    onnx.save(block(), src)
+    np.savez(cal, x=inputs(16, 10))
+    report = tmp_path / "r.json"
+    args = ["--rounding", "gptq", "--calibration", str(cal), "--report", str(report)]
+    assert main(["quantize", str(src), str(dst), *args]) == 0
+    assert calls == [(K, K), (K, K), (K, N)]  # fc1 judged, then rounded on all; fc2 judged
+    out = capsys.readouterr().out
+    assert (
+        "rounded 1 weights by GPTQ on 16 calibration inputs; 1 kept their nearest levels: rounded "
+        "on the first 12, they erred more on the last 4 than the nearest levels do" in out
+    )
+    rec = json.loads(report.read_text())
+    assert rec["extra"]["quantize"]["rounding"]["nearest"] == ["fc2"]
+    fired = rec["fired"]
+    assert "quantize-matmul-dynamic-per-column-rounded" in fired
+    assert "quantize-matmul-dynamic-per-column" in fired  # fc2, at its nearest levels
+
+
 def test_cli_rounding_reports_and_refuses_calibration_inputs_the_model_cannot_run(tmp_path, capsys):
     src, dst = tmp_path / "block.onnx", tmp_path / "q.onnx"
     onnx.save(block(), src)
     cal = tmp_path / "cal.npz"
-    np.savez(cal, x=inputs(4, 10))
+    np.savez(cal, x=inputs(16, 10))
     code = main(["quantize", str(src), str(dst), "--rounding", "gptq", "--calibration", str(cal)])
     assert code == 0 and dst.exists()
-    assert "rounded 2 weights by GPTQ on 4 calibration inputs" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "rounded 2 weights by GPTQ on 16 calibration inputs\n" in out
     bad, dst2 = tmp_path / "bad.npz", tmp_path / "q2.onnx"
     np.savez(bad, x=inputs(4, 10)[:, 0])  # each sample of rank 2, the model's input rank 3
     code = main(["quantize", str(src), str(dst2), "--rounding", "gptq", "--calibration", str(bad)])

@@ -150,18 +150,28 @@ def test_smoothing_then_gptq_rounding_compose(tmp_path):
     # activations (what the quantization rules see): both records, no mark of either left
     model = block()
     path = tmp_path / "cal.npz"
-    np.savez(path, x=np.stack([f["x"] for f in feeds(8, 0)]))
+    np.savez(path, x=np.stack([f["x"] for f in feeds(16, 0)]))
     kw = dict(quantize="dynamic", smooth=0.5, calibration=str(path), check=False)
     smooth, _ = rewrite.optimize_model(model, **kw)
     both, report = rewrite.optimize_model(model, rounding="gptq", **kw)
     record = report.extra["quantize"]
     assert record["smoothing"]["smoothed"] == 2
-    assert record["rounding"] == {"method": "gptq", "samples": 8, "weights": 3}
+    # q and k read activations whose channels hardly correlate: their rounding, 0.91 of the
+    # nearest levels' error on the inputs it was fitted to, is 1.02 of it on the held-out ones
+    # (measured), so they keep their nearest levels; o's is 0.10 of it on both
+    assert record["rounding"] == {
+        "method": "gptq",
+        "samples": 16,
+        "held_out": 4,
+        "weights": 1,
+        "nearest": ["q", "k"],
+    }
     assert not [n for n in both.graph.node if n.domain]
     assert [n.op_type for n in both.graph.node].count("MatMulInteger") == 3
     int8 = lambda q: [numpy_helper.to_array(t) for t in q.graph.initializer if t.data_type == 3]  # noqa: E731
     assert len(int8(both)) == 3
-    assert all(not np.array_equal(a, b) for a, b in zip(int8(both), int8(smooth)))
+    same = [np.array_equal(a, b) for a, b in zip(int8(both), int8(smooth))]
+    assert sorted(same) == [False, True, True]
 
     def error(q):
         return max(

@@ -45,6 +45,7 @@ from frontends.onnx.quantize import (
     calibrate,
     divided_products,
     drawn_calibration,
+    held_out_feeds,
     load_calibration,
     observe,
     rounding_marks,
@@ -817,11 +818,13 @@ def run(
         # each product's weight marked with its GPTQ rounding (patterns/quant/rounding.rules'
         # rewrite.Rounded), from the activations of the model the quantization rules will see
         with stage("rounding weights on calibration activations (GPTQ)"), _calibration_runs():
-            engine_input, count = rounding_marks(engine_input, feeds, options.rounding_grid)
+            engine_input, count, nearer = rounding_marks(engine_input, feeds, options.rounding_grid)
             choose.record["rounding"] = {
                 "method": options.rounding,
                 "samples": len(feeds),
+                "held_out": held_out_feeds(len(feeds)),
                 "weights": count,
+                "nearest": nearer,
             }
     if options.quantize == "static":
         # the calibrated marks go on the graph the static rules will see: BatchNormalization
