@@ -1261,7 +1261,8 @@ def _hessians(
     model: onnx.ModelProto, feeds: list[dict], names: set[str], held: int
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """H = X^T X of each activation in `names` (float32, rows over every leading axis) over the
-    feeds but the last `held`, and over those `held` (zeros when none): {name: [K, K]} each."""
+    feeds but the last `held`, {name: [K, K]}; and the rows X of those `held`, {name: [R, K]}
+    (R = 0 when none)."""
     rows: tuple[dict, dict] = ({}, {})
     for k, got in enumerate(_activations(model, feeds, names)):
         for name, v in got.items():
@@ -1273,9 +1274,7 @@ def _hessians(
         x = np.concatenate(xs) if len(xs) > 1 else xs[0]
         fit[name] = x.T @ x
         ys = rows[1].get(name)
-        check[name] = (
-            np.zeros_like(fit[name]) if not ys else np.concatenate(ys).T @ np.concatenate(ys)
-        )
+        check[name] = np.concatenate(ys) if ys else np.zeros((0, x.shape[1]), np.float32)
     return fit, check
 
 
@@ -1284,11 +1283,10 @@ def _split(together: np.ndarray, ws: list[np.ndarray]) -> list[np.ndarray]:
     return np.split(together, np.cumsum([w.shape[1] for w in ws])[:-1], axis=1)
 
 
-def _held_out_error(rounded: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
-    """||X (rounded - w)||^2 over the held-out rows X whose H = X^T X is `h` [K, K], in float64:
-    the sum over columns of d^T H d, d = rounded - w."""
-    d = rounded.astype(np.float64) - w.astype(np.float64)
-    return float(np.sum((h.astype(np.float64) @ d) * d))
+def _held_out_error(rounded: np.ndarray, w: np.ndarray, x: np.ndarray) -> float:
+    """||X (rounded - w)||^2 over the held-out rows `x` [R, K] (float32; R is a few hundred, so
+    this costs R K N where the same through H = X^T X would cost K^2 N)."""
+    return float(np.square(x @ (rounded - w.astype(np.float32))).sum(dtype=np.float64))
 
 
 def _product_name(n: onnx.NodeProto) -> str:
@@ -1359,7 +1357,7 @@ def rounding_marks(
             if not chunk:
                 continue
             ws = [products[i][1] for i in chunk]
-            h = fit[x] + check[x] if held else fit[x]  # rounded again on every input
+            h = fit[x] + check[x].T @ check[x] if held else fit[x]  # again, on every input
             together = calibrated_rounding(np.concatenate(ws, axis=1), h, grid)
             rounding.update(zip(chunk, _split(together, ws)))
     del fit, check
