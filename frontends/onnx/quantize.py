@@ -1257,25 +1257,25 @@ def held_out_feeds(n: int) -> int:
     return 0 if n < 2 else max(1, n // 4)
 
 
-def _hessians(
+def _rows(
     model: onnx.ModelProto, feeds: list[dict], names: set[str], held: int
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """H = X^T X of each activation in `names` (float32, rows over every leading axis) over the
-    feeds but the last `held`, {name: [K, K]}; and the rows X of those `held`, {name: [R, K]}
-    (R = 0 when none)."""
-    rows: tuple[dict, dict] = ({}, {})
+) -> dict[str, tuple[np.ndarray, int]]:
+    """The rows X of each activation in `names` over the feeds (float32 [R, K], rows over every
+    leading axis, in feed order), and how many of them the feeds but the last `held` give:
+    {name: (X, rows fitted)}."""
+    rows: dict[str, list[np.ndarray]] = {}
+    fitted: dict[str, int] = {}
     for k, got in enumerate(_activations(model, feeds, names)):
         for name, v in got.items():
             if v.dtype == np.float32 and v.ndim >= 1 and v.size:
-                part = rows[k >= len(feeds) - held]
-                part.setdefault(name, []).append(np.nan_to_num(v).reshape(-1, v.shape[-1]))
-    fit, check = {}, {}
-    for name, xs in rows[0].items():  # one product of every input's rows: BLAS at its best
-        x = np.concatenate(xs) if len(xs) > 1 else xs[0]
-        fit[name] = x.T @ x
-        ys = rows[1].get(name)
-        check[name] = np.concatenate(ys) if ys else np.zeros((0, x.shape[1]), np.float32)
-    return fit, check
+                x = np.nan_to_num(v).reshape(-1, v.shape[-1])
+                rows.setdefault(name, []).append(x)
+                if k < len(feeds) - held:
+                    fitted[name] = fitted.get(name, 0) + len(x)
+    return {
+        n: (np.concatenate(xs) if len(xs) > 1 else xs[0], fitted.get(n, 0))
+        for n, xs in rows.items()
+    }
 
 
 def _split(together: np.ndarray, ws: list[np.ndarray]) -> list[np.ndarray]:
@@ -1334,33 +1334,35 @@ def rounding_marks(
     if not products:
         return out, 0, []
     held = held_out_feeds(len(feeds))
-    fit, check = _hessians(out, feeds, {n.input[0] for n, _, _ in products}, held)
+    rows = _rows(out, feeds, {n.input[0] for n, _, _ in products}, held)
     readers: dict[str, list[int]] = {}  # activation -> the products that read it
     for i, (n, w, _) in enumerate(products):
-        h = fit.get(n.input[0])
-        if h is not None and h.shape[0] == w.shape[0]:
+        x = rows.get(n.input[0])
+        if x is not None and x[0].shape[1] == w.shape[0] and x[1]:
             readers.setdefault(n.input[0], []).append(i)
     rounding: dict[int, np.ndarray] = {}
     nearer: list[str] = []  # products whose GPTQ rounding erred more on the held-out inputs
-    for x, ids in readers.items():  # the weights of one H side by side: one factorization
+    for name, ids in readers.items():  # the weights of one H side by side: one factorization
+        x, fitted = rows.pop(name)
         for chunk in _side_by_side(ids, [products[i][1].size for i in ids]):
             if held:  # rounded on the other inputs, judged on the held-out ones
                 ws = [products[i][1] for i in chunk]
-                trial = _split(calibrated_rounding(np.concatenate(ws, axis=1), fit[x], grid), ws)
+                fit, check = x[:fitted], x[fitted:]
+                trial = _split(
+                    calibrated_rounding(np.concatenate(ws, axis=1), fit.T @ fit, grid), ws
+                )
                 better = [
-                    _held_out_error(t, w, check[x])
-                    < _held_out_error(nearest_rounding(w, grid), w, check[x])
+                    _held_out_error(t, w, check)
+                    < _held_out_error(nearest_rounding(w, grid), w, check)
                     for t, w in zip(trial, ws)
                 ]
                 nearer += [_product_name(products[i][0]) for i, b in zip(chunk, better) if not b]
                 chunk = [i for i, b in zip(chunk, better) if b]
-            if not chunk:
-                continue
-            ws = [products[i][1] for i in chunk]
-            h = fit[x] + check[x].T @ check[x] if held else fit[x]  # again, on every input
-            together = calibrated_rounding(np.concatenate(ws, axis=1), h, grid)
-            rounding.update(zip(chunk, _split(together, ws)))
-    del fit, check
+            if chunk:  # rounded again on every input's rows, the product of all of them at once
+                ws = [products[i][1] for i in chunk]
+                together = calibrated_rounding(np.concatenate(ws, axis=1), x.T @ x, grid)
+                rounding.update(zip(chunk, _split(together, ws)))
+    del rows
     taken = _taken_names(g)
     marks = []
     for i, (n, _, transposed) in enumerate(products):
