@@ -1344,13 +1344,12 @@ def rounding_marks(
     nearer: list[str] = []  # products whose GPTQ rounding erred more on the held-out inputs
     for name, ids in readers.items():  # the weights of one H side by side: one factorization
         x, fitted = rows.pop(name)
+        check, h_fit, h_all = x[fitted:], None, None
         for chunk in _side_by_side(ids, [products[i][1].size for i in ids]):
             if held:  # rounded on the other inputs, judged on the held-out ones
                 ws = [products[i][1] for i in chunk]
-                fit, check = x[:fitted], x[fitted:]
-                trial = _split(
-                    calibrated_rounding(np.concatenate(ws, axis=1), fit.T @ fit, grid), ws
-                )
+                h_fit = x[:fitted].T @ x[:fitted] if h_fit is None else h_fit
+                trial = _split(calibrated_rounding(np.concatenate(ws, axis=1), h_fit, grid), ws)
                 better = [
                     _held_out_error(t, w, check)
                     < _held_out_error(nearest_rounding(w, grid), w, check)
@@ -1360,7 +1359,8 @@ def rounding_marks(
                 chunk = [i for i, b in zip(chunk, better) if b]
             if chunk:  # rounded again on every input's rows, the product of all of them at once
                 ws = [products[i][1] for i in chunk]
-                together = calibrated_rounding(np.concatenate(ws, axis=1), x.T @ x, grid)
+                h_all = x.T @ x if h_all is None else h_all
+                together = calibrated_rounding(np.concatenate(ws, axis=1), h_all, grid)
                 rounding.update(zip(chunk, _split(together, ws)))
     del rows
     taken = _taken_names(g)
