@@ -44,34 +44,28 @@ class Float(torch.nn.Module):
         return torch.nn.functional.linear(x, self.w)
 
 
-class Dequantized(torch.nn.Module):
+class Int8(torch.nn.Module):
+    """A weight stored as int8 `q` [N, K] with one float32 scale per output channel `s` [N]."""
+
     def __init__(self, q: torch.Tensor, s: torch.Tensor):
         super().__init__()
         self.register_buffer("q", q)
         self.register_buffer("s", s)
-        self.register_buffer("zp", torch.zeros(len(s), dtype=torch.int64))
 
+
+class Dequantized(Int8):
     def forward(self, x):
-        w = QD.dequantize_per_channel(self.q, self.s, self.zp, 0, -128, 127, torch.int8)
+        zp = torch.zeros(len(self.s), dtype=torch.int64)
+        w = QD.dequantize_per_channel(self.q, self.s, zp, 0, -128, 127, torch.int8)
         return torch.nn.functional.linear(x, w)
 
 
-class ScaledAfter(torch.nn.Module):
-    def __init__(self, q: torch.Tensor, s: torch.Tensor):
-        super().__init__()
-        self.register_buffer("q", q)
-        self.register_buffer("s", s)
-
+class ScaledAfter(Int8):
     def forward(self, x):
         return torch.nn.functional.linear(x, self.q.to(x.dtype)) * self.s
 
 
-class Packed(torch.nn.Module):
-    def __init__(self, q: torch.Tensor, s: torch.Tensor):
-        super().__init__()
-        self.register_buffer("q", q)
-        self.register_buffer("s", s)
-
+class Packed(Int8):
     def forward(self, x):
         return torch.ops.aten._weight_int8pack_mm(x, self.q, self.s)
 

@@ -105,6 +105,20 @@ def test_block_rounding_keeps_the_blocks_scales_and_lowers_the_products_error(gr
         assert gptq < 0.9 * plain, (gptq, plain)
 
 
+def test_block_rounding_takes_the_heavier_rows_first(monkeypatch):
+    # GPTQ's act-order for the block grids: rows of larger H_kk first (a scale per channel of
+    # 0.3-3.0 here), 0.74-0.76 of the nearest levels' error against 0.81-0.83 in K's order
+    # (measured, on the calibration activations and on others)
+    x, w = correlated(4096, K, 0), weight(K, N, 1)
+    h = (x.T @ x).astype(np.float64)
+    by_weight = calibrated_rounding(w, h, "block4")
+    monkeypatch.setattr(quantize, "GPTQ_ACT_ORDER", ())
+    natural = calibrated_rounding(w, h, "block4")
+    np.testing.assert_array_equal(block_steps(by_weight, 8), block_steps(natural, 8))
+    for seen in (x, correlated(4096, K, 2)):
+        assert np.linalg.norm(seen @ (by_weight - w)) < 0.95 * np.linalg.norm(seen @ (natural - w))
+
+
 def test_an_unknown_grid_is_refused():
     with pytest.raises(ValueError, match="unknown grid 'block3'"):
         calibrated_rounding(weight(K, N, 1), np.eye(K), "block3")

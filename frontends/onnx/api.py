@@ -219,7 +219,9 @@ class Options:
         `gptq` (mode dynamic with one scale per output column, and mode weight-only's blocks):
         each weight is rounded by GPTQ (Frantar et al., ICLR 2023) on the calibration inputs'
         activations, row by row, each row's error spread over the rows not yet rounded onto
-        the steps of the weight's own rule, at no cost at run time
+        the steps of the weight's own rule, at no cost at run time; each weight judged first
+        on the last quarter of the calibration inputs, held out, and left at its nearest
+        levels if its rounding errs more there
         (`frontends.onnx.quantize.calibrated_rounding`; patterns/quant/rounding.rules'
         `*-rounded` rules, whose bounds include the weight's move). A product kept in float
         keeps its weight.
