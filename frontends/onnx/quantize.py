@@ -1310,7 +1310,7 @@ def _product_name(n: onnx.NodeProto) -> str:
 
 def rounding_marks(
     model: onnx.ModelProto, feeds: list[dict], grid: str
-) -> tuple[onnx.ModelProto, int]:
+) -> tuple[onnx.ModelProto, int, list[str]]:
     """A copy of `model` in which the weight w of each product a quantization rule of `grid`
     (`GRIDS`) quantizes is read through `rewrite.Rounded(w, w~)` (patterns/quant/rounding.rules),
     w~ its GPTQ rounding onto that grid (`calibrated_rounding`, H = X^T X of the product's
