@@ -1096,15 +1096,16 @@ def _print_quantized(record: dict, verbose: bool) -> None:
         )
     rounding = record.get("rounding")
     if rounding:
-        nearer = rounding.get("nearest", [])
+        nearer, one = rounding.get("nearest", []), len(rounding.get("nearest", [])) == 1
+        weights = rounding["weights"]
         out.print(
-            f"rounded {rounding['weights']} weights by {rounding['method'].upper()} on "
-            f"{rounding['samples']} calibration inputs"
+            f"rounded {weights} weight{'' if weights == 1 else 's'} by "
+            f"{rounding['method'].upper()} on {rounding['samples']} calibration inputs"
             + (
-                f"; {len(nearer)} kept their nearest levels: rounded on the first "
-                f"{rounding['samples'] - rounding['held_out']}, they erred more on the last "
-                f"{rounding['held_out']} than the nearest levels do (more calibration inputs "
-                "help)"
+                f"; {len(nearer)} kept {'its' if one else 'their'} nearest levels: rounded on "
+                f"the first {rounding['samples'] - rounding['held_out']}, "
+                f"{'it' if one else 'they'} erred more on the last {rounding['held_out']} than "
+                "the nearest levels do (more calibration inputs help)"
                 if nearer
                 else ""
             ),

@@ -425,8 +425,8 @@ def test_a_weight_whose_rounding_errs_more_on_held_out_inputs_keeps_its_nearest_
     assert calls == [(K, K), (K, K), (K, N)]  # fc1 judged, then rounded on all; fc2 judged
     out = capsys.readouterr().out
     assert (
-        "rounded 1 weights by GPTQ on 16 calibration inputs; 1 kept their nearest levels: rounded "
-        "on the first 12, they erred more on the last 4 than the nearest levels do" in out
+        "rounded 1 weight by GPTQ on 16 calibration inputs; 1 kept its nearest levels: rounded "
+        "on the first 12, it erred more on the last 4 than the nearest levels do" in out
     )
     rec = json.loads(report.read_text())
     assert rec["extra"]["quantize"]["rounding"]["nearest"] == ["fc2"]
