@@ -90,16 +90,17 @@ def quantize_ours_per_tensor(src: Path, dst: Path) -> float:
     return quantize_ours(src, dst, "--per-tensor")
 
 
-def quantize_ours_weight_only(src: Path, dst: Path) -> float:
-    """`rewrite quantize --mode weight-only --target onnxruntime` (4-bit weights, blocks of
-    32, symmetric)."""
-    return quantize_ours(src, dst, "--mode", "weight-only", "--target", "onnxruntime")
+def quantize_ours_weight_only(src: Path, dst: Path, *extra: str) -> float:
+    """`rewrite quantize --mode weight-only --target onnxruntime EXTRA...` (4-bit weights,
+    blocks of 32, symmetric)."""
+    return quantize_ours(src, dst, "--mode", "weight-only", "--target", "onnxruntime", *extra)
 
 
-def quantize_ours_weight_only_onnx(src: Path, dst: Path) -> float:
-    """`rewrite quantize --mode weight-only` for standard ONNX: int4 DequantizeLinear with
-    block_size 32 before each MatMul (opset 21), which onnxruntime fuses into MatMulNBits."""
-    return quantize_ours(src, dst, "--mode", "weight-only")
+def quantize_ours_weight_only_onnx(src: Path, dst: Path, *extra: str) -> float:
+    """`rewrite quantize --mode weight-only EXTRA...` for standard ONNX: int4 DequantizeLinear
+    with block_size 32 before each MatMul (opset 21), which onnxruntime fuses into
+    MatMulNBits."""
+    return quantize_ours(src, dst, "--mode", "weight-only", *extra)
 
 
 def quantize_ours_static(src: Path, dst: Path, cal: Path, *extra: str) -> float:
@@ -289,13 +290,11 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
             ("rewrite --mode weight-only --target onnx", quantize_ours_weight_only_onnx),
             (
                 "rewrite --mode weight-only --rounding gptq",
-                lambda s, d: quantize_ours(
-                    s, d, "--mode", "weight-only", "--target", "onnxruntime", *gptq
-                ),
+                lambda s, d: quantize_ours_weight_only(s, d, *gptq),
             ),
             (
                 "rewrite --mode weight-only --target onnx --rounding gptq",
-                lambda s, d: quantize_ours(s, d, "--mode", "weight-only", *gptq),
+                lambda s, d: quantize_ours_weight_only_onnx(s, d, *gptq),
             ),
         ]
     measured: dict[str, dict] = {}

@@ -1096,8 +1096,8 @@ def _print_quantized(record: dict, verbose: bool) -> None:
         )
     rounding = record.get("rounding")
     if rounding:
-        nearer, one = rounding.get("nearest", []), len(rounding.get("nearest", [])) == 1
-        weights = rounding["weights"]
+        nearer, weights = rounding.get("nearest", []), rounding["weights"]
+        one = len(nearer) == 1
         out.print(
             f"rounded {weights} weight{'' if weights == 1 else 's'} by "
             f"{rounding['method'].upper()} on {rounding['samples']} calibration inputs"

@@ -1241,13 +1241,13 @@ def _step_defining_levels(w: np.ndarray, steps: np.ndarray, grid: str) -> np.nda
     fixed = np.full((k, n), np.nan, np.float32)
     cols = np.arange(n)
     half = GRID_HALF.get(grid)
-    if half is not None:
+    if half is not None:  # the entry equal to its block's -half levels (the first, on a tie)
         blocks = w.reshape(k // WEIGHT_ONLY_BLOCK, WEIGHT_ONLY_BLOCK, n)
-        hi, lo = blocks.max(axis=1), blocks.min(axis=1)
-        at = np.where(hi >= -lo, blocks.argmax(axis=1), blocks.argmin(axis=1))
+        m = (steps * np.float32(-half)).reshape(k // WEIGHT_ONLY_BLOCK, WEIGHT_ONLY_BLOCK, n)
+        at = (blocks == m).argmax(axis=1)
         rows = np.arange(k // WEIGHT_ONLY_BLOCK)[:, None] * WEIGHT_ONLY_BLOCK + at
         fixed[rows, cols[None, :]] = np.float32(-half)
-        zero = np.repeat((hi == 0) & (lo == 0), WEIGHT_ONLY_BLOCK, axis=0)
+        zero = np.repeat((blocks == 0).all(axis=1), WEIGHT_ONLY_BLOCK, axis=0)
         fixed[zero] = 0.0
         return fixed
     a = np.abs(w)
