@@ -354,12 +354,12 @@ def _quantize_parser(sub) -> None:
         "--rounding",
         choices=("nearest", "gptq"),  # frontends.onnx.quantize.ROUNDINGS
         default="nearest",
-        help="modes dynamic (per output column) and weight-only: how weights round to their "
-        "levels. nearest (default); gptq: GPTQ on the calibration inputs' activations (each "
+        help="modes dynamic (per output column), weight-only and static: how weights round to "
+        "their levels. nearest (default); gptq: GPTQ on the calibration inputs' activations (each "
         "row's rounding error spread over the rows not yet rounded), less error at the same "
         "speed, for seconds more per weight of K = 3072; each weight is judged first on the "
         "last quarter of the inputs, held out, and keeps its nearest levels if it errs more "
-        "there",
+        "there. In mode static, Convs of group 1 too (through their input's patches)",
     )
     _add_optimize_options(q)
     q.set_defaults(func=cmd_optimize)

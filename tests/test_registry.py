@@ -1159,6 +1159,63 @@ def test_static_gemm_bound_holds_on_a_quantized_linear_layer(kind):
     np.testing.assert_array_equal(ft(xq, np.array(sx), np.array(zx), w.T, bias), b)
 
 
+def _moved(orig: np.ndarray, steps: np.ndarray, rng) -> np.ndarray:
+    """`orig` [K, N] at its nearest levels of the per-column `steps`, moved 0-2 levels (within
+    +-127), as GPTQ moves a weight: float32."""
+    q = np.clip(np.rint(orig / steps) + rng.integers(-2, 3, orig.shape), -127, 127)
+    return (q * steps).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", STEP_KINDS)
+def test_static_rounded_bounds_add_the_weights_move(kind):
+    # the static rules of a product by w standing in for the product by orig (a rounding of it,
+    # patterns/quant/rounding_static.rules): each bound is the plain bound of w plus the move
+    # |x| |w - orig| and the float32 rounding of the sum over orig, and holds
+    suffix, conv_steps, column_steps = STEP_KINDS[kind]
+    rng = np.random.default_rng(16)
+    sx, zx, sy = np.float32(0.02), np.uint8(120), np.float32(0.05)
+    xq = rng.integers(0, 256, (4, 64)).astype(np.uint8)
+    x = (xq.astype(np.float64) - 120) * float(sx)
+    orig = rng.normal(0, 0.05, (64, 8)).astype(np.float32)
+    w = _moved(orig, column_steps(orig), rng)
+    bias = rng.normal(0, 0.5, 8).astype(np.float32)
+    args = (xq, np.array(sx), np.array(zx))
+    f = covers("matmul-static-8bit" + suffix + "-rounded").fn
+    plain = covers("matmul-static-8bit" + suffix).fn
+    b = f(*args, w, np.array(sy), orig)
+    sw = column_steps(w)
+    lhs = np.clip(np.rint(x.astype(np.float32) @ orig / sy) + 128, 0, 255)
+    rhs = np.clip(np.rint(x @ (np.clip(np.rint(w / sw), -127, 127) * sw) / float(sy)) + 128, 0, 255)
+    assert np.abs(lhs - rhs).max() >= 1 and np.all(np.abs(lhs - rhs) <= b)
+    ax, o = np.abs(x), np.abs(orig.astype(np.float64))
+    moved = ax @ np.abs(w.astype(np.float64) - orig) + (
+        (64 + 8) * 2.0**-23 + 2.0**-20 + 2.0**-22
+    ) * (ax @ o)
+    np.testing.assert_allclose(b - plain(*args, w, np.array(sy)), moved / float(sy), rtol=1e-9)
+    for name, wt in (("gemm-static-8bit", w), ("gemm-static-8bit-transposed", w.T)):
+        g = covers(name + suffix + "-rounded").fn
+        ot = orig if wt is w else orig.T
+        bg = g(*args, wt, bias, ot)
+        np.testing.assert_allclose(bg - covers(name + suffix).fn(*args, wt, bias), moved, rtol=1e-9)
+        ints = (xq.astype(np.int32) - 120) @ np.clip(np.rint(w / sw), -127, 127).astype(np.int32)
+        err = np.abs((x.astype(np.float32) @ orig + bias) - (ints * (sx * sw) + bias))
+        assert np.all(err <= bg)
+    # a Conv: per output channel, max|x| sum |w_c - orig_c| and 2^-20 K max|x| sum |orig_c|
+    fc = covers("conv-static-8bit" + suffix + "-rounded").fn
+    xc = rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)
+    oc = rng.normal(0, 0.2, (4, 3, 3, 3)).astype(np.float32)
+    steps = conv_steps(oc)[:, None, None, None]
+    wc = np.clip(np.rint(oc / steps) + rng.integers(-2, 3, oc.shape), -127, 127) * steps
+    wc = wc.astype(np.float32)
+    conv_args = (xc, np.array(sx), np.array(np.uint8(128)))
+    bc = fc(*conv_args, wc, np.array(sy), oc)
+    x_max = 128 * float(sx)
+    extra = x_max * np.abs(wc - oc.astype(np.float64)).reshape(4, -1).sum(axis=1)
+    extra += 2.0**-20 * 27 * x_max * np.abs(oc.astype(np.float64)).reshape(4, -1).sum(axis=1)
+    plain_c = covers("conv-static-8bit" + suffix).fn(*conv_args, wc, np.array(sy))
+    np.testing.assert_allclose((bc - plain_c).ravel(), extra / float(sy), rtol=1e-9)
+
+
 def test_exact_when_finite_is_a_zero_bound():
     f = covers("exact-when-finite").fn
     assert f(np.ones((2, 3))).tolist() == [[0.0] * 3] * 2

@@ -393,7 +393,6 @@ def test_a_weight_of_k_beyond_the_limit_keeps_its_nearest_levels(monkeypatch):
             {"quantize": "dynamic", "rounding": "gptq", "per_channel": False},
             "rounding gptq applies to mode dynamic with one weight scale per output column",
         ),
-        ({"quantize": "static", "rounding": "gptq"}, "rounding gptq applies to mode dynamic"),
         ({"rounding": "gptq"}, "rounding gptq applies to mode dynamic"),
     ],
 )

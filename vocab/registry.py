@@ -1568,19 +1568,41 @@ def conv_static_8bit_full_range(
     return _conv_static_bound(xq, sx, zx, w, sy, conv_full_range_steps(w))
 
 
-def _conv_static_bound(xq, sx, zx, w, sy, steps: np.ndarray) -> np.ndarray:
+@bound("conv-static-8bit-rounded", TERM, TERM, TERM, TERM, TERM, TERM)
+def conv_static_8bit_rounded(xq, sx, zx, w, sy, orig) -> np.ndarray:
+    """`conv-static-8bit` of the Conv by w standing in for the Conv by `orig` (w a calibrated
+    rounding of it, patterns/quant/rounding_static.rules), plus the weight's move (see
+    `_conv_static_bound`'s `orig`)."""
+    return _conv_static_bound(xq, sx, zx, w, sy, conv_pair_steps(w), orig)
+
+
+@bound("conv-static-8bit-full-range-rounded", TERM, TERM, TERM, TERM, TERM, TERM)
+def conv_static_8bit_full_range_rounded(xq, sx, zx, w, sy, orig) -> np.ndarray:
+    """`conv-static-8bit-full-range` of the Conv by w standing in for the Conv by `orig`, plus
+    the weight's move."""
+    return _conv_static_bound(xq, sx, zx, w, sy, conv_full_range_steps(w), orig)
+
+
+def _conv_static_bound(xq, sx, zx, w, sy, steps: np.ndarray, orig=None) -> np.ndarray:
     """One level for the two roundings, plus (over s_y) the weight's rounding, K max|x| s_w / 2
     (K terms of at most max|x| = max|xq - zp_x| s_x each; s_w = `steps`, [C_out]), the
     bias's, s_x s_w / 2, and the float32 rounding of both sums, 2^-20 K (max|x| sum|w_c| +
-    2^24 s_x s_w)."""
+    2^24 s_x s_w). With `orig` (the float Conv's weight, which w stands in for): the move,
+    max|x| sum |w_c - orig_c|, and the float32 rounding of the sum over orig, 2^-20 K max|x|
+    sum|orig_c|, added."""
     x_max = float(np.abs(xq.astype(np.float64) - float(np.asarray(zx).reshape(()))).max(initial=0))
     sx_, sy_ = float(np.asarray(sx).reshape(())), abs(float(np.asarray(sy).reshape(())))
     x_max *= sx_
     sw = steps.astype(np.float64)
-    wc = np.abs(w.astype(np.float64)).reshape(w.shape[0], int(np.prod(w.shape[1:])))
+    channels = (w.shape[0], int(np.prod(w.shape[1:])))
+    wc = np.abs(w.astype(np.float64)).reshape(channels)
     k = wc.shape[1]
     real = k * x_max * sw / 2 + sx_ * sw / 2
     real += 2.0**-20 * k * (x_max * wc.sum(axis=1) + BIAS_UNITS * sx_ * sw)
+    if orig is not None:
+        o = orig.astype(np.float64).reshape(channels)
+        moved = np.abs(w.astype(np.float64).reshape(channels) - o).sum(axis=1)
+        real += x_max * moved + 2.0**-20 * k * x_max * np.abs(o).sum(axis=1)
     return (1 + real / sy_).reshape((w.shape[0],) + (1,) * (w.ndim - 2))
 
 
@@ -1601,16 +1623,44 @@ def matmul_static_8bit_full_range(
     return _matmul_static_bound(xq, sx, zx, w, sy, full_range_steps(w))
 
 
-def _matmul_static_bound(xq, sx, zx, w, sy, steps: np.ndarray) -> np.ndarray:
+@bound("matmul-static-8bit-rounded", TERM, TERM, TERM, TERM, TERM, TERM)
+def matmul_static_8bit_rounded(xq, sx, zx, w, sy, orig) -> np.ndarray:
+    """`matmul-static-8bit` of the MatMul by w standing in for the MatMul by `orig` (w a
+    calibrated rounding of it), plus the weight's move (see `_matmul_static_bound`)."""
+    return _matmul_static_bound(xq, sx, zx, w, sy, pair_steps(w, per_column=True), orig)
+
+
+@bound("matmul-static-8bit-full-range-rounded", TERM, TERM, TERM, TERM, TERM, TERM)
+def matmul_static_8bit_full_range_rounded(xq, sx, zx, w, sy, orig) -> np.ndarray:
+    """`matmul-static-8bit-full-range` of the MatMul by w standing in for the MatMul by `orig`,
+    plus the weight's move."""
+    return _matmul_static_bound(xq, sx, zx, w, sy, full_range_steps(w), orig)
+
+
+def _matmul_static_bound(xq, sx, zx, w, sy, steps: np.ndarray, orig=None) -> np.ndarray:
     """One level for the two roundings, plus (over s_y) the weight's rounding, sum_k |x_k|
     s_w[n] / 2 (x = DQ(xq), s_w = `steps`, [N]), and the float32 rounding of both sums, ((K +
-    8) 2^-23 + 2^-20) |x| @ (|w| + s_w / 2)."""
+    8) 2^-23 + 2^-20) |x| @ (|w| + s_w / 2). With `orig` (the float MatMul's weight, which w
+    stands in for): the move, |x| @ |w - orig|, and the float32 rounding of the sum over orig,
+    `_sum_rounding` of |x| @ |orig|, added."""
     x = _dequantized(xq, sx, zx)
     sw = steps.astype(np.float64)
     k = w.shape[0]
     rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
     sums = _sum_rounding(k, x @ (np.abs(w.astype(np.float64)) + sw / 2))
+    if orig is not None:
+        sums = sums + _orig_terms(x, w, orig)
     return 1 + (rounding + sums) / abs(float(np.asarray(sy).reshape(())))
+
+
+def _orig_terms(x: np.ndarray, w: np.ndarray, orig: np.ndarray) -> np.ndarray:
+    """What a product by w standing in for one by `orig` adds to a static bound (real units, per
+    output): the move |x| @ |w - orig| and the float32 rounding of the sum over orig, ((K + 8)
+    2^-23 + 2^-20) |x| @ |orig| plus 2^-22 of it for a bias added after (x: |DQ(xq)| [..., K],
+    float64; w, orig [K, N])."""
+    o = orig.astype(np.float64)
+    m = np.abs(w.astype(np.float64) - o) + (_sum_rounding(w.shape[0], 1.0) + 2.0**-22) * np.abs(o)
+    return x @ m
 
 
 @bound("gemm-static-8bit", TERM, TERM, TERM, TERM, TERM)
@@ -1647,16 +1697,48 @@ def gemm_static_8bit_transposed_full_range(
     return gemm_static_8bit_full_range(xq, sx, zx, np.swapaxes(w, 0, 1), c)
 
 
-def _gemm_static_bound(xq, sx, zx, w, c, steps: np.ndarray) -> np.ndarray:
+@bound("gemm-static-8bit-rounded", TERM, TERM, TERM, TERM, TERM, TERM)
+def gemm_static_8bit_rounded(xq, sx, zx, w, c, orig) -> np.ndarray:
+    """`gemm-static-8bit` of the Gemm by w standing in for the Gemm by `orig` (w a calibrated
+    rounding of it), plus the weight's move (see `_gemm_static_bound`)."""
+    return _gemm_static_bound(xq, sx, zx, w, c, pair_steps(w, per_column=True), orig)
+
+
+@bound("gemm-static-8bit-transposed-rounded", TERM, TERM, TERM, TERM, TERM, TERM)
+def gemm_static_8bit_transposed_rounded(xq, sx, zx, w, c, orig) -> np.ndarray:
+    """`gemm-static-8bit-rounded` for Gemm with transB = 1 (w and orig stored [N, K])."""
+    return gemm_static_8bit_rounded(xq, sx, zx, np.swapaxes(w, 0, 1), c, np.swapaxes(orig, 0, 1))
+
+
+@bound("gemm-static-8bit-full-range-rounded", TERM, TERM, TERM, TERM, TERM, TERM)
+def gemm_static_8bit_full_range_rounded(xq, sx, zx, w, c, orig) -> np.ndarray:
+    """`gemm-static-8bit-full-range` of the Gemm by w standing in for the Gemm by `orig`, plus
+    the weight's move."""
+    return _gemm_static_bound(xq, sx, zx, w, c, full_range_steps(w), orig)
+
+
+@bound("gemm-static-8bit-transposed-full-range-rounded", TERM, TERM, TERM, TERM, TERM, TERM)
+def gemm_static_8bit_transposed_full_range_rounded(xq, sx, zx, w, c, orig) -> np.ndarray:
+    """`gemm-static-8bit-full-range-rounded` for Gemm with transB = 1 (w and orig stored [N,
+    K])."""
+    return gemm_static_8bit_full_range_rounded(
+        xq, sx, zx, np.swapaxes(w, 0, 1), c, np.swapaxes(orig, 0, 1)
+    )
+
+
+def _gemm_static_bound(xq, sx, zx, w, c, steps: np.ndarray, orig=None) -> np.ndarray:
     """The weight's rounding, sum_k |x_k| s_w[n] / 2 (x = DQ(xq), exact; s_w = `steps`, the
     column scales of the [K, N] weight), the float32 rounding of both sums and of the
     int32-to-float32 cast and rescale (`_sum_rounding`), and of adding c on each side (2^-22
-    of |c| and of the products' magnitudes)."""
+    of |c| and of the products' magnitudes). With `orig` (the float Gemm's weight, which w
+    stands in for): `_orig_terms` added."""
     x = _dequantized(xq, sx, zx)
     sw = steps.astype(np.float64)
     aw = np.abs(w.astype(np.float64))
     rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
     sums = _sum_rounding(w.shape[0], x @ (aw + sw / 2))
+    if orig is not None:
+        sums = sums + _orig_terms(x, w, orig)
     return rounding + sums + 2.0**-22 * (np.abs(c.astype(np.float64)) + x @ (aw + sw))
 
 

@@ -81,7 +81,9 @@ QUANT_RULESETS = {
     ("static", True, 8): (
         "quant-static",
         "quant-static-conv",
+        "quant-static-conv-rounded",
         "quant-static-matmul",
+        "quant-static-matmul-rounded",
         "quant-static-onnxruntime",
         "quant-embedding",
     ),
@@ -98,7 +100,9 @@ CPU_RULESETS = {
         "quant-dynamic-per-channel": "quant-dynamic-per-channel-vnni",
         "quant-dynamic-per-channel-rounded": "quant-dynamic-per-channel-vnni-rounded",
         "quant-static-conv": "quant-static-conv-vnni",
+        "quant-static-conv-rounded": "quant-static-conv-vnni-rounded",
         "quant-static-matmul": "quant-static-matmul-vnni",
+        "quant-static-matmul-rounded": "quant-static-matmul-vnni-rounded",
     },
 }
 # one weight scale per output channel unless the user asks for one per weight: measured with
@@ -106,9 +110,9 @@ CPU_RULESETS = {
 # input is onnxruntime's quantize_dynamic's or lower per channel and 16-38% above it per
 # tensor, at the same latency (docs/benchmarks.md); static mode is per channel always
 PER_CHANNEL_DEFAULT = {"dynamic": True, "static": True}
-# the (mode, per_channel) pairs whose rules have `*-rounded` forms (patterns/quant/rounding.rules),
-# so that `rounding` gptq applies
-ROUNDED_MODES = (("dynamic", True), ("weight-only", False))
+# the (mode, per_channel) pairs whose rules have `*-rounded` forms (patterns/quant/rounding.rules,
+# rounding_static.rules), so that `rounding` gptq applies
+ROUNDED_MODES = (("dynamic", True), ("weight-only", False), ("static", True))
 # SmoothQuant's pass (`smooth`) runs these rulesets alone (patterns/quant/smooth.rules): the
 # cleanup runs in the quantization pass after it
 SMOOTH_RULESETS = ("quant-smooth", "quant-smooth-absorb", "quant-smooth-layernorm")
@@ -216,14 +220,17 @@ class Options:
         AVX-VNNI; on an older x86 CPU they can saturate). Rules whose ruleset says `:sums
         int32` run only with `vnni`.
     rounding: how weights round to their levels (`ROUNDINGS`): `nearest` (the default), or
-        `gptq` (mode dynamic with one scale per output column, and mode weight-only's blocks):
+        `gptq` (mode dynamic with one scale per output column, mode weight-only's blocks, and
+        mode static's per-channel weights, of Convs of group 1 too):
         each weight is rounded by GPTQ (Frantar et al., ICLR 2023) on the calibration inputs'
         activations, row by row, each row's error spread over the rows not yet rounded onto
         the steps of the weight's own rule, at no cost at run time; each weight judged first
         on the last quarter of the calibration inputs, held out, and left at its nearest
         levels if its rounding errs more there
-        (`frontends.onnx.quantize.calibrated_rounding`; patterns/quant/rounding.rules'
-        `*-rounded` rules, whose bounds include the weight's move). A product kept in float
+        (`frontends.onnx.quantize.calibrated_rounding`; patterns/quant/rounding.rules' and
+        rounding_static.rules' `*-rounded` rules, whose bounds include the weight's move). In
+        mode static the weights are rounded after the BatchNorm folding and the calibration
+        of the activations' ranges (on the float weights). A product kept in float
         keeps its weight.
     """
 
@@ -448,7 +455,7 @@ class Options:
         if self.rounding != "nearest" and self._quant_key[:2] not in ROUNDED_MODES:
             raise OptionError(
                 f"rounding {self.rounding} applies to mode dynamic with one weight scale per "
-                "output column, and to mode weight-only"
+                "output column, and to modes weight-only and static"
             )
         if self.quantize != "static" and (self.symmetric or self.calibrate != "minmax"):
             raise OptionError("symmetric and calibrate apply to mode static only")
@@ -675,6 +682,24 @@ def _calibration_runs():
         raise OptionError(f"calibration inputs: {e}") from None
 
 
+def _round_weights(model, feeds: list[dict], options: Options, choose: Chooser, stage):
+    """`model` with each product's weight marked with its GPTQ rounding (`rounding_marks`:
+    patterns/quant/rounding.rules' rewrite.Rounded) from the activations of `model`, the graph
+    the quantization rules will see (the static rules': with Convs); what was done goes to
+    `choose.record["rounding"]`."""
+    with stage("rounding weights on calibration activations (GPTQ)"), _calibration_runs():
+        convs = options.quantize == "static"
+        model, count, nearer = rounding_marks(model, feeds, options.rounding_grid, convs=convs)
+        choose.record["rounding"] = {
+            "method": options.rounding,
+            "samples": len(feeds),
+            "held_out": held_out_feeds(len(feeds)),
+            "weights": count,
+            "nearest": nearer,
+        }
+    return model
+
+
 def run(
     model,
     options: Options,
@@ -816,18 +841,8 @@ def run(
                 "smoothed": count - left,
                 "divisions": smoothing_divisions(engine_input, marked),
             }
-    if options.rounding == "gptq":
-        # each product's weight marked with its GPTQ rounding (patterns/quant/rounding.rules'
-        # rewrite.Rounded), from the activations of the model the quantization rules will see
-        with stage("rounding weights on calibration activations (GPTQ)"), _calibration_runs():
-            engine_input, count, nearer = rounding_marks(engine_input, feeds, options.rounding_grid)
-            choose.record["rounding"] = {
-                "method": options.rounding,
-                "samples": len(feeds),
-                "held_out": held_out_feeds(len(feeds)),
-                "weights": count,
-                "nearest": nearer,
-            }
+    if options.rounding == "gptq" and options.quantize != "static":
+        engine_input = _round_weights(engine_input, feeds, options, choose, stage)
     if options.quantize == "static":
         # the calibrated marks go on the graph the static rules will see: BatchNormalization
         # folded into its Conv (a weight the rules can read as a constant) and a model of an
@@ -846,13 +861,15 @@ def run(
             )
         with stage("calibrating activation ranges under onnxruntime"), _calibration_runs():
             ranges = calibrate(cleaned, feeds, options.calibrate)
-            engine_input = observe(cleaned, ranges, options.symmetric)
             choose.record["calibration"] = {
                 "method": options.calibrate,
                 "samples": len(feeds),
                 "symmetric": options.symmetric,
                 "activations": len(ranges),
             }
+        if options.rounding == "gptq":  # the weights the static rules read: BatchNorm folded
+            cleaned = _round_weights(cleaned, feeds, options, choose, stage)
+        engine_input = observe(cleaned, ranges, options.symmetric)
     with stage("optimizing (import, saturate, extract, fold)") as detail:
         kw = {} if choose is None else {"choose": choose}
         if choose is not None and detail is not None:

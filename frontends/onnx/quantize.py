@@ -100,6 +100,9 @@ CHOLESKY_BLOCK = 384  # columns per step of `_cholesky` (0.19 s at K = 3072 agai
 # the largest K rounded by GPTQ: H is K x K (float32, a few copies while it is factorized), so
 # VGG-19's first fully connected layer (K = 25088, 2.5 GB per copy) keeps its nearest levels
 GPTQ_MAX_K = 8192
+# a Conv's patches GPTQ reads at most (float32 elements over all calibration inputs: 512 MB);
+# beyond, every s-th output position (`conv_patches`)
+GPTQ_PATCH_ELEMENTS = 1 << 27
 CALIBRATION_METHODS = ("minmax", "percentile")
 # the inputs a site's error alone is measured on (the Chooser's order by it): those the graph
 # with every site quantized errs most on
@@ -1272,25 +1275,85 @@ def held_out_feeds(n: int) -> int:
     return 0 if n < 2 else max(1, n // 4)
 
 
-def _rows(
-    model: onnx.ModelProto, feeds: list[dict], names: set[str], held: int
-) -> dict[str, tuple[np.ndarray, int]]:
-    """The rows X of each activation in `names` over the feeds (float32 [R, K], rows over every
-    leading axis, in feed order), and how many of them the feeds but the last `held` give:
-    {name: (X, rows fitted)}."""
-    rows: dict[str, list[np.ndarray]] = {}
-    fitted: dict[str, int] = {}
-    for k, got in enumerate(_activations(model, feeds, names)):
+def _activation_values(
+    model: onnx.ModelProto, feeds: list[dict], names: set[str]
+) -> dict[str, list[np.ndarray]]:
+    """The value of each activation in `names` per feed (float32, NaN as 0; a feed that does not
+    give one as float32 of rank >= 1 and some elements leaves it out): {name: [value, ...]}."""
+    values: dict[str, list[np.ndarray]] = {}
+    for got in _activations(model, feeds, names):
         for name, v in got.items():
             if v.dtype == np.float32 and v.ndim >= 1 and v.size:
-                x = np.nan_to_num(v).reshape(-1, v.shape[-1])
-                rows.setdefault(name, []).append(x)
-                if k < len(feeds) - held:
-                    fitted[name] = fitted.get(name, 0) + len(x)
-    return {
-        n: (np.concatenate(xs) if len(xs) > 1 else xs[0], fitted.get(n, 0))
-        for n, xs in rows.items()
-    }
+                values.setdefault(name, []).append(np.nan_to_num(v))
+    return values
+
+
+def _rows(
+    values: list[np.ndarray], n_feeds: int, held: int, geometry: tuple | None = None
+) -> tuple[np.ndarray, int]:
+    """The rows X of one activation over the feeds (`values`, one per feed of `n_feeds`), float32
+    [R, K] in feed order, and how many of them the feeds but the last `held` give. Without
+    `geometry`, a product's rows: every leading axis, K the last. With a Conv's `geometry`
+    (`_conv_geometry`), its patches in QLinearConv's K order (`conv_patches`), every s-th
+    output position of a feed when all of them would be more than GPTQ_PATCH_ELEMENTS /
+    n_feeds elements."""
+    if geometry is None:
+        xs = [v.reshape(-1, v.shape[-1]) for v in values]
+    else:
+        xs = [conv_patches(v, *geometry, limit=GPTQ_PATCH_ELEMENTS // n_feeds) for v in values]
+    fitted = sum(len(x) for x in xs[: max(0, len(xs) - held)]) if len(xs) == n_feeds else 0
+    return (np.concatenate(xs) if len(xs) > 1 else xs[0]), fitted
+
+
+def _conv_geometry(n: onnx.NodeProto, w: np.ndarray) -> tuple | None:
+    """(kernel, strides, pads, dilations) of Conv `n` by the 4-D weight `w` [C_out, C_in, kh,
+    kw] when GPTQ rounds it (group 1, explicit pads: auto_pad NOTSET); else None."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    auto = attrs.get("auto_pad", b"NOTSET")
+    if w.ndim != 4 or attrs.get("group", 1) != 1 or auto not in (b"NOTSET", "NOTSET"):
+        return None
+    kernel = tuple(w.shape[2:])
+    if tuple(attrs.get("kernel_shape", kernel)) != kernel:
+        return None
+    return (
+        kernel,
+        tuple(attrs.get("strides", (1, 1))),
+        tuple(attrs.get("pads", (0, 0, 0, 0))),
+        tuple(attrs.get("dilations", (1, 1))),
+    )
+
+
+def conv_patches(
+    x: np.ndarray, kernel, strides, pads, dilations, limit: int | None = None
+) -> np.ndarray:
+    """The patches a 2-D Conv (ONNX Conv: group 1, `pads` [top, left, bottom, right]) multiplies
+    its weight by, as rows [B * OH * OW, kh * kw * C] of `x` [B, C, H, W] (float32): one row per
+    output position, its K in QLinearConv's order (kernel positions, input channels fastest:
+    `vocab.registry.conv_pair_steps`), so that Conv(x, w)[b, :, i, j] is the row's product with
+    `conv_weight_rows(w)`. With `limit`, every s-th position (s the least for which the rows
+    have at most `limit` elements)."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    x = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    reach = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
+    win = np.lib.stride_tricks.sliding_window_view(x, reach, axis=(2, 3))
+    win = win[:, :, ::sh, ::sw, ::dh, ::dw]  # [B, C, OH, OW, kh, kw]
+    k = kh * kw * x.shape[1]
+    rows = win.transpose(0, 2, 3, 4, 5, 1).reshape(-1, k)
+    if limit is not None and rows.shape[0] * k > limit:
+        rows = rows[:: -(-rows.shape[0] * k // max(limit, k))]
+    return np.ascontiguousarray(rows, dtype=np.float32)
+
+
+def conv_weight_rows(w: np.ndarray) -> np.ndarray:
+    """A Conv weight [C_out, C_in, kh, kw] as the [K, C_out] matrix `conv_patches`' rows
+    multiply, K in QLinearConv's order (kernel positions, input channels fastest)."""
+    return np.moveaxis(w, 1, -1).reshape(w.shape[0], -1).T
+
+
+def conv_weight_of_rows(rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The Conv weight of `shape` [C_out, C_in, kh, kw] whose `conv_weight_rows` are `rows`."""
+    c_out, c_in, kh, kw = shape
+    return np.ascontiguousarray(np.moveaxis(rows.T.reshape(c_out, kh, kw, c_in), -1, 1))
 
 
 def _split(together: np.ndarray, ws: list[np.ndarray]) -> list[np.ndarray]:
@@ -1309,19 +1372,23 @@ def _product_name(n: onnx.NodeProto) -> str:
 
 
 def rounding_marks(
-    model: onnx.ModelProto, feeds: list[dict], grid: str
+    model: onnx.ModelProto, feeds: list[dict], grid: str, convs: bool = False
 ) -> tuple[onnx.ModelProto, int, list[str]]:
     """A copy of `model` in which the weight w of each product a quantization rule of `grid`
     (`GRIDS`) quantizes is read through `rewrite.Rounded(w, w~)` (patterns/quant/rounding.rules),
     w~ its GPTQ rounding onto that grid (`calibrated_rounding`, H = X^T X of the product's
     activation X over the calibration `feeds`, rows over every leading axis), and how many were
-    marked. Such a product is, for the int8 grids (the dynamic per-column rules), a MatMul or a
-    Gemm (transA 0, alpha and beta 1), and for the block grids (the weight-only rules) a MatMul
-    whose K is a multiple of 32, by a 2-D float32 initializer of 1 <= K <= GPTQ_MAX_K that is
-    not all zeros, whose activation is float32 of K on its last axis (a larger K keeps its
-    nearest levels). Each product gets its own w~ (two products of one weight read different
-    activations); the weights of products that read one activation (an attention block's Q, K
-    and V) are rounded together, side by side, with one factorization of their H.
+    marked. Such a product is, for the int8 grids (the dynamic per-column rules and the static
+    rules), a MatMul or a Gemm (transA 0, alpha and beta 1), and for the block grids (the
+    weight-only rules) a MatMul whose K is a multiple of 32, by a 2-D float32 initializer of 1
+    <= K <= GPTQ_MAX_K that is not all zeros, whose activation is float32 of K on its last axis
+    (a larger K keeps its nearest levels). With `convs` (the static rules), a 2-D Conv of group
+    1 and explicit pads by a 4-D float32 initializer [C_out, C_in, kh, kw] too: its weight
+    rounded as the [K, C_out] matrix of QLinearConv's K order (`conv_weight_rows`, K = kh kw
+    C_in), X its input's patches (`conv_patches`). Each product gets its own w~ (two products of
+    one weight read different activations); the weights of products that read one activation
+    (an attention block's Q, K and V; Convs of one input and geometry) are rounded together,
+    side by side, with one factorization of their H.
 
     GPTQ fits the calibration inputs; with few of them for a large K it fits them and not
     others (a Llama-style decoder, 8 inputs of 128 tokens, K = 1024 and 2816: 46 of 56 weights
@@ -1336,29 +1403,39 @@ def rounding_marks(
     out.CopyFrom(model)
     g = out.graph
     weights = {t.name: t for t in g.initializer}
-    products = []
+    products = []  # (node, weight [K, N], its layout: "transposed", a Conv's geometry or None)
     for n in g.node:
-        w = _smoothable_weight(n, weights)
-        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        w, layout = _smoothable_weight(n, weights), None
+        if w is None and convs:
+            w, layout = _conv_weight(n, weights)
+        elif w is not None and n.op_type == "Gemm":
+            layout = "transposed" if _attrs(n).get("transB", 0) else None
+        attrs = _attrs(n)
         if w is None or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
             continue
         if blocks and (n.op_type != "MatMul" or w.shape[0] % WEIGHT_ONLY_BLOCK):
             continue  # the weight-only rules quantize a MatMul in whole blocks only
         if 1 <= w.shape[0] <= GPTQ_MAX_K and w.size and np.any(w != 0):
-            products.append((n, w, bool(attrs.get("transB", 0))))
+            products.append((n, w, layout))
     if not products:
         return out, 0, []
     held = held_out_feeds(len(feeds))
-    rows = _rows(out, feeds, {n.input[0] for n, _, _ in products}, held)
-    readers: dict[str, list[int]] = {}  # activation -> the products that read it
-    for i, (n, w, _) in enumerate(products):
-        x = rows.get(n.input[0])
-        if x is not None and x[0].shape[1] == w.shape[0] and x[1]:
-            readers.setdefault(n.input[0], []).append(i)
+    values = _activation_values(out, feeds, {n.input[0] for n, _, _ in products})
+    readers: dict[tuple, list[int]] = {}  # (activation, a Conv's geometry) -> its products
+    for i, (n, w, layout) in enumerate(products):
+        geometry = layout if isinstance(layout, tuple) else None
+        v = values.get(n.input[0], [None])[0]
+        if v is None or (geometry is not None and v.ndim != 4):
+            continue
+        k = v.shape[-1] if geometry is None else v.shape[1] * int(np.prod(geometry[0]))
+        if k == w.shape[0]:
+            readers.setdefault((n.input[0], geometry), []).append(i)
     rounding: dict[int, np.ndarray] = {}
     nearer: list[str] = []  # products whose GPTQ rounding erred more on the held-out inputs
-    for name, ids in readers.items():  # the weights of one H side by side: one factorization
-        x, fitted = rows.pop(name)
+    for (name, geometry), ids in readers.items():  # one H: one factorization
+        x, fitted = _rows(values[name], len(feeds), held, geometry)
+        if not fitted:
+            continue
         check, h_fit, h_all = x[fitted:], None, None
         for chunk in _side_by_side(ids, [products[i][1].size for i in ids]):
             if held:  # rounded on the other inputs, judged on the held-out ones
@@ -1377,16 +1454,19 @@ def rounding_marks(
                 h_all = x.T @ x if h_all is None else h_all
                 together = calibrated_rounding(np.concatenate(ws, axis=1), h_all, grid)
                 rounding.update(zip(chunk, _split(together, ws)))
-    del rows
+        del x, check
+    del values
     taken = _taken_names(g)
     marks = []
-    for i, (n, _, transposed) in enumerate(products):
+    for i, (n, _, layout) in enumerate(products):
         rounded = rounding.get(i)
         if rounded is None:
             continue
-        tensor = numpy_helper.from_array(
-            rounded.T if transposed else rounded, unique_name(f"{n.input[1]}_rounded", taken)
-        )
+        if layout == "transposed":
+            rounded = rounded.T
+        elif layout is not None:
+            rounded = conv_weight_of_rows(rounded, tuple(weights[n.input[1]].dims))
+        tensor = numpy_helper.from_array(rounded, unique_name(f"{n.input[1]}_rounded", taken))
         _add_initializers(out, [tensor])
         read = unique_name(f"{n.input[1]}_marked", taken)
         g.value_info.append(  # the weight's type: shape inference does not see through a mark
@@ -1404,3 +1484,20 @@ def rounding_marks(
         n.input[1] = read
     _place_marks(out, marks)
     return out, len(marks), nearer
+
+
+def _attrs(n: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in n.attribute}
+
+
+def _conv_weight(n: onnx.NodeProto, weights: dict) -> tuple[np.ndarray | None, tuple | None]:
+    """(`conv_weight_rows` of Conv `n`'s weight, its `_conv_geometry`) when `n` is a Conv
+    `rounding_marks` rounds (by a 4-D float32 initializer); else (None, None)."""
+    if n.domain or n.op_type != "Conv" or len(n.input) < 2:
+        return None, None
+    t = weights.get(n.input[1])
+    if t is None or t.data_type != onnx.TensorProto.FLOAT or len(t.dims) != 4:
+        return None, None
+    w = numpy_helper.to_array(t)
+    geometry = _conv_geometry(n, w)
+    return (None, None) if geometry is None else (conv_weight_rows(w), geometry)
