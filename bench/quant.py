@@ -33,10 +33,12 @@ with both `--rounding gptq` and `--smooth 0.5`). Reported per quantized model:
 its defaults otherwise: int8 activations and weights, MinMax) with `rewrite quantize --mode
 static --target onnxruntime`, both calibrated on the same `--calibration` inputs. For image
 models the argmax agreement is over the channels of the pooled output (which feature is
-largest, what a classifier head would read). On a CPU with VNNI a row with `--cpu vnni`
-(full-range weights) follows ours. A further row takes onnxruntime's QDQ file and lowers
-its groups to integer kernels with `rewrite optimize --allow quant --target onnxruntime`
-(patterns/quant/lower.rules), for the file a runtime without QDQ fusion could run.
+largest, what a classifier head would read). Ours also with `--rounding gptq` (GPTQ onto the
+static rules' weight levels from the same calibration inputs); on a CPU with VNNI rows with
+`--cpu vnni` (full-range weights), alone and with `--rounding gptq`, follow ours. A further
+row takes onnxruntime's QDQ file and lowers its groups to integer kernels with `rewrite
+optimize --allow quant --target onnxruntime` (patterns/quant/lower.rules), for the file a
+runtime without QDQ fusion could run.
 
 `--mode weight-only` compares onnxruntime's `MatMulNBitsQuantizer` (4 bits, blocks of 32,
 symmetric, round to nearest) with `rewrite quantize --mode weight-only`, for onnxruntime
@@ -270,19 +272,28 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
             ),
         )
     if args.mode == "static":
+        gptq = ("--rounding", "gptq")
         tools = [
             ("onnxruntime quantize_static", lambda s, d: quantize_ort_static(s, d, cal)),
             ("rewrite --mode static", lambda s, d: quantize_ours_static(s, d, cal)),
+            (
+                "rewrite --mode static --rounding gptq",
+                lambda s, d: quantize_ours_static(s, d, cal, *gptq),
+            ),
             ("quantize_static, lowered by rewrite", lambda s, d: lower_ort_static(s, d, cal)),
         ]
         if int8_sums_in_int32():
-            tools.insert(
-                2,
+            vnni = ("--cpu", "vnni")
+            tools[3:3] = [
                 (
                     "rewrite --mode static --cpu vnni",
-                    lambda s, d: quantize_ours_static(s, d, cal, "--cpu", "vnni"),
+                    lambda s, d: quantize_ours_static(s, d, cal, *vnni),
                 ),
-            )
+                (
+                    "rewrite --mode static --cpu vnni --rounding gptq",
+                    lambda s, d: quantize_ours_static(s, d, cal, *vnni, *gptq),
+                ),
+            ]
     if args.mode == "weight-only":
         tools = [
             ("onnxruntime MatMulNBits", quantize_ort_weight_only),
