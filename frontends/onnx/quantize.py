@@ -1308,7 +1308,7 @@ def _rows(
 def _conv_geometry(n: onnx.NodeProto, w: np.ndarray) -> tuple | None:
     """(kernel, strides, pads, dilations) of Conv `n` by the 4-D weight `w` [C_out, C_in, kh,
     kw] when GPTQ rounds it (group 1, explicit pads: auto_pad NOTSET); else None."""
-    attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    attrs = _attrs(n)
     auto = attrs.get("auto_pad", b"NOTSET")
     if w.ndim != 4 or attrs.get("group", 1) != 1 or auto not in (b"NOTSET", "NOTSET"):
         return None
@@ -1405,12 +1405,12 @@ def rounding_marks(
     weights = {t.name: t for t in g.initializer}
     products = []  # (node, weight [K, N], its layout: "transposed", a Conv's geometry or None)
     for n in g.node:
+        attrs = _attrs(n)
         w, layout = _smoothable_weight(n, weights), None
         if w is None and convs:
             w, layout = _conv_weight(n, weights)
-        elif w is not None and n.op_type == "Gemm":
-            layout = "transposed" if _attrs(n).get("transB", 0) else None
-        attrs = _attrs(n)
+        elif w is not None and attrs.get("transB", 0):  # a Gemm's weight stored [N, K]
+            layout = "transposed"
         if w is None or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
             continue
         if blocks and (n.op_type != "MatMul" or w.shape[0] % WEIGHT_ONLY_BLOCK):
@@ -1487,6 +1487,7 @@ def rounding_marks(
 
 
 def _attrs(n: onnx.NodeProto) -> dict:
+    """Node `n`'s attributes, {name: value}."""
     return {a.name: helper.get_attribute_value(a) for a in n.attribute}
 
 
