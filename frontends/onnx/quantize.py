@@ -1288,21 +1288,68 @@ def _activation_values(
     return values
 
 
-def _rows(
-    values: list[np.ndarray], n_feeds: int, held: int, geometry: tuple | None = None
-) -> tuple[np.ndarray, int]:
-    """The rows X of one activation over the feeds (`values`, one per feed of `n_feeds`), float32
-    [R, K] in feed order, and how many of them the feeds but the last `held` give. Without
-    `geometry`, a product's rows: every leading axis, K the last. With a Conv's `geometry`
-    (`_conv_geometry`), its patches in QLinearConv's K order (`conv_patches`), every s-th
-    output position of a feed when all of them would be more than GPTQ_PATCH_ELEMENTS /
-    n_feeds elements."""
-    if geometry is None:
-        xs = [v.reshape(-1, v.shape[-1]) for v in values]
-    else:
-        xs = [conv_patches(v, *geometry, limit=GPTQ_PATCH_ELEMENTS // n_feeds) for v in values]
-    fitted = sum(len(x) for x in xs[: max(0, len(xs) - held)]) if len(xs) == n_feeds else 0
-    return (np.concatenate(xs) if len(xs) > 1 else xs[0]), fitted
+def _gram(parts: list[np.ndarray]) -> np.ndarray | float:
+    """sum X^T X over the row blocks `parts` (float32 [R_i, K]), as one product of them all
+    (concatenated) when they hold at most GPTQ_PATCH_ELEMENTS elements, else one per part: a
+    product per calibration input writes the whole [K, K] each time, most of the work where an
+    input gives few rows for a large K (ResNet-50's last Convs: 49 rows, K = 4608). 0.0 for
+    no parts."""
+    if not parts:
+        return 0.0
+    if sum(p.size for p in parts) <= GPTQ_PATCH_ELEMENTS:
+        x = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return x.T @ x
+    total = parts[0].T @ parts[0]
+    for p in parts[1:]:
+        total += p.T @ p
+    return total
+
+
+class _Hessians:
+    """H = X^T X of one activation's products over the calibration feeds (`values`, one per feed
+    of `n_feeds`), on the feeds but the last `held` (`fit`) and on all of them (`every`), and
+    the held-out feeds' rows (`check`, float32 [R, K]; `fitted`: how many rows the others give,
+    0 when a feed gave no value). Without `geometry`, a product's rows: every leading axis, K
+    the last, all kept (few: tokens), and each H one product of the rows it covers (a sum of
+    per-feed products would round other float32 sums, which moved a budget row, docs/
+    benchmarks.md). With a Conv's `geometry` (`_conv_geometry`), its patches in QLinearConv's
+    K order (`conv_patches`; every s-th output position of a feed when all of them would be
+    more than GPTQ_PATCH_ELEMENTS / n_feeds elements), H on all the feeds is the fitted ones'
+    (`_gram`) plus the held-out ones': a Conv's rows are many (one per output position), and
+    one product over all of them again would be most of the rounding's time."""
+
+    def __init__(
+        self, values: list[np.ndarray], n_feeds: int, held: int, geometry: tuple | None = None
+    ):
+        self._fit = self._every = None
+        first = max(0, n_feeds - held)  # the first held-out feed
+        if len(values) != n_feeds:
+            self.check, self.fitted = np.zeros((0, 0), np.float32), 0
+        elif geometry is None:
+            x = [v.reshape(-1, v.shape[-1]) for v in values]
+            self.fitted = sum(len(r) for r in x[:first])
+            self._rows = np.concatenate(x) if len(x) > 1 else x[0]
+            self.check = self._rows[self.fitted :]
+        else:
+            limit = GPTQ_PATCH_ELEMENTS // n_feeds
+            fit = [conv_patches(v, *geometry, limit=limit) for v in values[:first]]
+            self.fitted = sum(len(r) for r in fit)
+            self._fit = _gram(fit)
+            check = [conv_patches(v, *geometry, limit=limit) for v in values[first:]]
+            self._every = self._fit + _gram(check) if check else self._fit
+            self.check = np.concatenate(check) if check else np.zeros((0, 0), np.float32)
+
+    def fit(self) -> np.ndarray:
+        """H over the fitted feeds' rows, float32 [K, K] (0.0 with none)."""
+        if self._fit is None:
+            self._fit = self._rows[: self.fitted].T @ self._rows[: self.fitted]
+        return self._fit
+
+    def every(self) -> np.ndarray:
+        """H over every feed's rows, float32 [K, K]."""
+        if self._every is None:
+            self._every = self._rows.T @ self._rows
+        return self._every
 
 
 def _conv_geometry(n: onnx.NodeProto, w: np.ndarray) -> tuple | None:
@@ -1433,28 +1480,25 @@ def rounding_marks(
     rounding: dict[int, np.ndarray] = {}
     nearer: list[str] = []  # products whose GPTQ rounding erred more on the held-out inputs
     for (name, geometry), ids in readers.items():  # one H: one factorization
-        x, fitted = _rows(values[name], len(feeds), held, geometry)
-        if not fitted:
+        h = _Hessians(values[name], len(feeds), held, geometry)
+        if not h.fitted:
             continue
-        check, h_fit, h_all = x[fitted:], None, None
         for chunk in _side_by_side(ids, [products[i][1].size for i in ids]):
             if held:  # rounded on the other inputs, judged on the held-out ones
                 ws = [products[i][1] for i in chunk]
-                h_fit = x[:fitted].T @ x[:fitted] if h_fit is None else h_fit
-                trial = _split(calibrated_rounding(np.concatenate(ws, axis=1), h_fit, grid), ws)
+                trial = _split(calibrated_rounding(np.concatenate(ws, axis=1), h.fit(), grid), ws)
                 better = [
-                    _held_out_error(t, w, check)
-                    < _held_out_error(nearest_rounding(w, grid), w, check)
+                    _held_out_error(t, w, h.check)
+                    < _held_out_error(nearest_rounding(w, grid), w, h.check)
                     for t, w in zip(trial, ws)
                 ]
                 nearer += [_product_name(products[i][0]) for i, b in zip(chunk, better) if not b]
                 chunk = [i for i, b in zip(chunk, better) if b]
-            if chunk:  # rounded again on every input's rows, the product of all of them at once
+            if chunk:  # rounded again on every input's rows
                 ws = [products[i][1] for i in chunk]
-                h_all = x.T @ x if h_all is None else h_all
-                together = calibrated_rounding(np.concatenate(ws, axis=1), h_all, grid)
+                together = calibrated_rounding(np.concatenate(ws, axis=1), h.every(), grid)
                 rounding.update(zip(chunk, _split(together, ws)))
-        del x, check
+        del h
     del values
     taken = _taken_names(g)
     marks = []
