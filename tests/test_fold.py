@@ -11,6 +11,7 @@ import numpy as np
 import onnx.parser
 import pytest
 from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from engine import fold as F
 from frontends.onnx import export_model, import_model
@@ -178,3 +179,55 @@ def test_a_batch_computes_only_the_values_read_after_it(monkeypatch):
     x = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
     for got, want in zip(run(out, x), run(model, x)):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# weight-only's standard-ONNX packing as the saturation leaves it: the levels rounded in float,
+# cast to int4, then moved (onnxruntime has no int4 Transpose or Reshape, nor returns int4)
+FOUR_BIT = """
+<ir_version: 10, opset_import: ["" : 21]>
+g (float[2, 4] x) => (float[2, 3] y)
+  <float[3, 4] w = {1., -2., 3., -4., 5., -6., 7., -8., 9., -10., 11., -12.},
+   float[1] s = {1.5}, int64[2] shape = {4, 3}>
+{
+  lo = Constant <value_float = -8.0> ()
+  hi = Constant <value_float = 7.0> ()
+  r = Div(w, s)
+  l = Round(r)
+  c = Clip(l, lo, hi)
+  q = Cast <to = 22> (c)
+  t = Transpose <perm = [1, 0]> (q)
+  m = Reshape(t, shape)
+  d = DequantizeLinear(m, s)
+  y = MatMul(x, d)
+}
+"""
+
+
+def test_a_four_bit_tail_folds_by_the_reference_after_onnxruntime(monkeypatch):
+    """The rounding (Div, Round, Clip) by onnxruntime, which is asked for its end only; the
+    Cast to int4 and its moves by the reference evaluator: the values the reference alone
+    gives."""
+    model = onnx.parser.parse_model(FOUR_BIT)
+    asked: list[set[str]] = []
+    evaluate = F._run_onnxruntime
+
+    def recording(model, feeds):
+        asked.append({o.name for o in model.graph.output})
+        return evaluate(model, feeds)
+
+    monkeypatch.setattr(F, "_run_onnxruntime", recording)
+    g = import_model(model)
+    head, tail = F._four_bit_tail(
+        [n for n in g.nodes if n.op not in ("DequantizeLinear", "MatMul")], g
+    )
+    assert [n.op for n in tail] == ["Cast", "Transpose", "Reshape"]
+    out = export_model(F.fold(g))
+    assert asked == [{"c"}]
+    assert [n.op_type for n in out.graph.node] == ["DequantizeLinear", "MatMul"]
+    monkeypatch.setattr(F, "_run_onnxruntime", broken)
+    alone = export_model(F.fold(import_model(model)))  # the reference evaluator alone
+    for a, b in zip(out.graph.initializer, alone.graph.initializer):
+        assert a.SerializeToString() == b.SerializeToString()
+    x = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}  # onnxruntime cannot load model
+    want = ReferenceEvaluator(model).run(None, x)[0]
+    np.testing.assert_allclose(run(out, x)[0], want, rtol=1e-6)
