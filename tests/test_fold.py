@@ -148,10 +148,8 @@ g (float[2, 3] x) => (float[2, 3] y)
 """
 
 
-def test_a_batch_computes_only_the_values_read_after_it(monkeypatch):
-    """The evaluator is asked for the values a node left after folding reads, not each step
-    of a folded chain (each would be a buffer of its own). The folded graphs compute what
-    the originals do."""
+def asked_of_onnxruntime(monkeypatch) -> list[set[str]]:
+    """A list that gets the output names of each model the fold runs under onnxruntime."""
     asked: list[set[str]] = []
     evaluate = F._run_onnxruntime
 
@@ -160,6 +158,14 @@ def test_a_batch_computes_only_the_values_read_after_it(monkeypatch):
         return evaluate(model, feeds)
 
     monkeypatch.setattr(F, "_run_onnxruntime", recording)
+    return asked
+
+
+def test_a_batch_computes_only_the_values_read_after_it(monkeypatch):
+    """The evaluator is asked for the values a node left after folding reads, not each step
+    of a folded chain (each would be a buffer of its own). The folded graphs compute what
+    the originals do."""
+    asked = asked_of_onnxruntime(monkeypatch)
     for text, want, ops in (
         (MODEL, [{"e"}], ["Add"]),  # s = Mul(a, b) and r = Round(s) are steps
         (TOPK, [{"m"}], ["Add"]),  # TopK's values (its indices, read by none, are not)
@@ -208,14 +214,7 @@ def test_a_four_bit_tail_folds_by_the_reference_after_onnxruntime(monkeypatch):
     Cast to int4 and its moves by the reference evaluator: the values the reference alone
     gives."""
     model = onnx.parser.parse_model(FOUR_BIT)
-    asked: list[set[str]] = []
-    evaluate = F._run_onnxruntime
-
-    def recording(model, feeds):
-        asked.append({o.name for o in model.graph.output})
-        return evaluate(model, feeds)
-
-    monkeypatch.setattr(F, "_run_onnxruntime", recording)
+    asked = asked_of_onnxruntime(monkeypatch)
     g = import_model(model)
     head, tail = F._four_bit_tail(
         [n for n in g.nodes if n.op not in ("DequantizeLinear", "MatMul")], g
