@@ -19,7 +19,11 @@ with the output check off, as onnxruntime's has none):
   for int8; its GPTQ is for 4-bit MatMulNBits);
 * weight-only: `rewrite quantize IN OUT --mode weight-only --target onnxruntime` (4-bit
   blocks of 32, MatMulNBits) against onnxruntime's `MatMulNBitsQuantizer` at the same
-  settings.
+  settings;
+* weight-only-onnx: `rewrite quantize IN OUT --mode weight-only` (the default target, standard
+  ONNX: int4 DequantizeLinear with block_size) against the same `MatMulNBitsQuantizer`;
+* static: `rewrite quantize IN OUT --mode static --target onnxruntime` against
+  `quantize_static` (QDQ, per-channel), both on the `--calibration` inputs.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import models as M  # noqa: E402  (bench/models.py, beside this file)
 import quant as Q  # noqa: E402  (bench/quant.py: the quantizer commands)
 
 OUT = BENCH / "out" / "quant_time"
-MODES = ("dynamic", "gptq", "weight-only")
+MODES = ("dynamic", "gptq", "weight-only", "weight-only-onnx", "static")
 
 
 def pairs(src: Path, work: Path, calibration: Path) -> dict:
@@ -48,6 +52,14 @@ def pairs(src: Path, work: Path, calibration: Path) -> dict:
         "weight-only": (
             lambda: Q.quantize_ours_weight_only(src, ours),
             lambda: Q.quantize_ort_weight_only(src, theirs),
+        ),
+        "weight-only-onnx": (
+            lambda: Q.quantize_ours_weight_only_onnx(src, ours),
+            lambda: Q.quantize_ort_weight_only(src, theirs),
+        ),
+        "static": (
+            lambda: Q.quantize_ours_static(src, ours, calibration),
+            lambda: Q.quantize_ort_static(src, theirs, calibration),
         ),
     }
 
@@ -87,7 +99,10 @@ def main(argv=None) -> int:
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument("--repeats", type=int, default=3, help="runs of each command (default 3)")
     p.add_argument(
-        "--calibration", type=int, default=8, help="calibration inputs of gptq (default 8)"
+        "--calibration",
+        type=int,
+        default=8,
+        help="calibration inputs of gptq and static (default 8)",
     )
     args = p.parse_args(argv)
     print(f"CPU: {Q.cpu()}")
