@@ -192,8 +192,10 @@ def test_rounding_marks_leave_convs_to_the_static_rules_only():
     feeds = [{"x": x} for x in held_out(4)]
     marked, count, nearer = rounding_marks(CNN, feeds, "pairs")
     assert count == 0 and not nearer  # no MatMul or Gemm: nothing for the dynamic rules
-    marked, count, nearer = rounding_marks(CNN, feeds, "pairs", convs=True)
+    said: list[str] = []
+    marked, count, nearer = rounding_marks(CNN, feeds, "pairs", convs=True, progress=said.append)
     assert count + len(nearer) == 3
+    assert said == ["0 of 3 weights", "1 of 3 weights", "2 of 3 weights"]  # the stage's detail
     marks = [n for n in marked.graph.node if n.domain == ROUNDED[0]]
     assert len(marks) == count
     inits = {i.name: numpy_helper.to_array(i) for i in marked.graph.initializer}

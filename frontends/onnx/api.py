@@ -687,9 +687,11 @@ def _round_weights(model, feeds: list[dict], options: Options, choose: Chooser, 
     patterns/quant/rounding.rules' rewrite.Rounded) from the activations of `model`, the graph
     the quantization rules will see (the static rules': with Convs); what was done goes to
     `choose.record["rounding"]`."""
-    with stage("rounding weights on calibration activations (GPTQ)"), _calibration_runs():
+    with stage("rounding weights on calibration activations (GPTQ)") as detail, _calibration_runs():
         convs = options.quantize == "static"
-        model, count, nearer = rounding_marks(model, feeds, options.rounding_grid, convs=convs)
+        model, count, nearer = rounding_marks(
+            model, feeds, options.rounding_grid, convs=convs, progress=detail
+        )
         choose.record["rounding"] = {
             "method": options.rounding,
             "samples": len(feeds),

@@ -1419,7 +1419,11 @@ def _product_name(n: onnx.NodeProto) -> str:
 
 
 def rounding_marks(
-    model: onnx.ModelProto, feeds: list[dict], grid: str, convs: bool = False
+    model: onnx.ModelProto,
+    feeds: list[dict],
+    grid: str,
+    convs: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[onnx.ModelProto, int, list[str]]:
     """A copy of `model` in which the weight w of each product a quantization rule of `grid`
     (`GRIDS`) quantizes is read through `rewrite.Rounded(w, w~)` (patterns/quant/rounding.rules),
@@ -1444,7 +1448,9 @@ def rounding_marks(
     judged on theirs, ||X (w~ - w)|| against the nearest levels'; a weight that errs more keeps
     its nearest levels (no mark), the rest are rounded again on every feed's H. Returns (the
     model, the number of weights marked, the names of the products kept at their nearest
-    levels that way). Raises CheckError when onnxruntime cannot run the model."""
+    levels that way). `progress`, when given, is called with how many of the weights are done
+    before each activation's are rounded ("12 of 53 weights"). Raises CheckError when
+    onnxruntime cannot run the model."""
     blocks = grid in GRID_HALF
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -1479,7 +1485,11 @@ def rounding_marks(
             readers.setdefault((n.input[0], geometry), []).append(i)
     rounding: dict[int, np.ndarray] = {}
     nearer: list[str] = []  # products whose GPTQ rounding erred more on the held-out inputs
+    total, done = sum(len(ids) for ids in readers.values()), 0
     for (name, geometry), ids in readers.items():  # one H: one factorization
+        if progress is not None:
+            progress(f"{done} of {total} weights")
+        done += len(ids)
         h = _Hessians(values[name], len(feeds), held, geometry)
         if not h.fitted:
             continue
