@@ -1188,10 +1188,9 @@ def test_static_rounded_bounds_add_the_weights_move(kind):
     rhs = np.clip(np.rint(x @ (np.clip(np.rint(w / sw), -127, 127) * sw) / float(sy)) + 128, 0, 255)
     assert np.abs(lhs - rhs).max() >= 1 and np.all(np.abs(lhs - rhs) <= b)
     ax, o = np.abs(x), np.abs(orig.astype(np.float64))
-    moved = ax @ np.abs(w.astype(np.float64) - orig) + (
-        (64 + 8) * 2.0**-23 + 2.0**-20 + 2.0**-22
-    ) * (ax @ o)
+    moved = ax @ np.abs(w.astype(np.float64) - orig) + ((64 + 8) * 2.0**-23 + 2.0**-20) * (ax @ o)
     np.testing.assert_allclose(b - plain(*args, w, np.array(sy)), moved / float(sy), rtol=1e-9)
+    moved += 2.0**-22 * (ax @ o)  # a Gemm adds its bias after the sum over orig
     for name, wt in (("gemm-static-8bit", w), ("gemm-static-8bit-transposed", w.T)):
         g = covers(name + suffix + "-rounded").fn
         ot = orig if wt is w else orig.T

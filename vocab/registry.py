@@ -1653,14 +1653,14 @@ def _matmul_static_bound(xq, sx, zx, w, sy, steps: np.ndarray, orig=None) -> np.
     return 1 + (rounding + sums) / abs(float(np.asarray(sy).reshape(())))
 
 
-def _orig_terms(x: np.ndarray, w: np.ndarray, orig: np.ndarray) -> np.ndarray:
+def _orig_terms(x: np.ndarray, w: np.ndarray, orig: np.ndarray, bias: bool = False) -> np.ndarray:
     """What a product by w standing in for one by `orig` adds to a static bound (real units, per
     output): the move |x| @ |w - orig| and the float32 rounding of the sum over orig, ((K + 8)
-    2^-23 + 2^-20) |x| @ |orig| plus 2^-22 of it for a bias added after (x: |DQ(xq)| [..., K],
-    float64; w, orig [K, N])."""
+    2^-23 + 2^-20) |x| @ |orig|, with `bias` 2^-22 of |x| @ |orig| more for adding it after
+    (x: |DQ(xq)| [..., K], float64; w, orig [K, N])."""
     o = orig.astype(np.float64)
-    m = np.abs(w.astype(np.float64) - o) + (_sum_rounding(w.shape[0], 1.0) + 2.0**-22) * np.abs(o)
-    return x @ m
+    f32 = _sum_rounding(w.shape[0], 1.0) + (2.0**-22 if bias else 0.0)
+    return x @ (np.abs(w.astype(np.float64) - o) + f32 * np.abs(o))
 
 
 @bound("gemm-static-8bit", TERM, TERM, TERM, TERM, TERM)
@@ -1738,7 +1738,7 @@ def _gemm_static_bound(xq, sx, zx, w, c, steps: np.ndarray, orig=None) -> np.nda
     rounding = x.sum(axis=-1, keepdims=True) * (sw / 2)
     sums = _sum_rounding(w.shape[0], x @ (aw + sw / 2))
     if orig is not None:
-        sums = sums + _orig_terms(x, w, orig)
+        sums = sums + _orig_terms(x, w, orig, bias=True)
     return rounding + sums + 2.0**-22 * (np.abs(c.astype(np.float64)) + x @ (aw + sw))
 
 

@@ -101,7 +101,7 @@ CHOLESKY_BLOCK = 384  # columns per step of `_cholesky` (0.19 s at K = 3072 agai
 # VGG-19's first fully connected layer (K = 25088, 2.5 GB per copy) keeps its nearest levels
 GPTQ_MAX_K = 8192
 # a Conv's patches GPTQ reads at most (float32 elements over all calibration inputs: 512 MB);
-# beyond, every s-th output position (`conv_patches`)
+# beyond, a sample of the output positions (`conv_patches`)
 GPTQ_PATCH_ELEMENTS = 1 << 27
 CALIBRATION_METHODS = ("minmax", "percentile")
 # the inputs a site's error alone is measured on (the Chooser's order by it): those the graph
@@ -1009,7 +1009,7 @@ def _smoothable_weight(n: onnx.NodeProto, weights: dict) -> np.ndarray | None:
     t = weights.get(n.input[1])
     if t is None or t.data_type != onnx.TensorProto.FLOAT or len(t.dims) != 2:
         return None
-    attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    attrs = _attrs(n)
     if attrs.get("transA", 0):
         return None
     w = numpy_helper.to_array(t)
@@ -1289,20 +1289,15 @@ def _activation_values(
 
 
 def _gram(parts: list[np.ndarray]) -> np.ndarray | float:
-    """sum X^T X over the row blocks `parts` (float32 [R_i, K]), as one product of them all
-    (concatenated) when they hold at most GPTQ_PATCH_ELEMENTS elements, else one per part: a
-    product per calibration input writes the whole [K, K] each time, most of the work where an
-    input gives few rows for a large K (ResNet-50's last Convs: 49 rows, K = 4608). 0.0 for
-    no parts."""
+    """sum X^T X over the row blocks `parts` (float32 [R_i, K]) as one product of them
+    concatenated (a product per calibration input would write the whole [K, K] each time,
+    most of the work where an input gives few rows for a large K: ResNet-50's last Convs, 49
+    rows, K = 4608; `conv_patches`' limit keeps them within GPTQ_PATCH_ELEMENTS). 0.0 for no
+    parts."""
     if not parts:
         return 0.0
-    if sum(p.size for p in parts) <= GPTQ_PATCH_ELEMENTS:
-        x = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        return x.T @ x
-    total = parts[0].T @ parts[0]
-    for p in parts[1:]:
-        total += p.T @ p
-    return total
+    x = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    return x.T @ x
 
 
 class _Hessians:
@@ -1313,7 +1308,7 @@ class _Hessians:
     the last, all kept (few: tokens), and each H one product of the rows it covers (a sum of
     per-feed products would round other float32 sums, which moved a budget row, docs/
     benchmarks.md). With a Conv's `geometry` (`_conv_geometry`), its patches in QLinearConv's
-    K order (`conv_patches`; every s-th output position of a feed when all of them would be
+    K order (`conv_patches`; a sample of a feed's output positions when all of them would be
     more than GPTQ_PATCH_ELEMENTS / n_feeds elements), H on all the feeds is the fitted ones'
     (`_gram`) plus the held-out ones': a Conv's rows are many (one per output position), and
     one product over all of them again would be most of the rounding's time."""
@@ -1377,17 +1372,23 @@ def conv_patches(
     its weight by, as rows [B * OH * OW, kh * kw * C] of `x` [B, C, H, W] (float32): one row per
     output position, its K in QLinearConv's order (kernel positions, input channels fastest:
     `vocab.registry.conv_pair_steps`), so that Conv(x, w)[b, :, i, j] is the row's product with
-    `conv_weight_rows(w)`. With `limit`, every s-th position (s the least for which the rows
-    have at most `limit` elements)."""
+    `conv_weight_rows(w)`. With `limit`, when all of them would be more than `limit` elements,
+    limit // K of the positions (at least one), drawn without replacement by a fixed seed and
+    kept in order (a fixed stride would take the same columns of every output row), copied
+    alone."""
     (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
     x = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
     reach = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
     win = np.lib.stride_tricks.sliding_window_view(x, reach, axis=(2, 3))
-    win = win[:, :, ::sh, ::sw, ::dh, ::dw]  # [B, C, OH, OW, kh, kw]
+    win = win[:, :, ::sh, ::sw, ::dh, ::dw]  # [B, C, OH, OW, kh, kw], a view
+    b, _, oh, ow = win.shape[:4]
     k = kh * kw * x.shape[1]
+    if limit is not None and b * oh * ow * k > limit:
+        keep = max(1, limit // k)
+        picked = np.sort(np.random.default_rng(0).choice(b * oh * ow, keep, replace=False))
+        n, i, j = np.unravel_index(picked, (b, oh, ow))
+        return np.ascontiguousarray(win[n, :, i, j].transpose(0, 2, 3, 1).reshape(keep, k))
     rows = win.transpose(0, 2, 3, 4, 5, 1).reshape(-1, k)
-    if limit is not None and rows.shape[0] * k > limit:
-        rows = rows[:: -(-rows.shape[0] * k // max(limit, k))]
     return np.ascontiguousarray(rows, dtype=np.float32)
 
 
