@@ -1215,6 +1215,24 @@ def test_static_rounded_bounds_add_the_weights_move(kind):
     np.testing.assert_allclose((bc - plain_c).ravel(), extra / float(sy), rtol=1e-9)
 
 
+def test_static_gemm_bound_covers_float32_underflow():
+    # verify's counterexample: a weight entry of 2^-126 gets a subnormal step (2^-126 / 127);
+    # the float side's product rounds to -2^-149, the rescale s_x s_w rounds to 0 (right side 0)
+    f = covers("gemm-static-8bit").fn
+    xq, sx, zx = np.zeros((2, 3), np.uint8), np.float32(2.0**-23), np.uint8(1)
+    w = np.zeros((3, 4), np.float32)
+    w[2, 3] = np.float32(2.0**-126)
+    c = np.zeros((2, 4), np.float32)
+    x = (xq.astype(np.float32) - np.float32(1)) * sx
+    lhs = x @ w + c
+    sw = registry.pair_steps(w, per_column=True).astype(np.float32)
+    ints = (xq.astype(np.int32) - 1) @ np.clip(np.rint(w / sw), -127, 127).astype(np.int32)
+    rhs = ints.astype(np.float32) * (sx * sw) + c
+    assert lhs[0, 3] == -(2.0**-149) and rhs[0, 3] == 0  # the underflow this is about
+    b = f(xq, np.array(sx), np.array(zx), w, c)
+    assert np.all(np.abs(lhs - rhs) <= b) and b[:, 3].max() < 2.0**-140  # no more than that
+
+
 def test_exact_when_finite_is_a_zero_bound():
     f = covers("exact-when-finite").fn
     assert f(np.ones((2, 3))).tolist() == [[0.0] * 3] * 2

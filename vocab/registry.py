@@ -842,7 +842,8 @@ def _matmul_int8_bound(
         #   = |x| @ (|w| + s_w / 2) + sum_k |x_k| s_w / 2 + sum_k (|w_k| + s_w)
         big = x_sums * (w_step / 2) + w_sums
         bound = bound + 2.0**-22 * (np.abs(np.asarray(bias, np.float64)) + big)
-    return bound + ax @ m
+    k = w.shape[0]
+    return bound + ax @ m + _underflow(k, np.float64(255 * PAIR_LEVELS * k))
 
 
 # the last weight's terms (`_weight_terms`): key -> (weakref to w, to orig or None, terms)
@@ -1739,7 +1740,20 @@ def _gemm_static_bound(xq, sx, zx, w, c, steps: np.ndarray, orig=None) -> np.nda
     sums = _sum_rounding(w.shape[0], x @ (aw + sw / 2))
     if orig is not None:
         sums = sums + _orig_terms(x, w, orig, bias=True)
-    return rounding + sums + 2.0**-22 * (np.abs(c.astype(np.float64)) + x @ (aw + sw))
+    levels = _dequantized(xq, 1.0, zx).sum(axis=-1, keepdims=True)  # sum_k |xq_k - zp_x|
+    tiny = _underflow(w.shape[0], levels * PAIR_LEVELS)
+    return rounding + sums + tiny + 2.0**-22 * (np.abs(c.astype(np.float64)) + x @ (aw + sw))
+
+
+def _underflow(k: int, integer_sums: np.ndarray) -> np.ndarray:
+    """What float32's subnormal range adds to a bound in absolute terms (IEEE 754: a result below
+    2^-126 is rounded to a multiple of 2^-149, so each operation may err by 2^-150 whatever its
+    size): each of the K products and sums of the float side, the rescale's product and the
+    bias's add, and the rescale s_x s_w itself, which may round to 0, times the integer sums it
+    multiplies (at most `integer_sums` in magnitude). `verify` found a Gemm of a weight entry
+    of 2^-126 (a step of 2^-126 / 127, subnormal) whose float side gave -2^-149 and whose
+    quantized side, its rescale rounded to 0, gave 0."""
+    return (2 * k + 4 + integer_sums) * 2.0**-149
 
 
 @bound("one-level", TERM, TERM)
