@@ -39,8 +39,11 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable, UnsatisfiedAssumption
-from hypothesis.internal.conjecture import providers as hypothesis_providers
-from hypothesis.internal.constants_ast import Constants
+
+try:  # Hypothesis's internals (`_no_local_constants`); absent in another version, left alone
+    from hypothesis.internal.conjecture import providers as hypothesis_providers
+except ImportError:  # pragma: no cover
+    hypothesis_providers = None
 
 from dsl import shipped_rules_dir
 from dsl.ir import OpNode, Rule, RuleSet
@@ -517,11 +520,12 @@ def _no_local_constants():
     without these internals."""
     get = getattr(hypothesis_providers, "_get_local_constants", None)
     cache = getattr(getattr(hypothesis_providers, "CONSTANTS_CACHE", None), "cache", None)
-    if get is None or cache is None:
+    empty = getattr(hypothesis_providers, "Constants", None)  # its pool type, empty when called
+    if get is None or cache is None or empty is None:
         yield
         return
     cache.clear()  # entries made with the local constants
-    hypothesis_providers._get_local_constants = Constants
+    hypothesis_providers._get_local_constants = empty
     try:
         yield
     finally:
