@@ -1094,6 +1094,34 @@ def test_cli_error_budget_reports_and_refuses_bad_calibration(tmp_path, capsys):
     assert not out_bad.exists()
 
 
+@pytest.mark.parametrize(
+    "array, says",
+    [
+        # one sample without the samples' axis: the model's x is (64, 256)
+        (
+            np.zeros((64, 256), np.float32),
+            "has samples of shape (256,), the model's input is "
+            "(64, 256); the samples go along a new first axis: an array of shape (N, 64, 256)",
+        ),
+        (np.zeros((8, 64, 128), np.float32), "has samples of shape (64, 128)"),
+        (np.zeros((8, 64, 256), np.float64), "input 'x' is float64, the model's input is float32"),
+    ],
+)
+def test_calibration_samples_of_another_shape_or_type_are_refused_in_one_line(
+    tmp_path, capsys, array, says
+):
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(named_mlp(), src)
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=array)
+    for mode in (["--mode", "static"], ["--rounding", "gptq"]):
+        args = ["quantize", str(src), str(dst), *mode, "--calibration", str(bad)]
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert says in err and len(err.splitlines()) == 1, err
+        assert not dst.exists()
+
+
 def test_weight_only_8bit_stores_blockwise_uint8_weights_in_matmulnbits():
     q, report = rewrite.optimize_model(
         named_mlp(), quantize="weight-only", bits=8, target="onnxruntime"

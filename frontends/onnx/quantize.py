@@ -163,13 +163,38 @@ def load_calibration(
             f"{what} file {path} has no array for input {missing[0]!r} "
             f"(it has {', '.join(sorted(arrays)) or 'none'})"
         )
-    counts = {len(arrays[n]) for n in names}
+    counts = {len(arrays[n]) if arrays[n].ndim else 0 for n in names}
     if len(counts) != 1 or 0 in counts:
         raise CalibrationError(
             f"{what} file {path}: every input needs the same number of samples "
             "(the arrays' first axis), at least one"
         )
+    for vi in model.graph.input:
+        if vi.name in names:
+            _check_samples(arrays[vi.name], vi.type.tensor_type, f"{what} file {path}", vi.name)
     return [{n: arrays[n][i] for n in names} for i in range(counts.pop())]
+
+
+def _check_samples(array: np.ndarray, tensor_type, where: str, name: str) -> None:
+    """Raise CalibrationError when the samples of `array` (its first axis) cannot feed a
+    graph input of ONNX type `tensor_type`: another rank, a fixed dimension of another size,
+    or another element type (a one-line message that gives the shape the file needs)."""
+    sample = array.shape[1:]
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+    if tensor_type.HasField("shape") and (
+        len(sample) != len(dims) or any(d is not None and d != n for d, n in zip(dims, sample))
+    ):
+        want = ", ".join("?" if d is None else str(d) for d in dims)
+        raise CalibrationError(
+            f"{where}: input {name!r} has samples of shape {tuple(sample)}, the model's input "
+            f"is ({want}); the samples go along a new first axis: an array of shape "
+            f"(N, {want})"
+        )
+    dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+    if array.dtype != dtype:
+        raise CalibrationError(
+            f"{where}: input {name!r} is {array.dtype}, the model's input is {np.dtype(dtype)}"
+        )
 
 
 def drawn_calibration(model: onnx.ModelProto, n: int = DRAWN_SAMPLES) -> list[dict]:
