@@ -252,6 +252,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "DepthToSpace Flatten GlobalMaxPool Identity MaxPool Pad Reshape Slice SpaceToDepth "
         "Squeeze Transpose Unsqueeze".split()
     ),
+    # the output is the input clipped to an interval (Relu: [0, inf)): an activation quantized
+    # on its way out is the input's quantization with the interval's ends as its range
+    "CLIPPING": tuple("Clip Relu".split()),
     "SHAPE": tuple("Shape Size".split()),
     "RANDOM": tuple(
         "Bernoulli Multinomial RandomNormal RandomNormalLike RandomUniform "
