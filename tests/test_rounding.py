@@ -375,6 +375,71 @@ def test_products_of_one_activation_are_rounded_together_as_each_alone(monkeypat
         assert (alone != rounded[name]).mean() <= 0.001
 
 
+def shared() -> onnx.ModelProto:
+    """x[1, TOKENS, K] -> LayerNormalization -> MatMul W -> Relu -> MatMul W (the same
+    initializer, read through an Identity as TorchScript exports ALBERT's shared layers) ->
+    Relu -> y."""
+    model = block()
+    g = model.graph
+    del g.node[1:]
+    g.node.extend(
+        [
+            helper.make_node("MatMul", ["h", "w1"], ["h1"], name="layer0"),
+            helper.make_node("Relu", ["h1"], ["h3"], name="relu"),
+            helper.make_node("Identity", ["w1"], ["w1_shared"]),
+            helper.make_node("MatMul", ["h3", "w1_shared"], ["h4"], name="layer1"),
+            helper.make_node("Relu", ["h4"], ["y"], name="relu1"),
+        ]
+    )
+    g.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, TOKENS, K]))
+    return model
+
+
+def test_products_of_one_weight_share_one_rounding_of_all_their_rows(tmp_path, monkeypatch):
+    model = shared()
+    feeds = [{"x": x} for x in inputs(16, 13)]
+    calls = []
+    real = quantize.calibrated_rounding
+    monkeypatch.setattr(
+        quantize, "calibrated_rounding", lambda w, h, grid: calls.append(h) or real(w, h, grid)
+    )
+    marked, count, _ = rounding_marks(model, feeds, "pairs")
+    marks = [n for n in marked.graph.node if (n.domain, n.op_type) == ROUNDED]
+    assert count == 1 and len(marks) == 1 and len(calls) == 2  # judged, then on every feed
+    readers = [n.input[1] for n in marked.graph.node if n.op_type == "MatMul"]
+    assert readers == [marks[0].output[0]] * 2
+    # H: both layers' rows, the first layer's input and the second's
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "w1"))
+    x = np.concatenate([f["x"] for f in feeds]).reshape(-1, K).astype(np.float64)
+    norm = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    h = norm * weights["gamma"] + weights["beta"]
+    rows = np.concatenate([h, np.maximum(h @ w, 0)])  # layer0's input, layer1's
+    np.testing.assert_allclose(
+        calls[1], rows.T @ rows, rtol=2e-3, atol=1e-2 * np.abs(calls[1]).max()
+    )
+    # end to end: one int8 weight, less error than the nearest levels on other inputs
+    path = tmp_path / "cal.npz"
+    np.savez(path, x=inputs(16, 13))
+    gptq, _ = rewrite.optimize_model(
+        model, quantize="dynamic", rounding="gptq", calibration=str(path)
+    )
+    nearest, _ = rewrite.optimize_model(model, quantize="dynamic")
+    int8 = [t for t in gptq.graph.initializer if t.data_type == TensorProto.INT8]
+    assert [tuple(t.dims) for t in int8] == [(K, K)]
+    assert [n.op_type for n in gptq.graph.node].count("MatMulInteger") == 2
+    held_out = inputs(8, 14)
+    assert worst_error(gptq, model, held_out) < worst_error(nearest, model, held_out)
+    # static mode rounds the cleaned model, where the Identity is folded into a copy of W:
+    # weights of equal bytes are one unit too
+    static, _ = rewrite.optimize_model(
+        model, quantize="static", rounding="gptq", calibration=str(path)
+    )
+    int8 = [t for t in static.graph.initializer if t.data_type == TensorProto.INT8]
+    assert [tuple(t.dims) for t in int8 if len(t.dims) == 2] == [(K, K)]  # and a zero point
+    assert [n.op_type for n in static.graph.node].count("QLinearMatMul") == 2
+
+
 def test_a_weight_of_k_beyond_the_limit_keeps_its_nearest_levels(monkeypatch):
     # H is K x K: VGG-19's K = 25088 would need gigabytes, so such a product is not marked
     monkeypatch.setattr(quantize, "GPTQ_MAX_K", K - 1)  # fc1's K is K, fc2's is K too

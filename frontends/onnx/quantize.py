@@ -45,6 +45,7 @@ random token ids and noise are not the data the model will see.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -1365,6 +1366,50 @@ def _gram(parts: list[np.ndarray]) -> np.ndarray | float:
     return x.T @ x
 
 
+def _read_weights_directly(g: onnx.GraphProto, weights: dict) -> None:
+    """Make the nodes of `g` that read an initializer through Identity nodes (TorchScript
+    exports ALBERT's shared layers so: one Identity per layer and weight) read the initializer
+    itself, in place; graph outputs and the Identity nodes stay (the cleanup drops them)."""
+    alias: dict[str, str] = {}
+    for n in g.node:
+        if n.op_type == "Identity" and not n.domain and n.input and n.output:
+            source = alias.get(n.input[0], n.input[0])
+            if source in weights:
+                alias[n.output[0]] = source
+    if alias:
+        for n in g.node:
+            if n.op_type != "Identity":
+                for i, v in enumerate(n.input):
+                    if v in alias:
+                        n.input[i] = alias[v]
+
+
+def _content(w: np.ndarray) -> tuple:
+    """A key equal for weights of equal shape, dtype and bytes (SHA-256 of the bytes)."""
+    return (w.shape, w.dtype.str, hashlib.sha256(np.ascontiguousarray(w).data).hexdigest())
+
+
+def _unit_values(
+    values: dict[str, list[np.ndarray]], names: tuple[str, ...], n_feeds: int, geometry
+) -> list[np.ndarray] | None:
+    """The activation values a unit of products reads, per feed: one activation's as they are;
+    several activations' (the layers that share a weight) per feed along the first axis, as 2-D
+    rows [R, K] for a MatMul, as a batch [B, C, H, W] for a Conv (`geometry`). None when a feed
+    gave one of them no value or a Conv's activations differ in shape."""
+    if len(names) == 1:
+        return values[names[0]]
+    per = [values[n] for n in names]
+    if any(len(p) != n_feeds for p in per):
+        return None
+    rows = []
+    for i in range(n_feeds):
+        parts = [p[i] if geometry is not None else p[i].reshape(-1, p[i].shape[-1]) for p in per]
+        if len({part.shape[1:] for part in parts}) > 1:
+            return None
+        rows.append(np.concatenate(parts))
+    return rows
+
+
 class _Hessians:
     """H = X^T X of one activation's products over the calibration feeds (`values`, one per feed
     of `n_feeds`), on the feeds but the last `held` (`fit`) and on all of them (`every`), and
@@ -1502,10 +1547,12 @@ def rounding_marks(
     (a larger K keeps its nearest levels). With `convs` (the static rules), a 2-D Conv of group
     1 and explicit pads by a 4-D float32 initializer [C_out, C_in, kh, kw] too: its weight
     rounded as the [K, C_out] matrix of QLinearConv's K order (`conv_weight_rows`, K = kh kw
-    C_in), X its input's patches (`conv_patches`). Each product gets its own w~ (two products of
-    one weight read different activations); the weights of products that read one activation
-    (an attention block's Q, K and V; Convs of one input and geometry) are rounded together,
-    side by side, with one factorization of their H.
+    C_in), X its input's patches (`conv_patches`). The products of one weight (ALBERT's layers
+    share theirs; weights of equal bytes count as one) get one w~, rounded on the rows of all
+    their activations (H the sum of theirs), so that the weight stays one initializer, rounded
+    once; the weights of products that read the same activations (an attention block's Q, K
+    and V; Convs of one input and geometry) are rounded together, side by side, with one
+    factorization of their H.
 
     GPTQ fits the calibration inputs; with few of them for a large K it fits them and not
     others (a Llama-style decoder, 8 inputs of 128 tokens, K = 1024 and 2816: 46 of 56 weights
@@ -1522,6 +1569,7 @@ def rounding_marks(
     out.CopyFrom(model)
     g = out.graph
     weights = {t.name: t for t in g.initializer}
+    _read_weights_directly(g, weights)
     products = []  # (node, weight [K, N], its layout: "transposed", a Conv's geometry or None)
     for n in g.node:
         attrs = _attrs(n)
@@ -1540,7 +1588,10 @@ def rounding_marks(
         return out, 0, []
     held = held_out_feeds(len(feeds))
     values = _activation_values(out, feeds, {n.input[0] for n, _, _ in products})
-    readers: dict[tuple, list[int]] = {}  # (activation, a Conv's geometry) -> its products
+    # the products of one weight (ALBERT's layers share theirs; the cleanup gives the ones that
+    # read it through an Identity a copy, so: of equal weights) are one unit: one w~, rounded
+    # on the rows of all their activations (H the sum), so the weight stays one initializer
+    units: dict[tuple, list[int]] = {}
     for i, (n, w, layout) in enumerate(products):
         geometry = layout if isinstance(layout, tuple) else None
         v = values.get(n.input[0], [None])[0]
@@ -1548,60 +1599,68 @@ def rounding_marks(
             continue
         k = v.shape[-1] if geometry is None else v.shape[1] * int(np.prod(geometry[0]))
         if k == w.shape[0]:
-            readers.setdefault((n.input[0], geometry), []).append(i)
-    rounding: dict[int, np.ndarray] = {}
+            units.setdefault((_content(w), layout), []).append(i)
+    readers: dict[tuple, list[tuple[int, ...]]] = {}  # (activations, geometry) -> units
+    for (_, layout), ids in units.items():
+        geometry = layout if isinstance(layout, tuple) else None
+        names = tuple(sorted({products[i][0].input[0] for i in ids}))
+        readers.setdefault((names, geometry), []).append(tuple(ids))
+    rounding: dict[tuple[int, ...], np.ndarray] = {}
     nearer: list[str] = []  # products whose GPTQ rounding erred more on the held-out inputs
-    total, done = sum(len(ids) for ids in readers.values()), 0
-    for (name, geometry), ids in readers.items():  # one H: one factorization
+    total, done = sum(len(us) for us in readers.values()), 0
+    for (names, geometry), group in readers.items():  # one H: one factorization
         if progress is not None:
             progress(f"{done} of {total} weights")
-        done += len(ids)
-        h = _Hessians(values[name], len(feeds), held, geometry)
-        if not h.fitted:
+        done += len(group)
+        rows = _unit_values(values, names, len(feeds), geometry)
+        h = _Hessians(rows, len(feeds), held, geometry) if rows is not None else None
+        if h is None or not h.fitted:
             continue
-        for chunk in _side_by_side(ids, [products[i][1].size for i in ids]):
+        for chunk in _side_by_side(group, [products[u[0]][1].size for u in group]):
+            ws = [products[u[0]][1] for u in chunk]
             if held:  # rounded on the other inputs, judged on the held-out ones
-                ws = [products[i][1] for i in chunk]
                 trial = _split(calibrated_rounding(np.concatenate(ws, axis=1), h.fit(), grid), ws)
                 better = [
                     _held_out_error(t, w, h.check)
                     < _held_out_error(nearest_rounding(w, grid), w, h.check)
                     for t, w in zip(trial, ws)
                 ]
-                nearer += [_product_name(products[i][0]) for i, b in zip(chunk, better) if not b]
-                chunk = [i for i, b in zip(chunk, better) if b]
+                nearer += [
+                    _product_name(products[i][0]) for u, b in zip(chunk, better) if not b for i in u
+                ]
+                chunk = [u for u, b in zip(chunk, better) if b]
+                ws = [products[u[0]][1] for u in chunk]
             if chunk:  # rounded again on every input's rows
-                ws = [products[i][1] for i in chunk]
                 together = calibrated_rounding(np.concatenate(ws, axis=1), h.every(), grid)
                 rounding.update(zip(chunk, _split(together, ws)))
-        del h
+        del h, rows
     del values
     taken = _taken_names(g)
     marks = []
-    for i, (n, _, layout) in enumerate(products):
-        rounded = rounding.get(i)
-        if rounded is None:
-            continue
+    for unit, rounded in rounding.items():
+        first, _, layout = products[unit[0]]
+        weight = first.input[1]
         if layout == "transposed":
             rounded = rounded.T
         elif layout is not None:
-            rounded = conv_weight_of_rows(rounded, tuple(weights[n.input[1]].dims))
-        tensor = numpy_helper.from_array(rounded, unique_name(f"{n.input[1]}_rounded", taken))
+            rounded = conv_weight_of_rows(rounded, tuple(weights[weight].dims))
+        tensor = numpy_helper.from_array(rounded, unique_name(f"{weight}_rounded", taken))
         _add_initializers(out, [tensor])
-        read = unique_name(f"{n.input[1]}_marked", taken)
+        read = unique_name(f"{weight}_marked", taken)
         g.value_info.append(  # the weight's type: shape inference does not see through a mark
             helper.make_tensor_value_info(read, onnx.TensorProto.FLOAT, list(tensor.dims))
         )
         marks.append(
             helper.make_node(
                 ROUNDED[1],
-                [n.input[1], tensor.name],
+                [weight, tensor.name],
                 [read],
-                name=unique_name(f"{n.input[1]}/rounded", taken),
+                name=unique_name(f"{weight}/rounded", taken),
                 domain=ROUNDED[0],
             )
         )
-        n.input[1] = read
+        for i in unit:
+            products[i][0].input[1] = read
     _place_marks(out, marks)
     return out, len(marks), nearer
 
