@@ -205,7 +205,8 @@ def _quantize_parser(sub) -> None:
         "(patterns/quant/) allowed beside the rest of the library, so the output is also the "
         "smallest graph. Each quant rule states its error bound, which `rewrite verify` checks; "
         "the output check allows 10% of each output's largest magnitude (--rtol to change; with "
-        "--error-budget E, E on the calibration inputs). The summary lists the nodes kept in "
+        "--error-budget E, E), on the --calibration inputs when given, else on random ones. "
+        "The summary lists the nodes kept in "
         "float and why; --report has every node's choice.",
     )
     q.add_argument("input", metavar="IN.onnx", help="the model to quantize")
@@ -1256,8 +1257,8 @@ def _print_summary(report, diffs, options, verbose: bool = False) -> None:
         out.print(f"opset {conv['input']}: {done} by onnx.version_converter{why}", markup=False)
     if diffs:
         executors = ", ".join(sorted({d.executor for d in diffs}))
-        budget = report.extra.get("quantize", {}).get("budget") is not None
-        inputs = f"the {_budget_inputs(report)} inputs" if budget else "random inputs"
+        checked_on = report.extra.get("quantize", {}).get("checked_on")
+        inputs = f"the {checked_on} inputs" if checked_on else "random inputs"
         check = Table(title=f"output check ({executors}, {inputs})", title_justify="left")
         for col in ("output", "dtype", "max abs err", "max err / max|b|", "status"):
             check.add_column(col)

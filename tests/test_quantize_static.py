@@ -162,6 +162,26 @@ def silu_se_cnn() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
 
 
+def test_the_output_check_runs_on_the_calibration_inputs_given(tmp_path, capsys):
+    # inputs of a tenth of the random inputs' scale: on random ones the activations pass their
+    # calibrated ranges tenfold and clip, which says nothing of the inputs the model will see
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(MODEL, src)
+    small = tmp_path / "small.npz"
+    np.savez(small, x=np.random.default_rng(4).normal(0, 0.1, (8, 1, 3, 16, 16)).astype(np.float32))
+    assert (
+        main(["quantize", str(src), str(dst), "--mode", "static", "--calibration", str(small)]) == 0
+    )
+    assert "output check (onnxruntime, the calibration inputs)" in capsys.readouterr().out
+    q = onnx.load(dst)
+    x = np.random.default_rng(5).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
+    want = run(MODEL, x)
+    assert np.abs(run(q, x) - want).max() > 0.1 * np.abs(want).max()  # random ones: clipped
+    # without calibration inputs the check draws random ones, as the ranges were drawn from
+    assert main(["quantize", str(src), str(dst), "--mode", "static"]) == 0
+    assert "output check (onnxruntime, random inputs)" in capsys.readouterr().out
+
+
 def test_product_boundary_names_the_products_operands_and_results_and_their_chains():
     # the Convs' inputs and outputs (the residual's result is conv5's input); not the
     # Sigmoids' outputs, nor the second SiLU's product (it feeds the pooling and the gating)
