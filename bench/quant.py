@@ -4,7 +4,7 @@
     python bench/quant.py --models bert gpt2 llama vit --exporters torchscript
     python bench/quant.py --kernels                     # the cost model's int8 factor
     python bench/quant.py --mode weight-only --models llama --exporters torchscript
-    python bench/quant.py --mode static --models resnet50 mobilenetv2
+    python bench/quant.py --mode static --models resnet50 mobilenetv2 efficientnet-b0
 
 Models are bench/models.py's full-size ones (bench/.models/, generated when missing). For each
 model, seven files: the float original, onnxruntime's
@@ -33,9 +33,11 @@ with both `--rounding gptq` and `--smooth 0.5`). Reported per quantized model:
 its defaults otherwise: int8 activations and weights, MinMax) with `rewrite quantize --mode
 static --target onnxruntime`, both calibrated on the same `--calibration` inputs. For image
 models the argmax agreement is over the channels of the pooled output (which feature is
-largest, what a classifier head would read). Ours also with `--rounding gptq` (GPTQ onto the
-static rules' weight levels from the same calibration inputs); on a CPU with VNNI rows with
-`--cpu vnni` (full-range weights), alone and with `--rounding gptq`, follow ours. A further
+largest, what a classifier head would read). Ours also for the default target, standard ONNX
+(`--target onnx`: residual Adds and the like in float between the integer Convs), and with
+`--rounding gptq` (GPTQ onto the static rules' weight levels from the same calibration
+inputs); on a CPU with VNNI rows with `--cpu vnni` (full-range weights), alone and with
+`--rounding gptq`, follow ours. A further
 row takes onnxruntime's QDQ file and lowers its groups to integer kernels with `rewrite
 optimize --allow quant --target onnxruntime` (patterns/quant/lower.rules), for the file a
 runtime without QDQ fusion could run.
@@ -277,6 +279,10 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
             ("onnxruntime quantize_static", lambda s, d: quantize_ort_static(s, d, cal)),
             ("rewrite --mode static", lambda s, d: quantize_ours_static(s, d, cal)),
             (
+                "rewrite --mode static --target onnx",
+                lambda s, d: quantize_ours(s, d, "--mode", "static", "--calibration", str(cal)),
+            ),
+            (
                 "rewrite --mode static --rounding gptq",
                 lambda s, d: quantize_ours_static(s, d, cal, *gptq),
             ),
@@ -284,7 +290,7 @@ def bench_model(name: str, exporter: str, args) -> list[str]:
         ]
         if int8_sums_in_int32():
             vnni = ("--cpu", "vnni")
-            tools[3:3] = [
+            tools[4:4] = [
                 (
                     "rewrite --mode static --cpu vnni",
                     lambda s, d: quantize_ours_static(s, d, cal, *vnni),
