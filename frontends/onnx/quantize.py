@@ -1067,9 +1067,12 @@ def smoothing_marks(
     return out, len(marks)
 
 
-def _smoothable_weight(n: onnx.NodeProto, weights: dict) -> np.ndarray | None:
+def _smoothable_weight(
+    n: onnx.NodeProto, weights: dict, arrays: dict | None = None
+) -> np.ndarray | None:
     """The weight of product `n` as K x N (rows per channel of its first input), if `n` is a
-    MatMul or a Gemm (transA 0) by a 2-D float32 initializer; else None."""
+    MatMul or a Gemm (transA 0) by a 2-D float32 initializer; else None. `arrays`, when given,
+    keeps each initializer's array by name, so that products of one weight share one."""
     if n.domain or n.op_type not in SMOOTHED_PRODUCTS or len(n.input) < 2:
         return None
     t = weights.get(n.input[1])
@@ -1078,8 +1081,17 @@ def _smoothable_weight(n: onnx.NodeProto, weights: dict) -> np.ndarray | None:
     attrs = _attrs(n)
     if attrs.get("transA", 0):
         return None
-    w = numpy_helper.to_array(t)
+    w = _array(t, arrays)
     return w.T if attrs.get("transB", 0) else w
+
+
+def _array(t: onnx.TensorProto, arrays: dict | None) -> np.ndarray:
+    """`numpy_helper.to_array(t)`, kept in `arrays` by the tensor's name when given."""
+    if arrays is None:
+        return numpy_helper.to_array(t)
+    if t.name not in arrays:
+        arrays[t.name] = numpy_helper.to_array(t)
+    return arrays[t.name]
 
 
 def smoothing_divisions(model: onnx.ModelProto, marked: onnx.ModelProto) -> int:
@@ -1571,11 +1583,12 @@ def rounding_marks(
     weights = {t.name: t for t in g.initializer}
     _read_weights_directly(g, weights)
     products = []  # (node, weight [K, N], its layout: "transposed", a Conv's geometry or None)
+    arrays: dict[str, np.ndarray] = {}  # one array per initializer, however many products
     for n in g.node:
         attrs = _attrs(n)
-        w, layout = _smoothable_weight(n, weights), None
+        w, layout = _smoothable_weight(n, weights, arrays), None
         if w is None and convs:
-            w, layout = _conv_weight(n, weights)
+            w, layout = _conv_weight(n, weights, arrays)
         elif w is not None and attrs.get("transB", 0):  # a Gemm's weight stored [N, K]
             layout = "transposed"
         if w is None or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
@@ -1592,6 +1605,7 @@ def rounding_marks(
     # read it through an Identity a copy, so: of equal weights) are one unit: one w~, rounded
     # on the rows of all their activations (H the sum), so the weight stays one initializer
     units: dict[tuple, list[int]] = {}
+    keys: dict[tuple, tuple] = {}  # (weight name, layout) -> its bytes' key
     for i, (n, w, layout) in enumerate(products):
         geometry = layout if isinstance(layout, tuple) else None
         v = values.get(n.input[0], [None])[0]
@@ -1599,7 +1613,9 @@ def rounding_marks(
             continue
         k = v.shape[-1] if geometry is None else v.shape[1] * int(np.prod(geometry[0]))
         if k == w.shape[0]:
-            units.setdefault((_content(w), layout), []).append(i)
+            if (n.input[1], layout) not in keys:
+                keys[n.input[1], layout] = _content(w)
+            units.setdefault((keys[n.input[1], layout], layout), []).append(i)
     readers: dict[tuple, list[tuple[int, ...]]] = {}  # (activations, geometry) -> units
     for (_, layout), ids in units.items():
         geometry = layout if isinstance(layout, tuple) else None
@@ -1670,14 +1686,17 @@ def _attrs(n: onnx.NodeProto) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in n.attribute}
 
 
-def _conv_weight(n: onnx.NodeProto, weights: dict) -> tuple[np.ndarray | None, tuple | None]:
+def _conv_weight(
+    n: onnx.NodeProto, weights: dict, arrays: dict | None = None
+) -> tuple[np.ndarray | None, tuple | None]:
     """(`conv_weight_rows` of Conv `n`'s weight, its `_conv_geometry`) when `n` is a Conv
-    `rounding_marks` rounds (by a 4-D float32 initializer); else (None, None)."""
+    `rounding_marks` rounds (by a 4-D float32 initializer); else (None, None). `arrays` as
+    `_smoothable_weight`'s."""
     if n.domain or n.op_type != "Conv" or len(n.input) < 2:
         return None, None
     t = weights.get(n.input[1])
     if t is None or t.data_type != onnx.TensorProto.FLOAT or len(t.dims) != 4:
         return None, None
-    w = numpy_helper.to_array(t)
+    w = _array(t, arrays)
     geometry = _conv_geometry(n, w)
     return (None, None) if geometry is None else (conv_weight_rows(w), geometry)
