@@ -1,0 +1,228 @@
+"""`rewrite quantize` over architectures the other benches do not have: does every mode run?
+
+    python bench/quant_archs.py                                  # all, TorchScript, every mode
+    python bench/quant_archs.py --models albert convnext --modes static static-gptq
+    python bench/quant_archs.py --exporters torchscript dynamo
+
+bench/quant.py measures latency and error on seven full-size models; this runs
+`rewrite quantize` (the CLI, as a user does, its output check on) in each mode over eleven
+more transformers architectures (ConvNeXt, RegNet, MobileViT, Wav2Vec2, RoBERTa, ALBERT,
+DeBERTa-v2, BART, OPT, Qwen2, SegFormer) and reports per run what came of it: `ok`, `refused`
+(a one-line `error:` and a non-zero exit: the output check's measured error, an option that
+does not apply), or `crashed` (anything else: a traceback, a signal). Crashes are the bugs
+this looks for; refusals by the output check at its 10% say how hard the model is to quantize.
+
+Models have transformers' default widths, random weights with randomized biases and norm
+scales (bench/models.py's `randomize_biases_and_norms`) and BatchNorm statistics calibrated on
+random batches; the text models' and the large ones' layers are cut (`LAYERS`) to keep a run
+short, which keeps every op and shape of a layer. They are exported once into
+bench/.models/archs/ (TorchScript at opset 17; dynamo with static shapes) with a calibration
+file of 8 samples of batch 1 (`NAME.cal.npz`: images and audio N(0, 1), token ids in
+[3, 1000), masks of ones) that every mode reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+import models as M  # noqa: E402  (bench/models.py, beside this file)
+
+CACHE = M.CACHE / "archs"
+SAMPLES = 8
+TEXT_TOKENS = 32
+IMAGE = {"default": 224, "MobileViTModel": 256, "SegformerModel": 256}
+AUDIO_SAMPLES = 16000
+# name -> (transformers model class, config overrides, input kind)
+ARCHS = {
+    "convnext": ("ConvNextModel", {"depths": [1, 1, 2, 1]}, "image"),
+    "regnet": ("RegNetModel", {}, "image"),
+    "mobilevit": ("MobileViTModel", {}, "image"),
+    "wav2vec2": ("Wav2Vec2Model", {"num_hidden_layers": 2}, "audio"),
+    "roberta": ("RobertaModel", {"num_hidden_layers": 2}, "text"),
+    "albert": ("AlbertModel", {}, "text"),  # 12 layers sharing one layer's weights
+    "deberta": ("DebertaV2Model", {"num_hidden_layers": 2}, "text"),
+    "bart": ("BartModel", {"encoder_layers": 2, "decoder_layers": 2}, "seq2seq"),
+    "opt": ("OPTModel", {"num_hidden_layers": 2}, "text"),
+    "qwen2": (
+        "Qwen2Model",
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 512,
+            "intermediate_size": 1408,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,
+            "vocab_size": 32000,
+        },
+        "text",
+    ),
+    "segformer": ("SegformerModel", {}, "image"),
+}
+CAL = "CAL"  # stands for --calibration FILE in MODES
+MODES = {
+    "dynamic": (),
+    "dynamic-gptq": ("--rounding", "gptq", CAL),
+    "weight-only": ("--mode", "weight-only"),
+    "weight-only-gptq": ("--mode", "weight-only", "--rounding", "gptq", CAL),
+    "static": ("--mode", "static", CAL),
+    "static-onnxruntime": ("--mode", "static", "--target", "onnxruntime", CAL),
+    "static-gptq": ("--mode", "static", "--rounding", "gptq", CAL),
+}
+
+
+def samples(name: str, n: int, seed: int) -> dict[str, np.ndarray]:
+    """`n` samples of batch 1 for architecture `name`: {input: array [n, 1, ...]}."""
+    cls, _, kind = ARCHS[name]
+    rng = np.random.default_rng(seed)
+    if kind == "image":
+        side = IMAGE.get(cls, IMAGE["default"])
+        return {"pixel_values": rng.standard_normal((n, 1, 3, side, side)).astype(np.float32)}
+    if kind == "audio":
+        return {"input_values": rng.standard_normal((n, 1, AUDIO_SAMPLES)).astype(np.float32)}
+    ids = rng.integers(3, 1000, (n, 1, TEXT_TOKENS)).astype(np.int64)
+    if kind == "seq2seq":
+        dec = rng.integers(3, 1000, (n, 1, TEXT_TOKENS // 4)).astype(np.int64)
+        return {"input_ids": ids, "decoder_input_ids": dec}
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+
+def build(name: str):
+    """The model (eval mode, trained-like values) and its input names."""
+    import torch
+    import transformers
+
+    cls, overrides, _ = ARCHS[name]
+    torch.manual_seed(M.SEED)
+    config = getattr(transformers, cls.replace("Model", "Config"))(**overrides)
+    if hasattr(config, "use_cache"):
+        config.use_cache = False
+    model = getattr(transformers, cls)(config).eval()
+    M.randomize_biases_and_norms(model)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    feeds = samples(name, 4, 100)
+    with torch.no_grad():
+        if norms:  # BatchNorm statistics of the model's own activations, a cumulative average
+            for m in norms:
+                m.reset_running_stats()
+                m.momentum = None
+                m.train()
+            for i in range(4):
+                model(**{k: torch.from_numpy(v[i]) for k, v in feeds.items()})
+        model.eval()
+    return model, list(feeds)
+
+
+def export(name: str, exporter: str) -> Path | str:
+    """bench/.models/archs/NAME.EXPORTER.onnx (made when missing), or why it could not be."""
+    import onnx
+    import torch
+
+    path = CACHE / f"{name}.{exporter}.onnx"
+    if path.exists():
+        return path
+    model, names = build(name)
+
+    class Wrapped(torch.nn.Module):  # named inputs in, the first output (a tensor) out
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, *args):
+            out = self.m(**dict(zip(names, args)))
+            return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    args = tuple(torch.from_numpy(v[0]) for v in samples(name, 1, 0).values())
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            if exporter == "torchscript":
+                buf = io.BytesIO()
+                axes = {n: {0: "batch"} for n in [*names, "out"]}
+                torch.onnx.export(
+                    Wrapped().eval(),
+                    args,
+                    buf,
+                    dynamo=False,
+                    opset_version=M.TORCHSCRIPT_OPSET,
+                    input_names=names,
+                    output_names=["out"],
+                    dynamic_axes=axes,
+                )
+                proto = onnx.load_model_from_string(buf.getvalue())
+            else:
+                proto = torch.onnx.export(
+                    Wrapped().eval(), args, dynamo=True, external_data=False,
+                    input_names=names, output_names=["out"],
+                ).model_proto  # fmt: skip
+    except Exception as e:  # an exporter's failure, not ours: reported, not raised
+        return f"export failed: {str(e).strip().splitlines()[0][:120]}"
+    proto.ir_version = min(proto.ir_version, M.MAX_IR_VERSION)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    onnx.save(proto, path)
+    return path
+
+
+def calibration(name: str) -> Path:
+    """bench/.models/archs/NAME.cal.npz: `SAMPLES` samples, seeds apart from the build's."""
+    path = CACHE / f"{name}.cal.npz"
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        np.savez(path, **samples(name, SAMPLES, 1000))
+    return path
+
+
+def run(src: Path, mode: str, cal: Path, out: Path) -> tuple[str, str, float]:
+    """(outcome, its first line, seconds) of `rewrite quantize SRC OUT` in `mode`."""
+    args = [a for m in MODES[mode] for a in (["--calibration", str(cal)] if m == CAL else [m])]
+    start = time.perf_counter()
+    done = subprocess.run(
+        ["rewrite", "quantize", str(src), str(out), "-q", *args], capture_output=True, text=True
+    )
+    seconds = time.perf_counter() - start
+    lines = done.stderr.strip().splitlines()
+    if done.returncode == 0:
+        return "ok", "", seconds
+    if len(lines) == 1 and lines[0].startswith("error:"):
+        return "refused", lines[0][len("error: ") :][:110], seconds
+    return "crashed", (lines[-1] if lines else f"exit {done.returncode}")[:110], seconds
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(ARCHS), choices=list(ARCHS))
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--exporters", nargs="+", default=["torchscript"], choices=list(M.EXPORTERS))
+    args = ap.parse_args(argv)
+    work = BENCH / "out" / "quant_archs"
+    work.mkdir(parents=True, exist_ok=True)
+    print("| model | exporter | mode | outcome | message | seconds |")
+    print("|---|---|---|---|---|---|")
+    crashed = 0
+    for name in args.models:
+        for exporter in args.exporters:
+            src = export(name, exporter)
+            if not isinstance(src, Path):
+                print(f"| {name} | {exporter} | - | not exported | {src} | - |", flush=True)
+                continue
+            for mode in args.modes:
+                outcome, message, seconds = run(
+                    src, mode, calibration(name), work / f"{name}.{exporter}.{mode}.onnx"
+                )
+                crashed += outcome == "crashed"
+                row = f"| {name} | {exporter} | {mode} | {outcome} | {message} | {seconds:.1f} |"
+                print(row, flush=True)
+    print(f"\n{crashed} crashed")
+    return 1 if crashed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
