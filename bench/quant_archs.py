@@ -168,7 +168,9 @@ def export(name: str, exporter: str) -> Path | str:
         return f"export failed: {str(e).strip().splitlines()[0][:120]}"
     proto.ir_version = min(proto.ir_version, M.MAX_IR_VERSION)
     CACHE.mkdir(parents=True, exist_ok=True)
-    onnx.save(proto, path)
+    partial = path.with_suffix(".partial")  # a full disk leaves no half-written model behind
+    onnx.save(proto, partial)
+    partial.replace(path)
     return path
 
 
@@ -177,7 +179,9 @@ def calibration(name: str) -> Path:
     path = CACHE / f"{name}.cal.npz"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        np.savez(path, **samples(name, SAMPLES, 1000))
+        partial = path.with_suffix(".partial.npz")
+        np.savez(partial, **samples(name, SAMPLES, 1000))
+        partial.replace(path)
     return path
 
 
