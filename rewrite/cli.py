@@ -205,7 +205,8 @@ def _quantize_parser(sub) -> None:
         "(patterns/quant/) allowed beside the rest of the library, so the output is also the "
         "smallest graph. Each quant rule states its error bound, which `rewrite verify` checks; "
         "the output check allows 10% of each output's largest magnitude (--rtol to change; with "
-        "--error-budget E, E), on the --calibration inputs when given, else on random ones. "
+        "--error-budget E, E), on the --calibration inputs when given (the first 8 without a "
+        "budget), else on random ones. "
         "The summary lists the nodes kept in "
         "float and why; --report has every node's choice.",
     )

@@ -1122,6 +1122,21 @@ def test_calibration_samples_of_another_shape_or_type_are_refused_in_one_line(
         assert not dst.exists()
 
 
+def test_calibration_of_a_scalar_input_and_of_a_sequence_input(tmp_path):
+    # a scalar input's samples are 0-d arrays (onnxruntime takes no numpy scalar); an input
+    # that is not a tensor (a sequence) is not checked as one
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [])
+    s = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x, s], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    path = tmp_path / "cal.npz"
+    np.savez(path, x=np.arange(3, dtype=np.float32), s=np.zeros((3, 2), np.float32))
+    feeds = quantize.load_calibration(str(path), model)
+    assert len(feeds) == 3 and all(isinstance(f["x"], np.ndarray) for f in feeds)
+    assert [float(f["x"]) for f in feeds] == [0.0, 1.0, 2.0] and feeds[0]["x"].shape == ()
+
+
 def test_weight_only_8bit_stores_blockwise_uint8_weights_in_matmulnbits():
     q, report = rewrite.optimize_model(
         named_mlp(), quantize="weight-only", bits=8, target="onnxruntime"

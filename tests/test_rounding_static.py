@@ -211,6 +211,32 @@ def test_rounding_marks_leave_convs_to_the_static_rules_only():
         np.testing.assert_allclose(conv_pair_steps(r), conv_pair_steps(w), rtol=2**-22)
 
 
+def test_convs_of_one_weight_at_two_sizes_share_one_rounding():
+    # a detection head shares its Convs across pyramid levels: one weight, inputs of other
+    # sizes; one rounding from both activations' patches (their K is the same)
+    rng = np.random.default_rng(21)
+    w = rng.normal(0, np.sqrt(2 / 144), (16, 16, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["a"], pads=[1] * 4, name="level0"),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p", "w"], ["y"], pads=[1] * 4, name="level1"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "shared_head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    feeds = [{"x": rng.normal(0, 1, (1, 16, 16, 16)).astype(np.float32)} for _ in range(8)]
+    marked, count, nearer = rounding_marks(model, feeds, "pairs", convs=True)
+    assert count + len(nearer) == 1
+    readers = {n.input[1] for n in marked.graph.node if n.op_type == "Conv"}
+    assert len(readers) == 1  # both Convs read one mark, or both the weight itself
+
+
 @pytest.mark.parametrize("attribute", ["group", "auto_pad"])
 def test_a_grouped_or_auto_padded_conv_keeps_its_nearest_levels(attribute):
     # a grouped Conv has an H per group (not built: depthwise ones measured worse on MobileNetV2,

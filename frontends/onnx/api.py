@@ -122,6 +122,9 @@ UNSMOOTH_RULESETS = ("quant-unsmooth",)
 # weight-only's standard-ONNX rulesets (DequantizeLinear with block_size) need this opset; for
 # target onnxruntime, its MatMulNBits rulesets run instead
 WEIGHT_ONLY_ONNX_OPSET = 21
+# the output check of a quantized model without --error-budget runs on at most this many of the
+# --calibration inputs (each output of both models is held for the comparison)
+CHECK_FEEDS = 8
 DEFAULT_TIMEOUT = 120.0  # seconds of a call, unless quantizing calibrates (below)
 # ... when quantizing runs the model on calibration inputs or searches an error budget
 CALIBRATING_TIMEOUT = 600.0
@@ -969,10 +972,19 @@ def run(
     t_staged, clock = time.perf_counter() - clock, time.perf_counter()
     diffs = []
     # the inputs the user gave stand for the model's inputs better than random ones (token ids
-    # 0 and 1 put a static model's activations outside their calibrated ranges)
+    # 0 and 1 put a static model's activations outside their calibrated ranges): the budget's
+    # inputs, all of them (the budget is defined on them), or the first CHECK_FEEDS calibration
+    # inputs (every output of both models is held in memory)
     given = choose is not None and (options.error_budget is not None or bool(options.calibration))
-    if options.check and given:
-        choose.record["checked_on"] = choose.record.get("budget_inputs", "calibration")
+    check_feeds = None
+    if given:
+        budget = options.error_budget is not None
+        check_feeds = choose.calibration if budget else choose.calibration[:CHECK_FEEDS]
+        if options.check:
+            drawn = not options.calibration and not options.validation
+            choose.record["checked_on"] = (
+                "drawn" if drawn else choose.record.get("budget_inputs", "calibration")
+            )
     if options.check:
         with stage("checking outputs under onnxruntime"):
             original_source = None
@@ -988,7 +1000,7 @@ def run(
                     options,
                     original_source=original_source,
                     optimized_source=source,
-                    feeds=choose.calibration if given else None,
+                    feeds=check_feeds,
                 )
             except CheckError as e:  # with what a caller needs to look for the culprit
                 e.run = Run(result, report, [], load_model(path) if lean else model, rules, folder)

@@ -171,15 +171,17 @@ def load_calibration(
             "(the arrays' first axis), at least one"
         )
     for vi in model.graph.input:
-        if vi.name in names:
+        if vi.name in names and vi.type.HasField("tensor_type"):
             _check_samples(arrays[vi.name], vi.type.tensor_type, f"{what} file {path}", vi.name)
-    return [{n: arrays[n][i] for n in names} for i in range(counts.pop())]
+    # np.asarray: a scalar input's sample is a 0-d array (onnxruntime takes no numpy scalar)
+    return [{n: np.asarray(arrays[n][i]) for n in names} for i in range(counts.pop())]
 
 
 def _check_samples(array: np.ndarray, tensor_type, where: str, name: str) -> None:
     """Raise CalibrationError when the samples of `array` (its first axis) cannot feed a
     graph input of ONNX type `tensor_type`: another rank, a fixed dimension of another size,
-    or another element type (a one-line message that gives the shape the file needs)."""
+    or another element type (a one-line message that gives the shape the file needs). A
+    string input's samples are not checked for their type (an .npz holds them as str)."""
     sample = array.shape[1:]
     dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
     if tensor_type.HasField("shape") and (
@@ -192,7 +194,7 @@ def _check_samples(array: np.ndarray, tensor_type, where: str, name: str) -> Non
             f"(N, {want})"
         )
     dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-    if array.dtype != dtype:
+    if dtype != np.dtype(object) and array.dtype != dtype:  # strings load as numpy's str
         raise CalibrationError(
             f"{where}: input {name!r} is {array.dtype}, the model's input is {np.dtype(dtype)}"
         )
@@ -847,7 +849,8 @@ def observe(
     twice a float Mul's time; on EfficientNet-B0 (SiLU, squeeze-excitation) marking every
     activation took `--target onnxruntime` from 32% to 48% mean error at the same latency
     (bench/quant.py)."""
-    ranges = {n: r for n, r in ranges.items() if n in product_boundary(model)}
+    boundary = product_boundary(model)
+    ranges = {n: r for n, r in ranges.items() if n in boundary}
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
@@ -1403,29 +1406,36 @@ def _content(w: np.ndarray) -> tuple:
 
 def _unit_values(
     values: dict[str, list[np.ndarray]], names: tuple[str, ...], n_feeds: int, geometry
-) -> list[np.ndarray] | None:
+) -> list | None:
     """The activation values a unit of products reads, per feed: one activation's as they are;
-    several activations' (the layers that share a weight) per feed along the first axis, as 2-D
-    rows [R, K] for a MatMul, as a batch [B, C, H, W] for a Conv (`geometry`). None when a feed
-    gave one of them no value or a Conv's activations differ in shape."""
+    several activations' (the layers that share a weight) per feed: for a MatMul their rows
+    [R, K] one after the other, for a Conv (`geometry`) a tuple of their [B, C, H, W] values,
+    whose sizes may differ (a detection head's Convs shared across pyramid levels): their
+    patches are taken one by one (`_Hessians`). None when a feed gave one of them no value."""
     if len(names) == 1:
         return values[names[0]]
     per = [values[n] for n in names]
     if any(len(p) != n_feeds for p in per):
         return None
-    rows = []
-    for i in range(n_feeds):
-        parts = [p[i] if geometry is not None else p[i].reshape(-1, p[i].shape[-1]) for p in per]
-        if len({part.shape[1:] for part in parts}) > 1:
-            return None
-        rows.append(np.concatenate(parts))
-    return rows
+    if geometry is not None:
+        return [tuple(p[i] for p in per) for i in range(n_feeds)]
+    return [np.concatenate([p[i].reshape(-1, p[i].shape[-1]) for p in per]) for i in range(n_feeds)]
+
+
+def _patches(v, geometry: tuple, limit: int) -> np.ndarray:
+    """`conv_patches` of one feed's value `v` [B, C, H, W], or of each of a tuple of them (the
+    activations of Convs that share a weight, `_unit_values`), their rows one after the other,
+    each within its share of `limit`."""
+    if isinstance(v, tuple):
+        return np.concatenate([conv_patches(a, *geometry, limit=limit // len(v)) for a in v])
+    return conv_patches(v, *geometry, limit=limit)
 
 
 class _Hessians:
     """H = X^T X of one activation's products over the calibration feeds (`values`, one per feed
-    of `n_feeds`), on the feeds but the last `held` (`fit`) and on all of them (`every`), and
-    the held-out feeds' rows (`check`, float32 [R, K]; `fitted`: how many rows the others give,
+    of `n_feeds`; for Convs that share a weight a tuple of their activations, `_unit_values`),
+    on the feeds but the last `held` (`fit`) and on all of them (`every`), and the held-out
+    feeds' rows (`check`, float32 [R, K]; `fitted`: how many rows the others give,
     0 when a feed gave no value). Without `geometry`, a product's rows: every leading axis, K
     the last, all kept (few: tokens), and each H one product of the rows it covers (a sum of
     per-feed products would round other float32 sums, which moved a budget row, docs/
@@ -1435,9 +1445,7 @@ class _Hessians:
     (`_gram`) plus the held-out ones': a Conv's rows are many (one per output position), and
     one product over all of them again would be most of the rounding's time."""
 
-    def __init__(
-        self, values: list[np.ndarray], n_feeds: int, held: int, geometry: tuple | None = None
-    ):
+    def __init__(self, values: list, n_feeds: int, held: int, geometry: tuple | None = None):
         self._fit = self._every = None
         first = max(0, n_feeds - held)  # the first held-out feed
         if len(values) != n_feeds:
@@ -1449,10 +1457,10 @@ class _Hessians:
             self.check = self._rows[self.fitted :]
         else:
             limit = GPTQ_PATCH_ELEMENTS // n_feeds
-            fit = [conv_patches(v, *geometry, limit=limit) for v in values[:first]]
+            fit = [_patches(v, geometry, limit) for v in values[:first]]
             self.fitted = sum(len(r) for r in fit)
             self._fit = _gram(fit)
-            check = [conv_patches(v, *geometry, limit=limit) for v in values[first:]]
+            check = [_patches(v, geometry, limit) for v in values[first:]]
             self._every = self._fit + _gram(check) if check else self._fit
             self.check = np.concatenate(check) if check else np.zeros((0, 0), np.float32)
 
@@ -1560,11 +1568,11 @@ def rounding_marks(
     1 and explicit pads by a 4-D float32 initializer [C_out, C_in, kh, kw] too: its weight
     rounded as the [K, C_out] matrix of QLinearConv's K order (`conv_weight_rows`, K = kh kw
     C_in), X its input's patches (`conv_patches`). The products of one weight (ALBERT's layers
-    share theirs; weights of equal bytes count as one) get one w~, rounded on the rows of all
-    their activations (H the sum of theirs), so that the weight stays one initializer, rounded
-    once; the weights of products that read the same activations (an attention block's Q, K
-    and V; Convs of one input and geometry) are rounded together, side by side, with one
-    factorization of their H.
+    share theirs; weights of equal bytes count as one) in one layout (a Gemm's transB, a Conv's
+    geometry) get one w~, rounded on the rows of all their activations (H the sum of theirs),
+    so that the weight stays one initializer, rounded once; the weights of products that read
+    the same activations (an attention block's Q, K and V; Convs of one input and geometry)
+    are rounded together, side by side, with one factorization of their H.
 
     GPTQ fits the calibration inputs; with few of them for a large K it fits them and not
     others (a Llama-style decoder, 8 inputs of 128 tokens, K = 1024 and 2816: 46 of 56 weights
