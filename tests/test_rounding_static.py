@@ -51,13 +51,21 @@ def onnxruntime_conv(x, w, **attrs) -> np.ndarray:
         ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
         ((7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),
         ((3, 2), (2, 1), (1, 0, 0, 1), (2, 1)),
+        # auto_pad (EfficientNet's exports): pads from the input's size, 11 x 9, the odd one
+        # at the end or at the beginning
+        ((3, 3), (2, 2), "SAME_UPPER", (1, 1)),
+        ((4, 2), (1, 2), "SAME_UPPER", (1, 1)),
+        ((4, 2), (1, 2), "SAME_LOWER", (1, 1)),
+        ((3, 3), (2, 2), "SAME_LOWER", (1, 1)),  # onnxruntime: no dilation with SAME
+        ((3, 3), (2, 1), "VALID", (1, 1)),
     ],
 )
 def test_a_convs_patches_times_its_weight_rows_is_the_conv(kernel, strides, pads, dilations):
     rng = np.random.default_rng(0)
     x = rng.normal(0, 1, (2, 5, 11, 9)).astype(np.float32)
     w = rng.normal(0, 1, (4, 5, *kernel)).astype(np.float32)
-    want = onnxruntime_conv(x, w, strides=strides, pads=pads, dilations=dilations)
+    padding = {"auto_pad": pads} if isinstance(pads, str) else {"pads": pads}
+    want = onnxruntime_conv(x, w, strides=strides, dilations=dilations, **padding)
     rows = conv_patches(x, kernel, strides, pads, dilations)
     got = rows @ conv_weight_rows(w)  # [B * OH * OW, C_out]
     b, c, oh, ow = want.shape
@@ -237,25 +245,37 @@ def test_convs_of_one_weight_at_two_sizes_share_one_rounding():
     assert len(readers) == 1  # both Convs read one mark, or both the weight itself
 
 
-@pytest.mark.parametrize("attribute", ["group", "auto_pad"])
-def test_a_grouped_or_auto_padded_conv_keeps_its_nearest_levels(attribute):
+def test_a_grouped_conv_keeps_its_nearest_levels_and_an_auto_padded_one_is_rounded():
     # a grouped Conv has an H per group (not built: depthwise ones measured worse on MobileNetV2,
-    # docs/benchmarks.md); an auto_pad Conv's pads are not written out
+    # docs/benchmarks.md); an auto_pad Conv's patches take the pads of its input's size
     model = onnx.ModelProto()
     model.CopyFrom(CNN)
     conv = next(n for n in model.graph.node if n.name == "conv2")
-    if attribute == "group":
-        conv.attribute.append(helper.make_attribute("group", 2))
-        w = next(t for t in model.graph.initializer if t.name == "conv2.w")
-        half = numpy_helper.to_array(w)[:, :8]
-        w.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(half), "conv2.w"))
-    else:
-        del conv.attribute[:]  # pads=[1] * 4 is SAME_UPPER's for a 3x3 kernel at stride 1
-        conv.attribute.append(helper.make_attribute("auto_pad", "SAME_UPPER"))
+    conv.attribute.append(helper.make_attribute("group", 2))
+    w = next(t for t in model.graph.initializer if t.name == "conv2.w")
+    half = numpy_helper.to_array(w)[:, :8]
+    w.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(half), "conv2.w"))
     feeds = [{"x": x} for x in held_out(4)]
     marked, count, nearer = rounding_marks(model, feeds, "pairs", convs=True)
     assert count + len(nearer) == 2 and "conv2" not in nearer
     assert all(n.input[1] == "conv2.w" for n in marked.graph.node if n.name == "conv2")
+    same = onnx.ModelProto()
+    same.CopyFrom(CNN)
+    conv = next(n for n in same.graph.node if n.name == "conv2")
+    del conv.attribute[:]  # pads=[1] * 4 is SAME_UPPER's for a 3x3 kernel at stride 1
+    conv.attribute.append(helper.make_attribute("auto_pad", "SAME_UPPER"))
+    marked, count, nearer = rounding_marks(same, feeds, "pairs", convs=True)
+    explicit, count_explicit, _ = rounding_marks(CNN, feeds, "pairs", convs=True)
+    assert count + len(nearer) == 3 and count == count_explicit
+    rounded = {
+        t.name: numpy_helper.to_array(t) for t in marked.graph.initializer if "rounded" in t.name
+    }
+    want = {
+        t.name: numpy_helper.to_array(t) for t in explicit.graph.initializer if "rounded" in t.name
+    }
+    assert rounded.keys() == want.keys()  # the same rounding as with its pads written out
+    for name in want:
+        np.testing.assert_array_equal(rounded[name], want[name])
 
 
 def test_cli_quantize_static_with_gptq(tmp_path, capsys):

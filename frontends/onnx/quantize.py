@@ -101,6 +101,8 @@ CHOLESKY_BLOCK = 384  # columns per step of `_cholesky` (0.19 s at K = 3072 agai
 # the largest K rounded by GPTQ: H is K x K (float32, a few copies while it is factorized), so
 # VGG-19's first fully connected layer (K = 25088, 2.5 GB per copy) keeps its nearest levels
 GPTQ_MAX_K = 8192
+# the auto_pad values of a Conv whose patches GPTQ takes (`conv_patches`)
+AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 # a Conv's patches GPTQ reads at most (float32 elements over all calibration inputs: 512 MB);
 # beyond, a sample of the output positions (`conv_patches`)
 GPTQ_PATCH_ELEMENTS = 1 << 27
@@ -1479,10 +1481,13 @@ class _Hessians:
 
 def _conv_geometry(n: onnx.NodeProto, w: np.ndarray) -> tuple | None:
     """(kernel, strides, pads, dilations) of Conv `n` by the 4-D weight `w` [C_out, C_in, kh,
-    kw] when GPTQ rounds it (group 1, explicit pads: auto_pad NOTSET); else None."""
+    kw] when GPTQ rounds it (group 1); else None. The pads are explicit [top, left, bottom,
+    right], or with auto_pad its name (VALID, SAME_UPPER, SAME_LOWER), which `conv_patches`
+    turns into pads for its input's size."""
     attrs = _attrs(n)
     auto = attrs.get("auto_pad", b"NOTSET")
-    if w.ndim != 4 or attrs.get("group", 1) != 1 or auto not in (b"NOTSET", "NOTSET"):
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if w.ndim != 4 or attrs.get("group", 1) != 1 or auto not in AUTO_PADS:
         return None
     kernel = tuple(w.shape[2:])
     if tuple(attrs.get("kernel_shape", kernel)) != kernel:
@@ -1490,15 +1495,32 @@ def _conv_geometry(n: onnx.NodeProto, w: np.ndarray) -> tuple | None:
     return (
         kernel,
         tuple(attrs.get("strides", (1, 1))),
-        tuple(attrs.get("pads", (0, 0, 0, 0))),
+        tuple(attrs.get("pads", (0, 0, 0, 0))) if auto == "NOTSET" else auto,
         tuple(attrs.get("dilations", (1, 1))),
     )
+
+
+def _auto_pads(auto: str, size, kernel, strides, dilations) -> tuple[int, int, int, int]:
+    """Explicit pads [top, left, bottom, right] of an ONNX Conv's `auto_pad` on an input of
+    spatial `size` (H, W). ONNX Conv spec: VALID pads nothing; SAME_UPPER and SAME_LOWER pad
+    so that the output is ceil(size / stride), the odd one at the end for SAME_UPPER and at
+    the beginning for SAME_LOWER."""
+    if auto == "VALID":
+        return (0, 0, 0, 0)
+    head, tail = [], []
+    for n, k, s, d in zip(size, kernel, strides, dilations):
+        total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
+        small = total // 2
+        head.append(small if auto == "SAME_UPPER" else total - small)
+        tail.append(total - head[-1])
+    return (head[0], head[1], tail[0], tail[1])
 
 
 def conv_patches(
     x: np.ndarray, kernel, strides, pads, dilations, limit: int | None = None
 ) -> np.ndarray:
-    """The patches a 2-D Conv (ONNX Conv: group 1, `pads` [top, left, bottom, right]) multiplies
+    """The patches a 2-D Conv (ONNX Conv: group 1, `pads` [top, left, bottom, right] or an
+    auto_pad's name, `_auto_pads`) multiplies
     its weight by, as rows [B * OH * OW, kh * kw * C] of `x` [B, C, H, W] (float32): one row per
     output position, its K in QLinearConv's order (kernel positions, input channels fastest:
     `vocab.registry.conv_pair_steps`), so that Conv(x, w)[b, :, i, j] is the row's product with
@@ -1507,6 +1529,8 @@ def conv_patches(
     kept in order (a fixed stride would take the same columns of every output row), copied
     alone."""
     (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    if isinstance(pads, str):
+        pads = _auto_pads(pads, x.shape[2:], kernel, strides, dilations)
     x = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
     reach = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
     win = np.lib.stride_tricks.sliding_window_view(x, reach, axis=(2, 3))
@@ -1565,7 +1589,7 @@ def rounding_marks(
     weight-only rules) a MatMul whose K is a multiple of 32, by a 2-D float32 initializer of 1
     <= K <= GPTQ_MAX_K that is not all zeros, whose activation is float32 of K on its last axis
     (a larger K keeps its nearest levels). With `convs` (the static rules), a 2-D Conv of group
-    1 and explicit pads by a 4-D float32 initializer [C_out, C_in, kh, kw] too: its weight
+    1 (explicit pads or auto_pad) by a 4-D float32 initializer [C_out, C_in, kh, kw] too: its weight
     rounded as the [K, C_out] matrix of QLinearConv's K order (`conv_weight_rows`, K = kh kw
     C_in), X its input's patches (`conv_patches`). The products of one weight (ALBERT's layers
     share theirs; weights of equal bytes count as one) in one layout (a Gemm's transB, a Conv's
