@@ -24,6 +24,7 @@ file of 8 samples of batch 1 (`NAME.cal.npz`: images and audio N(0, 1), token id
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import subprocess
 import sys
@@ -142,8 +143,8 @@ def export(name: str, exporter: str) -> Path | str:
             return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
     args = tuple(torch.from_numpy(v[0]) for v in samples(name, 1, 0).values())
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
+    try:  # the exporters' progress lines to stderr: stdout is the table
+        with warnings.catch_warnings(), torch.no_grad(), contextlib.redirect_stdout(sys.stderr):
             warnings.simplefilter("ignore")
             if exporter == "torchscript":
                 buf = io.BytesIO()
