@@ -812,7 +812,7 @@ def product_boundary(model: onnx.ModelProto) -> set[str]:
     products = set(FAMILIES["CONV"]) | set(FAMILIES["MATMUL"])
     links = set(FAMILIES["SELECTING"]) | set(FAMILIES["CLIPPING"])
     found: set[str] = set()
-    chain = []
+    linked: dict[str, list[str]] = {}  # a value -> the values a link op joins it to
     for n in model.graph.node:
         if n.domain not in ("", "ai.onnx"):
             continue
@@ -820,14 +820,14 @@ def product_boundary(model: onnx.ModelProto) -> set[str]:
             found.update(v for v in n.input[:2] if v)
             found.update(n.output[:1])
         elif n.op_type in links and n.input and n.output:
-            chain.append((n.input[0], n.output[0]))
-    grown = True
-    while grown:
-        grown = False
-        for a, b in chain:
-            if (a in found) != (b in found):
-                found.update((a, b))
-                grown = True
+            linked.setdefault(n.input[0], []).append(n.output[0])
+            linked.setdefault(n.output[0], []).append(n.input[0])
+    todo = list(found)  # each value visited once: linear in the graph's size
+    while todo:
+        for v in linked.get(todo.pop(), ()):
+            if v not in found:
+                found.add(v)
+                todo.append(v)
     return found - {i.name for i in model.graph.initializer}
 
 
