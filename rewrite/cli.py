@@ -206,9 +206,8 @@ def _quantize_parser(sub) -> None:
         "smallest graph. Each quant rule states its error bound, which `rewrite verify` checks; "
         "the output check allows 10% of each output's largest magnitude (--rtol to change; with "
         "--error-budget E, E), on the --calibration inputs when given (the first 8 without a "
-        "budget), else on random ones. "
-        "The summary lists the nodes kept in "
-        "float and why; --report has every node's choice.",
+        "budget), else on random ones. The summary lists the nodes kept in float and why; "
+        "--report has every node's choice.",
     )
     q.add_argument("input", metavar="IN.onnx", help="the model to quantize")
     q.add_argument("output", metavar="OUT.onnx", help="where to write it (may be IN.onnx)")

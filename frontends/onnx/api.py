@@ -634,8 +634,7 @@ def check_outputs(
     `options.atol`/`rtol`), on random inputs, or on `feeds` (the calibration inputs a user
     gave, or an error budget's, where the budget is defined) with onnxruntime at its full
     optimization, as the budget was measured and as users run the model: one OutputDiff per
-    output. Raises
-    `check.CheckError` when a model cannot run."""
+    output. Raises `check.CheckError` when a model cannot run."""
     return compare(
         original,
         result,
