@@ -53,11 +53,16 @@ def cnn() -> onnx.ModelProto:
         helper.make_node("GlobalAveragePool", ["r3"], ["y"], name="pool"),
     ]
     inits = _conv("conv1", 3, 16) + _conv("conv2", 16, 16) + _conv("conv3", 16, 16)
+    return _image_model(nodes, "cnn", inits, [1, 16, 1, 1])
+
+
+def _image_model(nodes: list, name: str, inits: list, out_shape: list) -> onnx.ModelProto:
+    """A model of `nodes` from x[1, 3, 16, 16] to y of `out_shape`, at opset 18, IR 10."""
     graph = helper.make_graph(
         nodes,
-        "cnn",
+        name,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
         inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
@@ -152,14 +157,7 @@ def silu_se_cnn() -> onnx.ModelProto:
     ]
     inits = _conv("conv1", 3, 16) + _conv("conv2", 16, 16) + _conv("conv3", 16, 16, k=1)
     inits += _conv("conv4", 16, 16, k=1) + _conv("conv5", 16, 16)
-    graph = helper.make_graph(
-        nodes,
-        "mbconv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    return _image_model(nodes, "mbconv", inits, [1, 16, 16, 16])
 
 
 def test_the_output_check_runs_on_the_calibration_inputs_given(tmp_path, capsys):

@@ -430,8 +430,7 @@ def test_products_of_one_weight_share_one_rounding_of_all_their_rows(tmp_path, m
     assert [n.op_type for n in gptq.graph.node].count("MatMulInteger") == 2
     held_out = inputs(8, 14)
     assert worst_error(gptq, model, held_out) < worst_error(nearest, model, held_out)
-    # static mode rounds the cleaned model, where the Identity is folded into a copy of W:
-    # weights of equal bytes are one unit too
+    # static mode rounds the cleaned model (its BatchNorms folded): one weight there too
     static, _ = rewrite.optimize_model(
         model, quantize="static", rounding="gptq", calibration=str(path)
     )

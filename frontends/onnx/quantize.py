@@ -45,7 +45,6 @@ random token ids and noise are not the data the model will see.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -1401,11 +1400,6 @@ def _read_weights_directly(g: onnx.GraphProto, weights: dict) -> None:
                         n.input[i] = alias[v]
 
 
-def _content(w: np.ndarray) -> tuple:
-    """A key equal for weights of equal shape, dtype and bytes (SHA-256 of the bytes)."""
-    return (w.shape, w.dtype.str, hashlib.sha256(np.ascontiguousarray(w).data).hexdigest())
-
-
 def _unit_values(
     values: dict[str, list[np.ndarray]], names: tuple[str, ...], n_feeds: int, geometry
 ) -> list | None:
@@ -1589,14 +1583,15 @@ def rounding_marks(
     weight-only rules) a MatMul whose K is a multiple of 32, by a 2-D float32 initializer of 1
     <= K <= GPTQ_MAX_K that is not all zeros, whose activation is float32 of K on its last axis
     (a larger K keeps its nearest levels). With `convs` (the static rules), a 2-D Conv of group
-    1 (explicit pads or auto_pad) by a 4-D float32 initializer [C_out, C_in, kh, kw] too: its weight
-    rounded as the [K, C_out] matrix of QLinearConv's K order (`conv_weight_rows`, K = kh kw
-    C_in), X its input's patches (`conv_patches`). The products of one weight (ALBERT's layers
-    share theirs; weights of equal bytes count as one) in one layout (a Gemm's transB, a Conv's
-    geometry) get one w~, rounded on the rows of all their activations (H the sum of theirs),
-    so that the weight stays one initializer, rounded once; the weights of products that read
-    the same activations (an attention block's Q, K and V; Convs of one input and geometry)
-    are rounded together, side by side, with one factorization of their H.
+    1 (explicit pads or auto_pad) by a 4-D float32 initializer [C_out, C_in, kh, kw] too: its
+    weight rounded as the [K, C_out] matrix of QLinearConv's K order (`conv_weight_rows`, K =
+    kh kw C_in), X its input's patches (`conv_patches`). The products of one weight (ALBERT's
+    layers share theirs, read through an Identity each in TorchScript's export) in one layout
+    (a Gemm's transB, a Conv's geometry) get one w~, rounded on the rows of all their
+    activations (H the sum of theirs), so that the weight stays one initializer, rounded once;
+    the weights of products that read the same activations (an attention block's Q, K and V;
+    Convs of one input and geometry) are rounded together, side by side, with one
+    factorization of their H.
 
     GPTQ fits the calibration inputs; with few of them for a large K it fits them and not
     others (a Llama-style decoder, 8 inputs of 128 tokens, K = 1024 and 2816: 46 of 56 weights
@@ -1633,11 +1628,9 @@ def rounding_marks(
         return out, 0, []
     held = held_out_feeds(len(feeds))
     values = _activation_values(out, feeds, {n.input[0] for n, _, _ in products})
-    # the products of one weight (ALBERT's layers share theirs; the cleanup gives the ones that
-    # read it through an Identity a copy, so: of equal weights) are one unit: one w~, rounded
+    # the products of one weight (ALBERT's layers share theirs) are one unit: one w~, rounded
     # on the rows of all their activations (H the sum), so the weight stays one initializer
     units: dict[tuple, list[int]] = {}
-    keys: dict[tuple, tuple] = {}  # (weight name, layout) -> its bytes' key
     for i, (n, w, layout) in enumerate(products):
         geometry = layout if isinstance(layout, tuple) else None
         v = values.get(n.input[0], [None])[0]
@@ -1645,9 +1638,7 @@ def rounding_marks(
             continue
         k = v.shape[-1] if geometry is None else v.shape[1] * int(np.prod(geometry[0]))
         if k == w.shape[0]:
-            if (n.input[1], layout) not in keys:
-                keys[n.input[1], layout] = _content(w)
-            units.setdefault((keys[n.input[1], layout], layout), []).append(i)
+            units.setdefault((n.input[1], layout), []).append(i)
     readers: dict[tuple, list[tuple[int, ...]]] = {}  # (activations, geometry) -> units
     for (_, layout), ids in units.items():
         geometry = layout if isinstance(layout, tuple) else None
