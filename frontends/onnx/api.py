@@ -48,6 +48,7 @@ from frontends.onnx.quantize import (
     held_out_feeds,
     load_calibration,
     observe,
+    product_boundary,
     rounding_marks,
     smoothing_divisions,
     smoothing_marks,
@@ -865,7 +866,7 @@ def run(
                 target=options.target,
             )
         with stage("calibrating activation ranges under onnxruntime"), _calibration_runs():
-            ranges = calibrate(cleaned, feeds, options.calibrate)
+            ranges = calibrate(cleaned, feeds, options.calibrate, only=product_boundary(cleaned))
             choose.record["calibration"] = {
                 "method": options.calibrate,
                 "samples": len(feeds),

@@ -768,21 +768,22 @@ class Range:
 
 
 def calibrate(
-    model: onnx.ModelProto, feeds: list[dict], method: str = "minmax"
+    model: onnx.ModelProto, feeds: list[dict], method: str = "minmax", only=None
 ) -> dict[str, Range]:
     """The range of every float32 activation of `model` (graph inputs and node outputs that
-    depend on an input; not constants) over the calibration `feeds`, run under onnxruntime
-    with its optimizations off (every node's output is there to read): `minmax` takes the
-    smallest and largest value seen, `percentile` the PERCENTILE-th percentiles of all values
-    seen (outliers clipped, as onnxruntime's percentile calibrator does). Both widened to
-    include 0. Raises CheckError when onnxruntime cannot run the model, ValueError for an
-    unknown method."""
+    depend on an input; not constants), or of those named in `only` (static mode: the
+    `product_boundary`, the activations `observe` marks), over the calibration `feeds`, run
+    under onnxruntime with its optimizations off (every node's output is there to read):
+    `minmax` takes the smallest and largest value seen, `percentile` the PERCENTILE-th
+    percentiles of all values seen (outliers clipped, as onnxruntime's percentile calibrator
+    does). Both widened to include 0. Raises CheckError when onnxruntime cannot run the
+    model, ValueError for an unknown method."""
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"unknown calibration method {method!r}")
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
     seen: dict[str, list[np.ndarray]] = {}
-    for got in _activations(model, feeds):
+    for got in _activations(model, feeds, only):
         for name, v in got.items():
             if v.dtype != np.float32 or v.size == 0:
                 continue
