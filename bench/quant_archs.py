@@ -9,8 +9,9 @@ bench/quant.py measures latency and error on seven full-size models; this runs
 more transformers architectures (ConvNeXt, RegNet, MobileViT, Wav2Vec2, RoBERTa, ALBERT,
 DeBERTa-v2, BART, OPT, Qwen2, SegFormer) and reports per run what came of it: `ok`, `refused`
 (a one-line `error:` and a non-zero exit: the output check's measured error, an option that
-does not apply), or `crashed` (anything else: a traceback, a signal). Crashes are the bugs
-this looks for; refusals by the output check at its 10% say how hard the model is to quantize.
+does not apply), `crashed` (anything else: a traceback, a signal) or `timed out`
+(`--timeout`). Crashes and time-outs are the bugs this looks for; refusals by the output
+check at its 10% say how hard the model is to quantize.
 
 Models have transformers' default widths, random weights with randomized biases and norm
 scales (bench/models.py's `randomize_biases_and_norms`) and BatchNorm statistics calibrated on
@@ -18,7 +19,9 @@ random batches; the text models' and the large ones' layers are cut (`LAYERS`) t
 short, which keeps every op and shape of a layer. They are exported once into
 bench/.models/archs/ (TorchScript at opset 17; dynamo with static shapes) with a calibration
 file of 8 samples of batch 1 (`NAME.cal.npz`: images and audio N(0, 1), token ids in
-[3, 1000), masks of ones) that every mode reads.
+[3, 1000), masks of ones) that every mode reads. Each file has a `.spec.json` beside it (the
+config, exporter, sizes and library versions it was made from); a file whose spec differs
+from this script's is made again.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import subprocess
 import sys
 import tempfile
@@ -129,7 +133,8 @@ def export(name: str, exporter: str) -> Path | str:
     import torch
 
     path = CACHE / f"{name}.{exporter}.onnx"
-    if path.exists():
+    spec = export_spec(name, exporter)
+    if _cached(path, spec):
         return path
     model, names = build(name)
 
@@ -172,32 +177,87 @@ def export(name: str, exporter: str) -> Path | str:
     partial = path.with_suffix(".partial")  # a full disk leaves no half-written model behind
     onnx.save(proto, partial)
     partial.replace(path)
+    _remember(path, spec)
     return path
+
+
+def export_spec(name: str, exporter: str) -> dict:
+    """What an export of `name` is made from: the architecture's class, its config overrides,
+    the exporter and opset, the inputs' sizes and the library versions. A cached file made
+    from another spec is made again (`_cached`)."""
+    import torch
+    import transformers
+
+    cls, overrides, kind = ARCHS[name]
+    return {
+        "class": cls,
+        "overrides": overrides,
+        "kind": kind,
+        "exporter": exporter,
+        "opset": M.TORCHSCRIPT_OPSET,
+        "seed": M.SEED,
+        "sizes": [TEXT_TOKENS, IMAGE.get(cls, IMAGE["default"]), AUDIO_SAMPLES],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def calibration_spec(name: str) -> dict:
+    """What NAME.cal.npz is made from: `SAMPLES` samples of seed 1000 of the input kind and
+    sizes of `name`."""
+    cls, _, kind = ARCHS[name]
+    return {
+        "samples": SAMPLES,
+        "seed": 1000,
+        "kind": kind,
+        "sizes": [TEXT_TOKENS, IMAGE.get(cls, IMAGE["default"]), AUDIO_SAMPLES],
+    }
+
+
+def _spec_path(path: Path) -> Path:
+    return path.with_name(path.name + ".spec.json")
+
+
+def _cached(path: Path, spec: dict) -> bool:
+    """True if `path` exists and was made from `spec` (its `.spec.json` beside it says so)."""
+    meta = _spec_path(path)
+    return path.exists() and meta.exists() and json.loads(meta.read_text()) == spec
+
+
+def _remember(path: Path, spec: dict) -> None:
+    _spec_path(path).write_text(json.dumps(spec, indent=1))
 
 
 def calibration(name: str) -> Path:
     """bench/.models/archs/NAME.cal.npz: `SAMPLES` samples, seeds apart from the build's."""
     path = CACHE / f"{name}.cal.npz"
-    if not path.exists():
+    spec = calibration_spec(name)
+    if not _cached(path, spec):
         CACHE.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial.npz")
-        np.savez(partial, **samples(name, SAMPLES, 1000))
+        np.savez(partial, **samples(name, spec["samples"], spec["seed"]))
         partial.replace(path)
+        _remember(path, spec)
     return path
 
 
-def run(src: Path, mode: str, cal: Path) -> tuple[str, str, float]:
+def run(src: Path, mode: str, cal: Path, timeout: float) -> tuple[str, str, float]:
     """(outcome, its first line, seconds) of `rewrite quantize SRC OUT` in `mode`, OUT in a
-    temporary folder (the outcome is what this bench keeps: ALBERT's files are 200-800 MB)."""
+    temporary folder (the outcome is what this bench keeps: ALBERT's files are 200-800 MB);
+    a run still going after `timeout` seconds is stopped, `timed out`."""
     args = [a for m in MODES[mode] for a in (["--calibration", str(cal)] if m == CAL else [m])]
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "quantized.onnx"
-        done = subprocess.run(
-            ["rewrite", "quantize", str(src), str(out), "-q", *args],
-            capture_output=True,
-            text=True,
-        )
+        try:
+            done = subprocess.run(
+                ["rewrite", "quantize", str(src), str(out), "-q", *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return "timed out", f"stopped after {timeout:g} s", time.perf_counter() - start
     seconds = time.perf_counter() - start
     lines = done.stderr.strip().splitlines()
     if done.returncode == 0:
@@ -212,10 +272,17 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+", default=list(ARCHS), choices=list(ARCHS))
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--exporters", nargs="+", default=["torchscript"], choices=list(M.EXPORTERS))
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        help="seconds one `rewrite quantize` run may take before it is stopped and reported "
+        "`timed out` (default 1800: ALBERT's GPTQ runs take 60-120 s)",
+    )
     args = ap.parse_args(argv)
     print("| model | exporter | mode | outcome | message | seconds |")
     print("|---|---|---|---|---|---|")
-    crashed = 0
+    crashed = timed_out = 0
     for name in args.models:
         for exporter in args.exporters:
             src = export(name, exporter)
@@ -223,12 +290,13 @@ def main(argv=None) -> int:
                 print(f"| {name} | {exporter} | - | not exported | {src} | - |", flush=True)
                 continue
             for mode in args.modes:
-                outcome, message, seconds = run(src, mode, calibration(name))
+                outcome, message, seconds = run(src, mode, calibration(name), args.timeout)
                 crashed += outcome == "crashed"
+                timed_out += outcome == "timed out"
                 row = f"| {name} | {exporter} | {mode} | {outcome} | {message} | {seconds:.1f} |"
                 print(row, flush=True)
-    print(f"\n{crashed} crashed")
-    return 1 if crashed else 0
+    print(f"\n{crashed} crashed, {timed_out} timed out")
+    return 1 if crashed or timed_out else 0
 
 
 if __name__ == "__main__":
