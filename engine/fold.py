@@ -18,13 +18,13 @@ from dataclasses import replace
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.ops._op import OpRunUnaryNum
 from onnx.reference.ops.op_topk import TopK_11
 
 from engine.extract import small_enough_to_fold
+from engine.runtime import cpu_session
 from vocab.graph import ABSENT, Node, TermGraph, components, prune
 from vocab.onnx_nodes import export_node
 from vocab.ops import KEPT_UNFOLDED, MAX_IR_VERSION, OPS
@@ -334,8 +334,4 @@ def _four_bit_tail(nodes: list[Node], g: TermGraph) -> tuple[list[Node], list[No
 def _run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list:
     """`model` run once by onnxruntime's CPU kernels, its graph optimizations off (the nodes
     as written: none of onnxruntime's own folding). Raises what onnxruntime raises."""
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 4
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+    return cpu_session(model).run(None, feeds)

@@ -34,6 +34,7 @@ from onnx.reference import ReferenceEvaluator
 
 from dsl import load_rules
 from engine.optimize import FP_CLASSES
+from engine.runtime import cpu_session
 from frontends.onnx import optimize_model
 from frontends.onnx.importer import default_opset
 
@@ -166,12 +167,7 @@ def _run_reference(model: onnx.ModelProto, feeds: dict) -> list:
 
 
 def _run_ort(model: onnx.ModelProto, feeds: dict) -> list:
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 4
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+    return cpu_session(model, threads=1).run(None, feeds)
 
 
 def _line(e: BaseException) -> str:

@@ -28,6 +28,7 @@ import onnx.numpy_helper
 import onnxruntime as ort
 from onnx.reference import ReferenceEvaluator
 
+from engine.runtime import cpu_session
 from verify.dtypes import slot_types
 
 ort.set_default_logger_severity(4)
@@ -66,11 +67,7 @@ def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
     try:
         sess = _SESSIONS.get(key)
         if sess is None:
-            opts = ort.SessionOptions()
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-            opts.log_severity_level = 4
-            opts.intra_op_num_threads = 1
-            sess = ort.InferenceSession(key, opts, providers=["CPUExecutionProvider"])
+            sess = cpu_session(key, threads=1)
             _SESSIONS[key] = sess
             if len(_SESSIONS) > _MAX_SESSIONS:
                 _SESSIONS.popitem(last=False)

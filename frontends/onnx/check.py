@@ -22,6 +22,7 @@ import onnxruntime as ort
 from onnx import TensorProto
 
 from engine.optimize import TOLERANCES  # per numeric class and dtype, shared with frontends.fx
+from engine.runtime import cpu_session
 
 EXACT = (0.0, 0.0)
 DIM_DEFAULT = 2  # size given to symbolic or unknown input dimensions
@@ -86,18 +87,8 @@ def session(
     (`exporter.export_model(g, arrays)`), by name; onnxruntime copies them in before any graph
     optimization (`SessionOptions.add_external_initializers`), so the session is the one the
     whole model makes. Raises CheckError."""
-    opts = ort.SessionOptions()
-    if not optimized:
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
-    if arrays:  # (the arrays live on in the caller until the session has copied them)
-        values = [
-            ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a)) for a in arrays.values()
-        ]
-        opts.add_external_initializers(list(arrays), values)
-    src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    try:
-        return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+    try:  # (the arrays live on in the caller until the session has copied them)
+        return cpu_session(model, optimized=optimized, arrays=arrays, log_severity=3)
     except Exception as e:  # onnxruntime raises its own exception types
         raise CheckError(
             f"onnxruntime could not load the model: {str(e).splitlines()[0]}"
