@@ -1590,7 +1590,10 @@ def _conv_static_bound(xq, sx, zx, w, sy, steps: np.ndarray, orig=None) -> np.nd
     bias's, s_x s_w / 2, and the float32 rounding of both sums, 2^-20 K (max|x| sum|w_c| +
     2^24 s_x s_w). With `orig` (the float Conv's weight, which w stands in for): the move,
     max|x| sum |w_c - orig_c|, and the float32 rounding of the sum over orig, 2^-20 K max|x|
-    sum|orig_c|, added."""
+    sum|orig_c|, added. Float32's subnormal range (`_underflow`, which the float-valued Gemm
+    bound adds) is left out of this and `_matmul_static_bound`: in output levels it is at most
+    (2K + 4 + 255 * 127 K) 2^-149 / s_y, under 2^-78 levels for K < 2^31 and s_y >= 2^-24 (the
+    rules' guard, `positive_scale`), which 1 + real / s_y cannot hold in float64."""
     x_max = float(np.abs(xq.astype(np.float64) - float(np.asarray(zx).reshape(()))).max(initial=0))
     sx_, sy_ = float(np.asarray(sx).reshape(())), abs(float(np.asarray(sy).reshape(())))
     x_max *= sx_
@@ -1643,7 +1646,7 @@ def _matmul_static_bound(xq, sx, zx, w, sy, steps: np.ndarray, orig=None) -> np.
     s_w[n] / 2 (x = DQ(xq), s_w = `steps`, [N]), and the float32 rounding of both sums, ((K +
     8) 2^-23 + 2^-20) |x| @ (|w| + s_w / 2). With `orig` (the float MatMul's weight, which w
     stands in for): the move, |x| @ |w - orig|, and the float32 rounding of the sum over orig,
-    `_sum_rounding` of |x| @ |orig|, added."""
+    `_sum_rounding` of |x| @ |orig|, added. No subnormal term: see `_conv_static_bound`."""
     x = _dequantized(xq, sx, zx)
     sw = steps.astype(np.float64)
     k = w.shape[0]
