@@ -290,13 +290,36 @@ class Snapshot:
         return self.handle.get(ABSENT) == c
 
     def value_of(self, c: int):
-        """The constant held by e-class `c`: an imported one, or a `Constant` op's value
-        (e.g. the shape a rule wrote for a Reshape). None if the class holds neither."""
+        """The constant held by e-class `c`: an imported one, a `Constant` op's value (e.g.
+        the shape a rule wrote for a Reshape), or a 2-D Transpose of an imported one (a view,
+        read-only: Gemm's transB = 1 weight as a MatMul reads it, fusion/gemm.rules). None if
+        the class holds none of these."""
+        transposed = None
         for n in self.classes.get(c, ()):
             if n.op == "Leaf" and n.leaf in self.graph.constants:
                 return self.graph.constants[n.leaf]
             if n.op == "Constant":
                 return constant_op_value(n.attrs)
+            if n.op == "Transpose" and transposed is None:
+                transposed = n
+        if transposed is not None:
+            return self._transposed_constant(transposed)
+        return None
+
+    def _transposed_constant(self, n: ENode):
+        """The value of Transpose e-node `n` when it swaps the two axes of an imported
+        constant (perm (1 0)): a read-only view, or None."""
+        (k,) = n.children[:1]
+        for m in self.classes.get(k, ()):
+            if m.op == "Leaf" and m.leaf in self.graph.constants:
+                v = self.graph.constants[m.leaf]
+                spec = OPS.get("Transpose")
+                attrs = {a.name: decode_attr(a.kind, t) for a, t in zip(spec.attrs, n.attrs)}
+                if v.ndim != 2 or tuple(attrs.get("perm") or (1, 0)) != (1, 0):
+                    return None
+                view = v.T
+                view.setflags(write=False)
+                return view
         return None
 
     def info(self, c: int) -> ClassInfo:

@@ -174,6 +174,9 @@ def sites(
         for v in snap.graph.constants
         if v in snap.handle and np.size(snap.graph.constants[v]) > 1
     }
+    # and a weight read through a Transpose (a bias-less Gemm's transB = 1 weight, as its
+    # MatMul reads it: `Snapshot.value_of`), which ties the MatMul's firings to the Gemm's
+    constant |= {c for c, n in snap.nodes if n.op == "Transpose" and n.children[0] in constant}
     # imported nodes that rewriting proved equal to their first input (an identity, such as
     # the marks of patterns/quant/static.rules): they compute nothing, so a site is not tied to
     # another through one, nor named by one's op

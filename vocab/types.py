@@ -78,9 +78,10 @@ class ClassInfo:
     """What a guard or builder sees of a captured e-class.
 
     type: the class's tensor type (every e-node of a class has the same type).
-    value: the constant's value (numpy array) when the class holds an imported constant,
-        else None. Computed constants (e.g. a folded BatchNorm weight) have no value until
-        constant folding runs after extraction.
+    value: the constant's value (numpy array) when the class holds an imported constant
+        (or a 2-D Transpose of one, a read-only view: a bias-less Gemm's transB = 1 weight as
+        its MatMul reads it), else None. Other computed constants (e.g. a folded BatchNorm
+        weight) have no value until constant folding runs after extraction.
     """
 
     type: TensorType
