@@ -191,18 +191,22 @@ def sites(
     raw = []  # per root e-class: (root, firings, display names, names the left sides matched)
     alone: list[tuple[int, list[Firing]]] = []  # activations quantized alone
     for root in sorted(grouped, key=lambda c: order.get(c, len(order))):
-        fs = grouped[root]
         matched_names: list[str] = []
-        for f in fs:
-            for e in matched(snap, f) or ():
-                matched_names += [
-                    n for n in origins.of(e) if n not in matched_names and n not in marks
-                ]
-        weights = [f"@{c}" for f in fs for c in f.terms.values() if c in constant]
-        if not matched_names and not weights and marks.intersection(computed.get(root, ())):
-            alone.append((root, fs))  # a step of other sites' rewrites, not a choice
-            continue
-        raw.append((root, fs, computed.get(root, []), matched_names + weights))
+        weights: list[str] = []
+        products, steps = [], []  # firings that rewrite a product, and the others
+        for f in grouped[root]:
+            names_f = [n for e in matched(snap, f) or () for n in origins.of(e) if n not in marks]
+            weights_f = [f"@{c}" for c in f.terms.values() if c in constant]
+            (products if names_f or weights_f else steps).append(f)
+            matched_names += [n for n in names_f if n not in matched_names]
+            weights += weights_f
+        if steps and marks.intersection(computed.get(root, ())):
+            # an activation's quantization at its mark (a step of other sites' rewrites, not a
+            # choice), even where a product's output (a MatMul's to float) shares its e-class
+            alone.append((root, steps))
+            steps = []
+        if products or steps:
+            raw.append((root, products + steps, computed.get(root, []), matched_names + weights))
     # Sites that rewrite a common imported node or read a common constant (the weight) are one
     # site: MatMul + Add fused into a Gemm is quantized at the Gemm's e-class and at the
     # MatMul's, and keeping one in float must keep the product in float.
@@ -221,7 +225,10 @@ def sites(
     out, fired = [], []  # the Sites, and each one's firings
     for group in members.values():
         roots = [raw[i][0] for i in group]
-        fs = [f for i in group for f in raw[i][1]]
+        # the site's rule and bound first: an integer-output form's where there is one
+        # (QLinearMatMul beside a MatMul to float: static mode's chains take it, and its bound
+        # counts the output's rounding)
+        fs = sorted((f for i in group for f in raw[i][1]), key=lambda f: not _to_levels(snap, f))
         forbid = {
             index[(raw[i][0], e)]
             for i in group
@@ -272,6 +279,12 @@ def sites(
     chooses = {id(f) for f in quant}
     steps = [f for f in firings if id(f) not in chooses]  # the exact rules' firings
     return out, _activations(snap, index, names, alone, fired, steps)
+
+
+def _to_levels(snap: Snapshot, f: Firing) -> bool:
+    """True if firing `f`'s left side is a QuantizeLinear: its result is an 8-bit value."""
+    lhs = matched(snap, f)
+    return bool(lhs) and lhs[0].op == "QuantizeLinear"
 
 
 def _activations(

@@ -1434,6 +1434,59 @@ def test_static_mode_quantizes_gemms_with_a_bias(tmp_path, make, fired):
     assert np.abs(got - want).max() / np.abs(want).max() < 0.05
 
 
+def head() -> onnx.ModelProto:
+    """x[batch, seq, 256] -> MatMul W1 -> Add B1 -> Relu -> MatMul W2 -> y: a language model's
+    head (or a bias-less classifier) writes a graph output, which no calibrated range marks."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"], name="fc"),
+        helper.make_node("Add", ["h", "B1"], ["h2"], name="bias"),
+        helper.make_node("Relu", ["h2"], ["h3"], name="relu"),
+        helper.make_node("MatMul", ["h3", "W2"], ["y"], name="head"),
+    ]
+    inits = [numpy_helper.from_array(a, n) for a, n in ((W1, "W1"), (B1, "B1"), (W2, "W2"))]
+    graph = helper.make_graph(
+        nodes,
+        "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 64])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+@pytest.mark.parametrize(
+    "options, fired",
+    [
+        ({}, "quantize-matmul-static-to-float"),
+        ({"cpu": "vnni"}, "quantize-matmul-static-to-float-full-range"),
+        ({"rounding": "gptq"}, "quantize-matmul-static-to-float-rounded"),
+        ({"cpu": "vnni", "rounding": "gptq"}, "quantize-matmul-static-to-float-full-range-rounded"),
+    ],
+    ids=["pairs", "vnni", "gptq", "vnni-gptq"],
+)
+def test_static_mode_quantizes_a_product_that_writes_a_graph_output(tmp_path, options, fired):
+    # the head's output stays float: its product runs as MatMulInteger on the calibrated uint8
+    # activation, rescaled to float (before, the static rules needed a quantized output or a
+    # bias, and the head stayed a float MatMul)
+    rng = np.random.default_rng(23)
+    samples = rng.normal(0, 1, (8, 2, 16, 256)).astype(np.float32)
+    cal = tmp_path / "cal.npz"
+    np.savez(cal, x=samples)
+    model = head()
+    q, report = rewrite.optimize_model(model, quantize="static", calibration=str(cal), **options)
+    assert "MatMul" not in ops(q) and ops(q).count("MatMulInteger") == 1
+    assert ops(q).count("QLinearMatMul") == 1
+    assert report.fired.get(fired)
+    assert [s["quantized"] for s in report.extra["quantize"]["sites"]] == [True, True]
+    float_run = ort.InferenceSession(model.SerializeToString())
+    quant_run = ort.InferenceSession(q.SerializeToString())
+    for x in samples[:4]:
+        want = float_run.run(None, {"x": x})[0]
+        got = quant_run.run(None, {"x": x})[0]
+        assert want.std() > 0.05  # not a degenerate output
+        assert 0 < np.abs(got - want).max() / np.abs(want).max() < 0.05
+
+
 def test_static_mode_runs_projections_in_uint8_with_qlinearmatmul(tmp_path):
     # calibrated ranges mark the activations; each MatMul by a constant weight becomes a
     # QLinearMatMul (int8 weights per output column, stepped for pairs), 8 bits in and out

@@ -1730,6 +1730,40 @@ def gemm_static_8bit_transposed_full_range_rounded(xq, sx, zx, w, c, orig) -> np
     )
 
 
+@bound("matmul-static-8bit-to-float", TERM, TERM, TERM, TERM)
+def matmul_static_8bit_to_float(xq, sx, zx, w) -> np.ndarray:
+    """|MatMul(DQ(xq), w) - MatMulInteger(xq, q(w), zx) s_x s_w| per output element (float
+    units), weights stepped by `pair_steps(w, per_column=True)`: `_gemm_static_bound` with a
+    bias of zeros."""
+    return _gemm_static_bound(xq, sx, zx, w, _no_bias(w), pair_steps(w, per_column=True))
+
+
+@bound("matmul-static-8bit-to-float-full-range", TERM, TERM, TERM, TERM)
+def matmul_static_8bit_to_float_full_range(xq, sx, zx, w) -> np.ndarray:
+    """`matmul-static-8bit-to-float` with full-range weight steps, `full_range_steps(w)`."""
+    return _gemm_static_bound(xq, sx, zx, w, _no_bias(w), full_range_steps(w))
+
+
+@bound("matmul-static-8bit-to-float-rounded", TERM, TERM, TERM, TERM, TERM)
+def matmul_static_8bit_to_float_rounded(xq, sx, zx, w, orig) -> np.ndarray:
+    """`matmul-static-8bit-to-float` of the MatMul by w standing in for the MatMul by `orig` (w
+    a calibrated rounding of it), plus the weight's move (see `_gemm_static_bound`)."""
+    steps = pair_steps(w, per_column=True)
+    return _gemm_static_bound(xq, sx, zx, w, _no_bias(w), steps, orig)
+
+
+@bound("matmul-static-8bit-to-float-full-range-rounded", TERM, TERM, TERM, TERM, TERM)
+def matmul_static_8bit_to_float_full_range_rounded(xq, sx, zx, w, orig) -> np.ndarray:
+    """`matmul-static-8bit-to-float-full-range` of the MatMul by w standing in for the MatMul
+    by `orig`, plus the weight's move."""
+    return _gemm_static_bound(xq, sx, zx, w, _no_bias(w), full_range_steps(w), orig)
+
+
+def _no_bias(w: np.ndarray) -> np.ndarray:
+    """A bias of zeros for the [K, N] weight `w`: [N] float32 (the MatMul rules' Gemm bound)."""
+    return np.zeros(w.shape[-1], np.float32)
+
+
 def _gemm_static_bound(xq, sx, zx, w, c, steps: np.ndarray, orig=None) -> np.ndarray:
     """The weight's rounding, sum_k |x_k| s_w[n] / 2 (x = DQ(xq), exact; s_w = `steps`, the
     column scales of the [K, N] weight), the float32 rounding of both sums and of the
