@@ -122,6 +122,10 @@ def _informative(t: TensorType) -> tuple[int, int]:
     return (bool(t.dtype), 1 + all(d is not None for d in t.shape))
 
 
+# ops whose result over an imported constant `Snapshot.value_of` reads as a constant (a view)
+VIEWS = ("Transpose", "Unsqueeze")
+
+
 @dataclass(eq=False)
 class Snapshot:
     """The e-graph as rows. classes: e-class -> its e-nodes. handle: value id -> e-class.
@@ -291,36 +295,50 @@ class Snapshot:
 
     def value_of(self, c: int):
         """The constant held by e-class `c`: an imported one, a `Constant` op's value (e.g.
-        the shape a rule wrote for a Reshape), or a 2-D Transpose of an imported one (a view,
-        read-only: Gemm's transB = 1 weight as a MatMul reads it, fusion/gemm.rules). None if
-        the class holds none of these."""
-        transposed = None
+        the shape a rule wrote for a Reshape), or a view of an imported one (read-only): its
+        2-D Transpose (Gemm's transB = 1 weight as a MatMul reads it, fusion/gemm.rules) or an
+        Unsqueeze by constant axes (a 1-D Conv's weight as the 2-D Conv reads it,
+        quant/static.rules). None if the class holds none of these."""
+        view = None
         for n in self.classes.get(c, ()):
             if n.op == "Leaf" and n.leaf in self.graph.constants:
                 return self.graph.constants[n.leaf]
             if n.op == "Constant":
                 return constant_op_value(n.attrs)
-            if n.op == "Transpose" and transposed is None:
-                transposed = n
-        if transposed is not None:
-            return self._transposed_constant(transposed)
-        return None
+            if n.op in VIEWS and view is None:
+                view = n
+        return None if view is None else self._view_of_constant(view)
 
-    def _transposed_constant(self, n: ENode):
-        """The value of Transpose e-node `n` when it swaps the two axes of an imported
-        constant (perm (1 0)): a read-only view, or None."""
-        (k,) = n.children[:1]
-        for m in self.classes.get(k, ()):
-            if m.op == "Leaf" and m.leaf in self.graph.constants:
-                v = self.graph.constants[m.leaf]
-                spec = OPS.get("Transpose")
-                attrs = {a.name: decode_attr(a.kind, t) for a, t in zip(spec.attrs, n.attrs)}
-                if v.ndim != 2 or tuple(attrs.get("perm") or (1, 0)) != (1, 0):
-                    return None
-                view = v.T
-                view.setflags(write=False)
-                return view
-        return None
+    def _view_of_constant(self, n: ENode):
+        """The value of `VIEWS` e-node `n` of an imported constant: a Transpose that swaps the
+        two axes of a 2-D one, an Unsqueeze by constant axes; read-only, or None."""
+        v = next(
+            (
+                self.graph.constants[m.leaf]
+                for m in self.classes.get(n.children[0], ())
+                if m.op == "Leaf" and m.leaf in self.graph.constants
+            ),
+            None,
+        )
+        if v is None:
+            return None
+        if n.op == "Transpose":
+            spec = OPS.get("Transpose")
+            attrs = {a.name: decode_attr(a.kind, t) for a, t in zip(spec.attrs, n.attrs)}
+            if v.ndim != 2 or tuple(attrs.get("perm") or (1, 0)) != (1, 0):
+                return None
+            view = v.T
+        else:  # Unsqueeze(v, axes): axes a constant of distinct axes of the result's rank
+            axes = None if len(n.children) < 2 else self.value_of(n.children[1])
+            if axes is None or axes.ndim != 1:
+                return None
+            rank = v.ndim + axes.size
+            norm = sorted(int(a) % rank for a in axes if -rank <= int(a) < rank)
+            if len(set(norm)) != axes.size:
+                return None
+            view = np.expand_dims(v, tuple(norm))
+        view.setflags(write=False)
+        return view
 
     def info(self, c: int) -> ClassInfo:
         """What guards see of e-class `c`: its type is inferred only when a guard reads it

@@ -20,7 +20,7 @@ from onnx.reference import ReferenceEvaluator
 
 from dsl.ir import OpNode, Rule
 from engine.cost import CostModel, graph_node_cost
-from engine.egraph import ENode, Snapshot
+from engine.egraph import VIEWS, ENode, Snapshot
 from engine.provenance import Firing, matched, original_names
 from vocab.graph import components
 from vocab.onnx_nodes import onnx_node
@@ -174,9 +174,10 @@ def sites(
         for v in snap.graph.constants
         if v in snap.handle and np.size(snap.graph.constants[v]) > 1
     }
-    # and a weight read through a Transpose (a bias-less Gemm's transB = 1 weight, as its
-    # MatMul reads it: `Snapshot.value_of`), which ties the MatMul's firings to the Gemm's
-    constant |= {c for c, n in snap.nodes if n.op == "Transpose" and n.children[0] in constant}
+    # and a weight read through a view (a bias-less Gemm's transB = 1 weight as its MatMul
+    # reads it, a 1-D Conv's as its 2-D form reads it: `Snapshot.value_of`), which ties those
+    # firings to the original product's
+    constant |= {c for c, n in snap.nodes if n.op in VIEWS and n.children[0] in constant}
     # imported nodes that rewriting proved equal to their first input (an identity, such as
     # the marks of patterns/quant/static.rules): they compute nothing, so a site is not tied to
     # another through one, nor named by one's op

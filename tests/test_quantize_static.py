@@ -797,3 +797,60 @@ def test_quant_lowers_a_qdq_product_to_qlinearmul_for_onnxruntime():
         ref, got = run_plain(model, feeds)[0], run_plain(out, feeds)[0]
         assert len(np.unique(ref)) > 100  # not degenerate
         assert np.abs(got.astype(int) - ref.astype(int)).max() <= 1
+
+
+def audio_cnn(rng: np.random.Generator) -> onnx.ModelProto:
+    """x[1, 1, 4000] -> Conv1d(32, k 10, stride 5) -> Relu -> Conv1d(32, k 3, stride 2, pads 1,
+    bias) -> Relu -> Conv1d(32, k 5, group 4, pads 2) -> Relu -> GlobalAveragePool: a speech
+    model's feature extractor (Wav2Vec2's is seven such Conv1ds), He-scaled weights, nonzero
+    biases, at opset 17."""
+
+    def weight(cout: int, cin: int, k: int) -> np.ndarray:
+        return rng.normal(0, np.sqrt(2 / (cin * k)), (cout, cin, k)).astype(np.float32)
+
+    inits = {
+        "w1": weight(32, 1, 10),
+        "w2": weight(32, 32, 3),
+        "b2": rng.normal(0, 0.2, 32).astype(np.float32),
+        "w3": weight(32, 8, 5),
+        "b3": rng.normal(0, 0.2, 32).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[10], strides=[5], name="c1"),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2], pads=[1, 1], name="c2"),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[2, 2], group=4, name="c3"),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("GlobalAveragePool", ["r3"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "audio",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4000])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 1])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("cpu", ["any", "vnni"])
+def test_static_mode_quantizes_1d_convs_as_their_2d_form(tmp_path, cpu):
+    # conv1d-as-conv2d: each Conv1d is a Conv over a (1, L) image; the 2-D rule makes it a
+    # QLinearConv, and the Unsqueeze and Squeeze between two of them cancel on the integers
+    rng = np.random.default_rng(31)
+    model = audio_cnn(rng)
+    samples = rng.normal(0, 1, (8, 1, 1, 4000)).astype(np.float32)
+    cal = tmp_path / "cal.npz"
+    np.savez(cal, x=samples)
+    q, report = rewrite.optimize_model(model, quantize="static", calibration=str(cal), cpu=cpu)
+    assert ops(q).count("QLinearConv") == 3 and "Conv" not in ops(q)
+    assert ops(q).count("Unsqueeze") == ops(q).count("Squeeze") == 1
+    assert report.fired.get("conv1d-as-conv2d") and report.fired.get("quantize-of-squeeze-alt1")
+    assert all(s["quantized"] for s in report.extra["quantize"]["sites"])
+    errors = []
+    for x in rng.normal(0, 1, (4, 1, 1, 4000)).astype(np.float32):  # held out
+        want, got = run(model, x), run(q, x)
+        assert np.ptp(want) > 0.1  # not degenerate
+        errors.append(np.abs(got - want).max() / np.abs(want).max())
+    assert 0 < max(errors) < 0.05

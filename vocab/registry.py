@@ -502,6 +502,37 @@ def merge_pads(pads: ClassInfo, p: tuple[int, ...] | None, x: ClassInfo) -> tupl
     )
 
 
+@builder("conv2d-kernel-of-1d", ATTR, TERM)
+def conv2d_kernel_of_1d(k: tuple[int, ...] | None, w: ClassInfo) -> tuple[int, ...] | None:
+    """The kernel_shape of a 1-D Conv as the 2-D Conv over (1, L) it equals: (1, k), k the
+    attribute's or, absent, the weight's last dimension (ONNX Conv infers it so). None when
+    neither says a kernel of one axis."""
+    if k:
+        return (1, int(k[0])) if len(k) == 1 else None
+    ws = w.type.shape
+    if ws is None or len(ws) != 3 or not isinstance(ws[2], int):
+        return None
+    return (1, ws[2])
+
+
+@builder("conv2d-ints-of-1d", ATTR)
+def conv2d_ints_of_1d(v: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """A 1-D Conv's strides or dilations for the 2-D Conv over (1, L): (1, v), 1 for absent
+    (ONNX Conv's default). None when `v` is not of one axis."""
+    if not v:
+        return (1, 1)
+    return (1, int(v[0])) if len(v) == 1 else None
+
+
+@builder("conv2d-pads-of-1d", ATTR)
+def conv2d_pads_of_1d(p: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """A 1-D Conv's pads (begin, end) for the 2-D Conv over (1, L): (0, begin, 0, end), zeros
+    for absent. None when `p` is not of one axis."""
+    if not p:
+        return (0, 0, 0, 0)
+    return (0, int(p[0]), 0, int(p[1])) if len(p) == 2 else None
+
+
 @guard("nonempty", TERM)
 def nonempty(x: ClassInfo) -> bool:
     """True if `x` has a static shape with every dimension >= 1 (an op over it, a TopK along

@@ -81,6 +81,7 @@ QUANT_RULESETS = {
     ),
     ("static", True, 8): (
         "quant-static",
+        "quant-static-conv1d",
         "quant-static-conv",
         "quant-static-conv-rounded",
         "quant-static-matmul",
