@@ -401,6 +401,7 @@ def test_shipped_library_checks():
         "quant-weight-only-4bit-rounded-onnx",
         "quant-weight-only-8bit-rounded-onnx",
         "quant-static",
+        "quant-static-conv1d",
         "quant-static-conv",
         "quant-static-matmul",
         "quant-static-conv-vnni",

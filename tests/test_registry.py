@@ -1215,6 +1215,43 @@ def test_static_rounded_bounds_add_the_weights_move(kind):
     np.testing.assert_allclose((bc - plain_c).ravel(), extra / float(sy), rtol=1e-9)
 
 
+@pytest.mark.parametrize("kind", STEP_KINDS)
+def test_static_matmul_to_float_bounds_are_the_gemm_bounds_without_a_bias(kind):
+    # a MatMul whose output stays float (patterns/quant/static_matmul.rules): its bound is the
+    # Gemm's with a bias of zeros, per output element, over a 3-D activation too, and holds;
+    # the rounded form adds the weight's move as the Gemm's does
+    suffix, _, column_steps = STEP_KINDS[kind]
+    rng = np.random.default_rng(17)
+    sx, zx = np.float32(0.02), np.uint8(120)
+    xq = rng.integers(0, 256, (2, 3, 64)).astype(np.uint8)
+    orig = rng.normal(0, 0.05, (64, 8)).astype(np.float32)
+    w = _moved(orig, column_steps(orig), rng)
+    args = (xq, np.array(sx), np.array(zx))
+    zeros = np.zeros(8, np.float32)
+    b = covers("matmul-static-8bit-to-float" + suffix).fn(*args, w)
+    assert b.shape == (2, 3, 8)
+    np.testing.assert_array_equal(b, covers("gemm-static-8bit" + suffix).fn(*args, w, zeros))
+    br = covers("matmul-static-8bit-to-float" + suffix + "-rounded").fn(*args, w, orig)
+    gr = covers("gemm-static-8bit" + suffix + "-rounded").fn(*args, w, zeros, orig)
+    np.testing.assert_array_equal(br, gr)
+    sw = column_steps(w)
+    x = (xq.astype(np.float32) - np.float32(120)) * sx
+    ints = (xq.astype(np.int32) - 120) @ np.clip(np.rint(w / sw), -127, 127).astype(np.int32)
+    err = np.abs(x @ orig - ints.astype(np.float32) * (sx * sw))
+    assert err.max() > 0 and np.all(err <= br) and np.all(np.abs(x @ w - ints * (sx * sw)) <= b)
+
+
+def test_conv2d_of_1d_builders_write_a_1d_convs_attributes_over_one_by_l():
+    kernel = covers("conv2d-kernel-of-1d").fn
+    ints = covers("conv2d-ints-of-1d").fn
+    pads = covers("conv2d-pads-of-1d").fn
+    w = ClassInfo(TensorType(1, (32, 8, 5)))
+    assert kernel((5,), w) == (1, 5) and kernel(None, w) == (1, 5)  # absent: the weight's
+    assert kernel((3, 3), w) is None and kernel(None, ClassInfo(TensorType(1, (32, 8)))) is None
+    assert ints((2,)) == (1, 2) and ints(None) == (1, 1) and ints((2, 2)) is None
+    assert pads((1, 2)) == (0, 1, 0, 2) and pads(None) == (0, 0, 0, 0) and pads((1,)) is None
+
+
 def test_static_gemm_bound_covers_float32_underflow():
     # verify's counterexample: a weight entry of 2^-126 gets a subnormal step (2^-126 / 127);
     # the float side's product rounds to -2^-149, the rescale s_x s_w rounds to 0 (right side 0)
