@@ -225,8 +225,16 @@ def errors(
 
 
 def latency(name: str, ref: ort.InferenceSession, q: ort.InferenceSession, runs: int) -> float:
-    """Median of `runs` paired latency ratios q / ref, the two run alternately."""
-    feeds = M.make_inputs(name)
+    """Median of `runs` paired latency ratios q / ref, the two run alternately on model
+    `name`'s bench input (`paired_ratio`)."""
+    return paired_ratio(ref, q, M.make_inputs(name), runs)
+
+
+def paired_ratio(
+    ref: ort.InferenceSession, q: ort.InferenceSession, feeds: dict, runs: int
+) -> float:
+    """Median of `runs` paired latency ratios q / ref on `feeds`, the two run alternately
+    (three warm-up runs each first)."""
     for s in (ref, q):
         for _ in range(3):
             s.run(None, feeds)

@@ -3,15 +3,19 @@
     python bench/quant_archs.py                                  # all, TorchScript, every mode
     python bench/quant_archs.py --models albert convnext --modes static static-gptq
     python bench/quant_archs.py --exporters torchscript dynamo
+    python bench/quant_archs.py --models wav2vec2 gpt2-lm --modes static --measure --onnxruntime
 
-bench/quant.py measures latency and error on seven full-size models; this runs
-`rewrite quantize` (the CLI, as a user does, its output check on) in each mode over eleven
-more transformers architectures (ConvNeXt, RegNet, MobileViT, Wav2Vec2, RoBERTa, ALBERT,
-DeBERTa-v2, BART, OPT, Qwen2, SegFormer) and reports per run what came of it: `ok`, `refused`
-(a one-line `error:` and a non-zero exit: the output check's measured error, an option that
-does not apply), `crashed` (anything else: a traceback, a signal) or `timed out`
-(`--timeout`). Crashes and time-outs are the bugs this looks for; refusals by the output
-check at its 10% say how hard the model is to quantize.
+bench/quant.py measures latency and error on seven full-size models; this runs `rewrite
+quantize` (the CLI, as a user does, its output check on) in each mode over twelve more
+transformers architectures (ConvNeXt, RegNet, MobileViT, Wav2Vec2, RoBERTa, ALBERT, DeBERTa-v2,
+BART, OPT, Qwen2, SegFormer, and GPT-2 with its language-model head) and reports per run what
+came of it: `ok`, `refused` (a one-line `error:` and a non-zero exit: the output check's
+measured error, an option that does not apply), `crashed` (anything else: a traceback, a signal)
+or `timed out` (`--timeout`). Crashes and time-outs are the bugs this looks for; refusals by the
+output check at its 10% say how hard the model is to quantize. `--measure` also times each
+written file against the float model and compares their outputs on held-out samples;
+`--onnxruntime` adds onnxruntime's own quantizer of each mode's kind, on the same calibration
+file.
 
 Models have transformers' default widths, random weights with randomized biases and norm
 scales (bench/models.py's `randomize_biases_and_norms`) and BatchNorm statistics calibrated on
@@ -42,6 +46,7 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import models as M  # noqa: E402  (bench/models.py, beside this file)
+import quant as Q  # noqa: E402  (bench/quant.py: onnxruntime's quantizers, sessions, latency)
 
 CACHE = M.CACHE / "archs"
 SAMPLES = 8
@@ -72,7 +77,10 @@ ARCHS = {
         "text",
     ),
     "segformer": ("SegformerModel", {}, "image"),
+    # a language model's head: the logits' MatMul by the tied embedding writes the graph output
+    "gpt2-lm": ("GPT2LMHeadModel", {"n_layer": 2}, "text"),
 }
+CONFIGS = {"GPT2LMHeadModel": "GPT2Config"}  # else the class name with Config for Model
 CAL = "CAL"  # stands for --calibration FILE in MODES
 MODES = {
     "dynamic": (),
@@ -108,7 +116,7 @@ def build(name: str):
 
     cls, overrides, _ = ARCHS[name]
     torch.manual_seed(M.SEED)
-    config = getattr(transformers, cls.replace("Model", "Config"))(**overrides)
+    config = getattr(transformers, CONFIGS.get(cls, cls.replace("Model", "Config")))(**overrides)
     if hasattr(config, "use_cache"):
         config.use_cache = False
     model = getattr(transformers, cls)(config).eval()
@@ -241,23 +249,20 @@ def calibration(name: str) -> Path:
     return path
 
 
-def run(src: Path, mode: str, cal: Path, timeout: float) -> tuple[str, str, float]:
-    """(outcome, its first line, seconds) of `rewrite quantize SRC OUT` in `mode`, OUT in a
-    temporary folder (the outcome is what this bench keeps: ALBERT's files are 200-800 MB);
-    a run still going after `timeout` seconds is stopped, `timed out`."""
+def run(src: Path, out: Path, mode: str, cal: Path, timeout: float) -> tuple[str, str, float]:
+    """(outcome, its first line, seconds) of `rewrite quantize SRC OUT` in `mode`; a run still
+    going after `timeout` seconds is stopped, `timed out`."""
     args = [a for m in MODES[mode] for a in (["--calibration", str(cal)] if m == CAL else [m])]
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "quantized.onnx"
-        try:
-            done = subprocess.run(
-                ["rewrite", "quantize", str(src), str(out), "-q", *args],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired:
-            return "timed out", f"stopped after {timeout:g} s", time.perf_counter() - start
+    try:
+        done = subprocess.run(
+            ["rewrite", "quantize", str(src), str(out), "-q", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return "timed out", f"stopped after {timeout:g} s", time.perf_counter() - start
     seconds = time.perf_counter() - start
     lines = done.stderr.strip().splitlines()
     if done.returncode == 0:
@@ -265,6 +270,45 @@ def run(src: Path, mode: str, cal: Path, timeout: float) -> tuple[str, str, floa
     if len(lines) == 1 and lines[0].startswith("error:"):
         return "refused", lines[0][len("error: ") :][:110], seconds
     return "crashed", (lines[-1] if lines else f"exit {done.returncode}")[:110], seconds
+
+
+# onnxruntime's quantizer beside each of our modes (`--onnxruntime`): the one a user of
+# that mode would otherwise run, with the same calibration file where it takes one
+ORT_QUANTIZERS = {
+    "dynamic": ("quantize_dynamic", lambda src, dst, cal: Q.quantize_ort(src, dst)),
+    "weight-only": (
+        "MatMulNBitsQuantizer",
+        lambda src, dst, cal: Q.quantize_ort_weight_only(src, dst),
+    ),
+    "static": ("quantize_static", Q.quantize_ort_static),
+}
+MEASURED = 8  # held-out samples (seed 2000) that `--measure` compares outputs on
+LATENCY_RUNS = 10
+
+
+def measure(name: str, src: Path, out: Path) -> dict:
+    """Latency of OUT against SRC (the median of paired ratios on one sample, 1 thread, both
+    at ORT_ENABLE_ALL: `quant.paired_ratio`) and the error of its outputs over `MEASURED`
+    held-out samples: per sample the worst output's max|q - ref| / max|ref| (`quant.
+    worst_output`), their mean and worst."""
+    ref, q = Q.session(src), Q.session(out)
+    feeds = samples(name, MEASURED, 2000)
+    per = []
+    for i in range(MEASURED):
+        one = {k: v[i] for k, v in feeds.items()}
+        per.append(Q.worst_output(ref.run(None, one), q.run(None, one)))
+    first = {k: v[0] for k, v in feeds.items()}
+    ratio = Q.paired_ratio(ref, q, first, LATENCY_RUNS)
+    return {"latency": ratio, "mean": float(np.mean(per)), "worst": float(np.max(per))}
+
+
+def _row(name, exporter, mode, outcome, message, seconds, m: dict, args) -> str:
+    """A table row; with `--measure`, `m` (`measure`'s, empty for a run that wrote nothing)."""
+    cells = [name, exporter, mode, outcome, message, f"{seconds:.1f}"]
+    if args.measure:
+        got = [f"{m['latency']:.3f}x", f"{m['mean']:.1%}", f"{m['worst']:.1%}"] if m else []
+        cells += got or ["-"] * 3
+    return "| " + " | ".join(cells) + " |"
 
 
 def main(argv=None) -> int:
@@ -279,9 +323,24 @@ def main(argv=None) -> int:
         help="seconds one `rewrite quantize` run may take before it is stopped and reported "
         "`timed out` (default 1800: ALBERT's GPTQ runs take 60-120 s)",
     )
+    ap.add_argument(
+        "--measure",
+        action="store_true",
+        help=f"also measure each written file: latency against the float model (1 thread) and "
+        f"output error on {MEASURED} held-out samples",
+    )
+    ap.add_argument(
+        "--onnxruntime",
+        action="store_true",
+        help="also run onnxruntime's quantizer of each mode's kind (quantize_dynamic, "
+        "MatMulNBitsQuantizer, quantize_static with the same calibration file); with --measure",
+    )
     args = ap.parse_args(argv)
-    print("| model | exporter | mode | outcome | message | seconds |")
-    print("|---|---|---|---|---|---|")
+    head = "| model | exporter | mode | outcome | message | seconds |"
+    if args.measure:
+        head += " latency / float | mean error | worst error |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
     crashed = timed_out = 0
     for name in args.models:
         for exporter in args.exporters:
@@ -289,12 +348,29 @@ def main(argv=None) -> int:
             if not isinstance(src, Path):
                 print(f"| {name} | {exporter} | - | not exported | {src} | - |", flush=True)
                 continue
+            kinds = dict.fromkeys(
+                next(k for k in ORT_QUANTIZERS if m.startswith(k)) for m in args.modes
+            )
             for mode in args.modes:
-                outcome, message, seconds = run(src, mode, calibration(name), args.timeout)
+                with tempfile.TemporaryDirectory() as folder:  # ALBERT's files are 200-800 MB
+                    out = Path(folder) / "quantized.onnx"
+                    outcome, message, seconds = run(src, out, mode, calibration(name), args.timeout)
+                    m = measure(name, src, out) if args.measure and outcome == "ok" else {}
                 crashed += outcome == "crashed"
                 timed_out += outcome == "timed out"
-                row = f"| {name} | {exporter} | {mode} | {outcome} | {message} | {seconds:.1f} |"
-                print(row, flush=True)
+                print(_row(name, exporter, mode, outcome, message, seconds, m, args), flush=True)
+            for kind in kinds if args.onnxruntime else ():
+                what, quantize = ORT_QUANTIZERS[kind]
+                with tempfile.TemporaryDirectory() as folder:
+                    out = Path(folder) / "quantized.onnx"
+                    try:
+                        seconds, outcome, message = quantize(src, out, calibration(name)), "ok", ""
+                    except subprocess.CalledProcessError as e:
+                        lines = (e.stderr or "").strip().splitlines() or [f"exit {e.returncode}"]
+                        seconds, outcome, message = 0.0, "failed", lines[-1][:110]
+                    m = measure(name, src, out) if args.measure and outcome == "ok" else {}
+                mode = f"onnxruntime {what}"
+                print(_row(name, exporter, mode, outcome, message, seconds, m, args), flush=True)
     print(f"\n{crashed} crashed, {timed_out} timed out")
     return 1 if crashed or timed_out else 0
 
