@@ -10,8 +10,9 @@ quantize` (the CLI, as a user does, its output check on) in each mode over twelv
 transformers architectures (ConvNeXt, RegNet, MobileViT, Wav2Vec2, RoBERTa, ALBERT, DeBERTa-v2,
 BART, OPT, Qwen2, SegFormer, and GPT-2 with its language-model head) and reports per run what
 came of it: `ok`, `refused` (a one-line `error:` and a non-zero exit: the output check's
-measured error, an option that does not apply), `crashed` (anything else: a traceback, a signal)
-or `timed out` (`--timeout`). Crashes and time-outs are the bugs this looks for; refusals by the
+measured error, an option that does not apply), `crashed` (an engine error the CLI reports in
+one line, `optimization failed: ...`, or anything else: a traceback, a signal) or `timed out`
+(`--timeout`). Crashes and time-outs are the bugs this looks for; refusals by the
 output check at its 10% say how hard the model is to quantize. `--measure` also times each
 written file against the float model and compares their outputs on held-out samples;
 `--onnxruntime` adds onnxruntime's own quantizer of each mode's kind, on the same calibration
@@ -47,6 +48,8 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import models as M  # noqa: E402  (bench/models.py, beside this file)
 import quant as Q  # noqa: E402  (bench/quant.py: onnxruntime's quantizers, sessions, latency)
+
+from rewrite.cli import INTERNAL_ERROR  # noqa: E402
 
 CACHE = M.CACHE / "archs"
 SAMPLES = 8
@@ -268,7 +271,10 @@ def run(src: Path, out: Path, mode: str, cal: Path, timeout: float) -> tuple[str
     if done.returncode == 0:
         return "ok", "", seconds
     if len(lines) == 1 and lines[0].startswith("error:"):
-        return "refused", lines[0][len("error: ") :][:110], seconds
+        message = lines[0][len("error: ") :]
+        if message.startswith(INTERNAL_ERROR):  # an engine bug, said in one line: a crash
+            return "crashed", message[:110], seconds
+        return "refused", message[:110], seconds
     return "crashed", (lines[-1] if lines else f"exit {done.returncode}")[:110], seconds
 
 

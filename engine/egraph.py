@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import tempfile
+import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -327,18 +328,16 @@ class Snapshot:
             attrs = {a.name: decode_attr(a.kind, t) for a, t in zip(spec.attrs, n.attrs)}
             if v.ndim != 2 or tuple(attrs.get("perm") or (1, 0)) != (1, 0):
                 return None
-            view = v.T
-        else:  # Unsqueeze(v, axes): axes a constant of distinct axes of the result's rank
-            axes = None if len(n.children) < 2 else self.value_of(n.children[1])
-            if axes is None or axes.ndim != 1:
-                return None
-            rank = v.ndim + axes.size
-            norm = sorted(int(a) % rank for a in axes if -rank <= int(a) < rank)
-            if len(set(norm)) != axes.size:
-                return None
-            view = np.expand_dims(v, tuple(norm))
-        view.setflags(write=False)
-        return view
+            return _view(v, ("T",))
+        # Unsqueeze(v, axes): axes a constant of distinct axes of the result's rank
+        axes = None if len(n.children) < 2 else self.value_of(n.children[1])
+        if axes is None or axes.ndim != 1:
+            return None
+        rank = v.ndim + axes.size
+        norm = tuple(sorted(int(a) % rank for a in axes if -rank <= int(a) < rank))
+        if len(set(norm)) != axes.size:
+            return None
+        return _view(v, ("unsqueeze", *norm))
 
     def info(self, c: int) -> ClassInfo:
         """What guards see of e-class `c`: its type is inferred only when a guard reads it
@@ -362,6 +361,24 @@ class Snapshot:
             r = f"({n.op} {kids} {' '.join(egg_string(a) for a in n.attrs)})"
         self._reps[c] = r
         return r
+
+
+_VIEWS: dict[tuple, tuple] = {}  # (id(base), how) -> (weakref to base, view)
+
+
+def _view(base: np.ndarray, how: tuple) -> np.ndarray:
+    """The read-only view `how` of `base` (("T",): its transpose; ("unsqueeze", *axes)), the
+    same object while `base` lives: the rules' builders remember what they computed of a
+    weight by its identity (vocab.registry's step caches), and a snapshot is read again at
+    every saturation iteration."""
+    key = (id(base), how)
+    hit = _VIEWS.get(key)
+    if hit is not None and hit[0]() is base:
+        return hit[1]
+    view = base.T if how == ("T",) else np.expand_dims(base, how[1:])
+    view.setflags(write=False)
+    _VIEWS[key] = (weakref.ref(base, lambda _, k=key: _VIEWS.pop(k, None)), view)
+    return view
 
 
 class _LazyInfo(ClassInfo):

@@ -39,6 +39,7 @@ from vocab.ops import TARGETS
 # 2 s). Such imports stay in the command-line entry points (tests/test_layers.py lists them).
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+INTERNAL_ERROR = "optimization failed"  # how a one-line error names an engine bug
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -827,7 +828,7 @@ def cmd_optimize(args) -> int:
     except Exception as e:  # an engine bug: say so in one line, write nothing
         _discard(staged)
         first = str(e).splitlines()[0] if str(e) else ""
-        return _fail(f"optimization failed: {type(e).__name__}: {first}")
+        return _fail(f"{INTERNAL_ERROR}: {type(e).__name__}: {first}")
     clock = time.perf_counter()
     try:
         staged[-1].commit()
