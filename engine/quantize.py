@@ -410,6 +410,13 @@ class _Origins:
         return out
 
 
+def quantized_ops(rules) -> set[str]:
+    """The ops that the quantization rules among `rules` quantize (`quant` rules whose result
+    is a choice): each left side's root op, or the op under its root QuantizeLinear (the
+    static rules' Q(Conv(DQ(x), w)))."""
+    return _quantized_ops(r for r in rules if _chooses(r))
+
+
 def _quantized_ops(rules) -> set[str]:
     """The ops that `rules` quantize: each left side's root op, or the op under its root
     QuantizeLinear (the static rules' Q(Conv(DQ(x), w)))."""

@@ -842,6 +842,7 @@ def cmd_optimize(args) -> int:
         if args.explain:
             _print_explained(report, done.model, done.rules)
             _print_rejected(report)
+    _print_warning(report)
     if args.report:
         _write_report(Path(args.report), report, done.diffs)
     if not args.quiet:
@@ -906,6 +907,7 @@ def _mismatch(args, done, src: Path, start: float) -> int:
         from frontends.onnx.api import Options
 
         _print_summary(report, done.diffs, Options(atol=args.atol, rtol=args.rtol), False)
+    _print_warning(report)
     if args.report:
         _write_report(Path(args.report), report, done.diffs)
     bad = ", ".join(d.name for d in done.diffs if not d.ok)
@@ -1180,10 +1182,16 @@ def _print_quantized(record: dict, verbose: bool) -> None:
             ),
             markup=False,
         )
-    if record.get("warning"):
-        err.print(f"warning: {record['warning']}", markup=False)
     if record.get("note"):
         err.print(f"note: {record['note']}", markup=False)
+
+
+def _print_warning(report) -> None:
+    """A quantization run's warning (`Chooser.record["warning"]`), on stderr: printed with
+    --quiet too, like an error (nothing quantized, drawn calibration inputs, ...)."""
+    warning = report.extra.get("quantize", {}).get("warning")
+    if warning:
+        err.print(f"warning: {warning}", markup=False)
 
 
 def _unsmoothing_refused(smooth: dict) -> str:

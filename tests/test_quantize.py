@@ -342,6 +342,46 @@ def test_cli_quantize(tmp_path, capsys):
     assert not bad.exists()
 
 
+def test_a_run_that_quantizes_nothing_says_why(tmp_path, capsys):
+    # a float16 model (the rules read float32 weights), and a model without the mode's ops:
+    # the file is written (a valid model, the cleanup's), with a warning naming the reason,
+    # on stderr with --quiet too; a run that quantizes has no such warning
+    half = mlp()
+    for t in half.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+    for v in (*half.graph.input, *half.graph.output):
+        v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    _, report = rewrite.optimize_model(half, quantize="dynamic")
+    assert report.extra["quantize"]["warning"] == (
+        "nothing was quantized: 2 MatMul compute float16 (the rules take float32)"
+    )
+    conv = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Conv", ["x", "w"], ["y"])],
+            "conv",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+            [numpy_helper.from_array(RNG.normal(0, 1, (4, 4, 3, 3)).astype(np.float32), "w")],
+        ),
+        opset_imports=[helper.make_opsetid("", 18)],
+        ir_version=10,
+    )
+    _, report = rewrite.optimize_model(conv, quantize="dynamic")
+    assert report.extra["quantize"]["warning"] == (
+        "nothing was quantized: the model has none of the ops --mode dynamic quantizes "
+        "(Gather, Gemm, MatMul)"
+    )
+    _, report = rewrite.optimize_model(mlp(), quantize="dynamic")
+    assert "warning" not in report.extra["quantize"]
+    src, dst = tmp_path / "half.onnx", tmp_path / "q.onnx"
+    onnx.save(half, src)
+    assert main(["quantize", str(src), str(dst), "-q"]) == 0 and dst.exists()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("warning: nothing was quantized: ")
+    assert "MatMul compute float16" in captured.err and len(captured.err.splitlines()) == 1
+
+
 def named_mlp() -> onnx.ModelProto:
     """`mlp()` with node names, as exporters give them (fc1/MatMul, fc1/Add, relu, fc2/MatMul)."""
     model = mlp()

@@ -26,6 +26,7 @@ from dsl import load_rules as parse_rules
 from dsl import shipped_rules_dir
 from dsl.ir import RuleSet
 from engine.optimize import FP_CLASSES, Report
+from engine.quantize import quantized_ops
 from engine.saturate import Limits
 from engine.selection import pick_rules
 from frontends.onnx import ModelError, external, import_model, load_model, onnx_counts, structure
@@ -47,6 +48,7 @@ from frontends.onnx.quantize import (
     drawn_calibration,
     held_out_feeds,
     load_calibration,
+    nothing_quantized,
     observe,
     product_boundary,
     rounding_marks,
@@ -296,14 +298,23 @@ class Options:
         o.validate()
         return o.quantized()
 
+    @property
+    def quant_rulesets(self) -> tuple[str, ...]:
+        """The rulesets of patterns/quant/ that quantize in this mode, for this CPU and target
+        (`QUANT_RULESETS`, `CPU_RULESETS`); () without `quantize`."""
+        if self.quantize is None:
+            return ()
+        keep = tuple(CPU_RULESETS[self.cpu].get(r, r) for r in QUANT_RULESETS[self._quant_key])
+        if self.quantize == "weight-only":  # MatMulNBits for onnxruntime, else the ONNX form
+            keep = tuple(r for r in keep if r.endswith("-onnx") == (self.target != "onnxruntime"))
+        return keep
+
     def quantized(self) -> Options:
         """These options with `quantize` spelled out: the `quant` class allowed, the quant
         rulesets of other modes skipped (no change when `quantize` is None)."""
         if self.quantize is None:
             return self
-        keep = tuple(CPU_RULESETS[self.cpu].get(r, r) for r in QUANT_RULESETS[self._quant_key])
-        if self.quantize == "weight-only":  # MatMulNBits for onnxruntime, else the ONNX form
-            keep = tuple(r for r in keep if r.endswith("-onnx") == (self.target != "onnxruntime"))
+        keep = self.quant_rulesets
         every = dict.fromkeys(
             [r for rs in QUANT_RULESETS.values() for r in rs]
             + [r for m in CPU_RULESETS.values() for r in m.values()]
@@ -673,6 +684,12 @@ def _rulesets(rules: RuleSet, names: tuple[str, ...]) -> RuleSet:
     return RuleSet(tuple(r for r in rules.rules if r.ruleset in names), rules.files)
 
 
+def _warn(record: dict, warning: str) -> None:
+    """Add `warning` to a quantization record's warnings (one line, `; `-joined)."""
+    earlier = record.get("warning")
+    record["warning"] = f"{earlier}; {warning}" if earlier else warning
+
+
 def _no_stage(label: str):
     return contextlib.nullcontext()
 
@@ -948,8 +965,13 @@ def run(
                 f"{left} calibrated activations were left in float: the static rules did not "
                 "run on them" + (f" ({note})" if note else "")
             )
-            earlier = choose.record.get("warning")
-            choose.record["warning"] = f"{earlier}; {warning}" if earlier else warning
+            _warn(choose.record, warning)
+    if choose is not None and not choose.record.get("sites"):  # not one product matched
+        ops = quantized_ops(r for r in rules.rules if r.ruleset in options.quant_rulesets)
+        _warn(
+            choose.record,
+            f"nothing was quantized: {nothing_quantized(model, ops, options.quantize)}",
+        )
     if choose is not None and options.held_out:
         with stage("measuring the result on the held-out inputs") as detail:
             choose.progress = detail
@@ -959,8 +981,7 @@ def run(
             "cpu vnni: this CPU has no VNNI, so onnxruntime here adds int16 pairs of products, "
             "which full-range weights can saturate; the output check runs on this CPU"
         )
-        earlier = choose.record.get("warning")
-        choose.record["warning"] = f"{earlier}; {warning}" if earlier else warning
+        _warn(choose.record, warning)
     if options.cpu == "any" and options.cpu_applies("vnni") and int8_sums_in_int32():
         choose.record["note"] = (
             "this CPU sums int8 products in int32 (VNNI): for a file that will run on such a "

@@ -802,6 +802,43 @@ def calibrate(
     return {n: Range(lo[n], hi[n]) for n in lo}
 
 
+WEIGHT_INPUT = {"Gather": 0}  # where an op quantized by its constant operand reads it (else 1)
+
+
+def nothing_quantized(model: onnx.ModelProto, ops: set[str], mode: str) -> str:
+    """Why a quantization run in `mode` quantized nothing in `model`, for a user's warning:
+    the nodes of `ops` (the op types the mode's rulesets quantize, `engine.quantize.
+    quantized_ops`) that read a weight, products (families CONV and MATMUL) and a Gather's
+    table, whose weight operand (input 1; the table, input 0) is not a float32 constant,
+    counted by op and reason, or that the model has none of those ops. The rules read a
+    weight's values to quantize it (scales from its range), in float32."""
+    g = model.graph
+    types = {t.name: t.data_type for t in g.initializer}
+    for n in g.node:  # Constant nodes hold constants too
+        if n.op_type == "Constant" and n.output and not n.domain:
+            value = next((a.t for a in n.attribute if a.name == "value"), None)
+            if value is not None:
+                types[n.output[0]] = value.data_type
+    weighted = set(FAMILIES["CONV"]) | set(FAMILIES["MATMUL"]) | set(WEIGHT_INPUT)
+    ops = ops & weighted  # (not the lowering of QDQ groups, which needs no weight)
+    found = [n for n in g.node if n.op_type in ops and not n.domain]
+    if not found:
+        return f"the model has none of the ops --mode {mode} quantizes ({', '.join(sorted(ops))})"
+    reasons: dict[tuple[str, str], int] = {}
+    for n in found:
+        k = WEIGHT_INPUT.get(n.op_type, 1)
+        w = n.input[k] if len(n.input) > k else ""
+        if w not in types:
+            why = "read no constant weight"
+        elif types[w] != onnx.TensorProto.FLOAT:
+            dtype = onnx.TensorProto.DataType.Name(types[w]).lower()
+            why = f"compute {dtype} (the rules take float32)"
+        else:
+            why = "have a float32 constant weight the rules' guards did not take"
+        reasons[(n.op_type, why)] = reasons.get((n.op_type, why), 0) + 1
+    return "; ".join(f"{c} {op} {why}" for (op, why), c in sorted(reasons.items()))
+
+
 def product_boundary(model: onnx.ModelProto) -> set[str]:
     """The names of the activations static mode quantizes: the first two inputs and the
     output of every Conv, MatMul and Gemm (families CONV and MATMUL of the default domain),
