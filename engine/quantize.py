@@ -223,8 +223,25 @@ def sites(
     members: dict[int, list[int]] = {}
     for i, label in enumerate(components(len(raw), links)):
         members.setdefault(label, []).append(i)
+    # which sites built each e-node: a site kept in float forbids those it built alone, in any
+    # e-class (its weight's quantized form: an exact rule may have fused it into another
+    # product, a Gemm reading the dequantized weight), not those it shares (a
+    # DynamicQuantizeLinear of an activation three projections read, an activation's own)
+    at = {n: i for i, (_, n) in enumerate(snap.nodes)}
+    built: dict[int, set] = {}
+    for label, group in members.items():
+        for i in group:
+            for f in raw[i][1]:
+                for e in f.created:
+                    if e in at:
+                        built.setdefault(at[e], set()).add(label)
+    for _, fs in alone:
+        for f in fs:
+            for e in f.created:
+                if e in at:
+                    built.setdefault(at[e], set()).add(None)
     out, fired = [], []  # the Sites, and each one's firings
-    for group in members.values():
+    for label, group in members.items():
         roots = [raw[i][0] for i in group]
         # the site's rule and bound first: an integer-output form's where there is one
         # (QLinearMatMul beside a MatMul to float: static mode's chains take it, and its bound
@@ -239,6 +256,7 @@ def sites(
         }
         if not forbid:
             continue
+        forbid |= {k for k, labels in built.items() if labels == {label}}
         site_names: list[str] = []
         for i in group:
             names_i = (*raw[i][2], *raw[i][3])

@@ -400,6 +400,7 @@ def test_shipped_library_checks():
         "quant-weight-only-8bit-rounded",
         "quant-weight-only-4bit-rounded-onnx",
         "quant-weight-only-8bit-rounded-onnx",
+        "quant-weight-only-gemm",
         "quant-static",
         "quant-static-conv1d",
         "quant-static-conv",

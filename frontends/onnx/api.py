@@ -74,12 +74,14 @@ QUANT_RULESETS = {
         "quant-weight-only-4bit-rounded",
         "quant-weight-only-4bit-onnx",
         "quant-weight-only-4bit-rounded-onnx",
+        "quant-weight-only-gemm",
     ),
     ("weight-only", False, 8): (
         "quant-weight-only-8bit",
         "quant-weight-only-8bit-rounded",
         "quant-weight-only-8bit-onnx",
         "quant-weight-only-8bit-rounded-onnx",
+        "quant-weight-only-gemm",
     ),
     ("static", True, 8): (
         "quant-static",
@@ -306,7 +308,8 @@ class Options:
             return ()
         keep = tuple(CPU_RULESETS[self.cpu].get(r, r) for r in QUANT_RULESETS[self._quant_key])
         if self.quantize == "weight-only":  # MatMulNBits for onnxruntime, else the ONNX form
-            keep = tuple(r for r in keep if r.endswith("-onnx") == (self.target != "onnxruntime"))
+            onnx_form = self.target != "onnxruntime"
+            keep = tuple(r for r in keep if "bit" not in r or r.endswith("-onnx") == onnx_form)
         return keep
 
     def quantized(self) -> Options:
