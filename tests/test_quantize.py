@@ -1448,6 +1448,24 @@ def linear_layers() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
 
 
+def test_weight_only_gptq_rounds_a_gemm_with_a_bias(tmp_path):
+    # GPTQ marks the weight of a Gemm of transB 0 for the block grids too: its MatMul (gemm-
+    # as-matmul-add) reads Rounded(w, w~), which the rounded weight-only rule stores; the
+    # transB = 1 Gemm's weight keeps its nearest levels (its MatMul reads a Transpose)
+    cal, _ = calibration(tmp_path)
+    kw = {"quantize": "weight-only", "bits": 8}
+    q, report = rewrite.optimize_model(linear_layers(), rounding="gptq", calibration=str(cal), **kw)
+    assert report.extra["quantize"]["rounding"]["weights"] == 1
+    assert report.fired.get("quantize-matmul-weight-8bit-dq-rounded") == 1
+    plain, _ = rewrite.optimize_model(linear_layers(), **kw)
+    errors = []
+    for x in np.random.default_rng(99).normal(0, 1, (4, 64, 256)).astype(np.float32):  # held out
+        want = run(linear_layers(), x)
+        errors.append([np.abs(run(m, x) - want).max() / np.abs(want).max() for m in (q, plain)])
+    rounded, nearest = np.array(errors).T
+    assert 0 < rounded.mean() < nearest.mean()
+
+
 @pytest.mark.parametrize("target", ["onnx", "onnxruntime"])
 def test_weight_only_stores_the_weights_of_gemms_with_a_bias_in_blocks(target):
     # GPT-2's Conv1D Gemms and an old-opset Linear (transB = 1): gemm-as-matmul-add puts
