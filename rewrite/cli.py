@@ -217,16 +217,18 @@ def _quantize_parser(sub) -> None:
         dest="quantize",
         metavar="MODE",
         default="dynamic",
-        help="the quantization mode; dynamic, the default: MatMuls by constant float weights "
-        "become int8 MatMulInteger with the activations quantized to uint8 at run time "
-        "(onnxruntime fuses them into DynamicQuantizeMatMul); weight-only: the weights stored "
-        "in 4 bits, blocks of 32, the product in float (8x smaller weights), as onnxruntime's "
-        "MatMulNBits with --target onnxruntime, else as an int4 DequantizeLinear with "
-        "block_size before the MatMul (opset 21: an older model is converted), which "
-        "onnxruntime fuses into MatMulNBits itself; "
-        "static: activations quantized with ranges measured on --calibration inputs, weights "
-        "per output channel, Convs lowered to QLinearConv chained in uint8 (with --target "
-        "onnxruntime, residual Adds to QLinearAdd too)",
+        help="the quantization mode; dynamic, the default: MatMuls and Gemms by constant "
+        "float32 weights become int8 MatMulInteger with the activations quantized to uint8 at "
+        "run time (onnxruntime fuses them into DynamicQuantizeMatMul); weight-only: the "
+        "weights of MatMuls and Gemms stored in 4 bits, blocks of 32, the product in float "
+        "(8x smaller weights), as onnxruntime's MatMulNBits with --target onnxruntime, else as "
+        "an int4 DequantizeLinear with block_size before the product (opset 21: an older "
+        "model is converted), which onnxruntime fuses itself; static: activations quantized "
+        "with ranges measured on --calibration inputs, weights per output channel, Convs (1-D "
+        "and 2-D) lowered to QLinearConv chained in uint8, MatMuls to QLinearMatMul, or to "
+        "MatMulInteger rescaled to float where the output is a Gemm's with a bias or a graph "
+        "output (with --target onnxruntime, residual Adds to QLinearAdd too). A run that "
+        "quantizes nothing says why",
     )
     scales = q.add_mutually_exclusive_group()
     scales.add_argument(
