@@ -267,7 +267,9 @@ def run(src: Path, out: Path, mode: str, cal: Path, timeout: float) -> tuple[str
     except subprocess.TimeoutExpired:
         return "timed out", f"stopped after {timeout:g} s", time.perf_counter() - start
     seconds = time.perf_counter() - start
-    lines = done.stderr.strip().splitlines()
+    lines = [  # a refusal may come with warnings and notes before its one error line
+        ln for ln in done.stderr.strip().splitlines() if not ln.startswith(("warning:", "note:"))
+    ]
     if done.returncode == 0:
         return "ok", "", seconds
     if len(lines) == 1 and lines[0].startswith("error:"):

@@ -328,7 +328,7 @@ class Snapshot:
             attrs = {a.name: decode_attr(a.kind, t) for a, t in zip(spec.attrs, n.attrs)}
             if v.ndim != 2 or tuple(attrs.get("perm") or (1, 0)) != (1, 0):
                 return None
-            return _view(v, ("T",))
+            return _view(self.graph, v, ("T",))
         # Unsqueeze(v, axes): axes a constant of distinct axes of the result's rank
         axes = None if len(n.children) < 2 else self.value_of(n.children[1])
         if axes is None or axes.ndim != 1:
@@ -337,7 +337,7 @@ class Snapshot:
         norm = tuple(sorted(int(a) % rank for a in axes if -rank <= int(a) < rank))
         if len(set(norm)) != axes.size:
             return None
-        return _view(v, ("unsqueeze", *norm))
+        return _view(self.graph, v, ("unsqueeze", *norm))
 
     def info(self, c: int) -> ClassInfo:
         """What guards see of e-class `c`: its type is inferred only when a guard reads it
@@ -363,21 +363,25 @@ class Snapshot:
         return r
 
 
-_VIEWS: dict[tuple, tuple] = {}  # (id(base), how) -> (weakref to base, view)
+_VIEWS: dict[int, dict] = {}  # id(TermGraph) -> {(id(constant), how): view}, while it lives
 
 
-def _view(base: np.ndarray, how: tuple) -> np.ndarray:
-    """The read-only view `how` of `base` (("T",): its transpose; ("unsqueeze", *axes)), the
-    same object while `base` lives: the rules' builders remember what they computed of a
-    weight by its identity (vocab.registry's step caches), and a snapshot is read again at
-    every saturation iteration."""
+def _view(graph: TermGraph, base: np.ndarray, how: tuple) -> np.ndarray:
+    """The read-only view `how` (("T",): the transpose; ("unsqueeze", *axes)) of `base`, a
+    constant of `graph`: the same object for as long as `graph` lives (the rules' builders
+    remember what they computed of a weight by its identity, vocab.registry's step caches,
+    and a snapshot is read again at every saturation iteration); dropped with the graph."""
+    views = _VIEWS.get(id(graph))
+    if views is None:
+        views = _VIEWS[id(graph)] = {}
+        weakref.finalize(graph, _VIEWS.pop, id(graph), None)
     key = (id(base), how)
-    hit = _VIEWS.get(key)
-    if hit is not None and hit[0]() is base:
+    hit = views.get(key)
+    if hit is not None and hit[0] is base:
         return hit[1]
     view = base.T if how == ("T",) else np.expand_dims(base, how[1:])
     view.setflags(write=False)
-    _VIEWS[key] = (weakref.ref(base, lambda _, k=key: _VIEWS.pop(k, None)), view)
+    views[key] = (base, view)
     return view
 
 

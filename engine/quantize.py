@@ -235,11 +235,15 @@ def sites(
                 for e in f.created:
                     if e in at:
                         built.setdefault(at[e], set()).add(label)
-    for _, fs in alone:
-        for f in fs:
+    chosen_ids = {id(f) for _, group in members.items() for i in group for f in raw[i][1]}
+    for f in firings:  # what an activation's step, or an exact rule, built too is shared
+        if id(f) not in chosen_ids:
             for e in f.created:
                 if e in at:
                     built.setdefault(at[e], set()).add(None)
+    for e in names:  # and an imported e-node (a Transpose another product reads) is no site's
+        if e in at:
+            built.setdefault(at[e], set()).add(None)
     out, fired = [], []  # the Sites, and each one's firings
     for label, group in members.items():
         roots = [raw[i][0] for i in group]
@@ -429,10 +433,11 @@ class _Origins:
 
 
 def quantized_ops(rules) -> set[str]:
-    """The ops that the quantization rules among `rules` quantize (`quant` rules whose result
-    is a choice): each left side's root op, or the op under its root QuantizeLinear (the
-    static rules' Q(Conv(DQ(x), w)))."""
-    return _quantized_ops(r for r in rules if _chooses(r))
+    """The ops that `rules` (a quantization mode's rulesets: its quant rules, and the exact
+    rules that hand other ops to them, a Gemm as MatMul + Add, a 1-D Conv as a 2-D one) rewrite:
+    each left side's root op, or the op under its root QuantizeLinear (the static rules'
+    Q(Conv(DQ(x), w)))."""
+    return _quantized_ops(rules)
 
 
 def _quantized_ops(rules) -> set[str]:

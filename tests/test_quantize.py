@@ -1399,6 +1399,41 @@ def test_a_gemm_without_a_bias_is_quantized_as_its_matmul(mode, transposed, tmp_
     assert {n.op_type for n in kept.graph.node if "x" in n.input} <= {"Gemm", "MatMul"}
 
 
+def test_keeping_one_product_in_float_keeps_a_product_reading_the_same_weight_quantized():
+    # fcA = Gemm(x, W, C, transB=1) and fcB = MatMul(h, Transpose(W)): fcA's rule builds
+    # Transpose(W), which is fcB's own imported node; --keep-float fcA forbade it, and fcB's
+    # quantized form with it (a site forbids only the e-nodes it alone built)
+    rng = np.random.default_rng(41)
+    w = rng.normal(0, 0.05, (256, 256)).astype(np.float32)
+    c = rng.normal(0, 0.1, 256).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gemm", ["x", "W", "C"], ["y1"], transB=1, name="fcA"),
+            helper.make_node("Transpose", ["W"], ["WT"], perm=[1, 0], name="tr"),
+            helper.make_node("MatMul", ["h", "WT"], ["y2"], name="fcB"),
+        ],
+        "tied",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256]),
+            helper.make_tensor_value_info("h", TensorProto.FLOAT, [64, 256]),
+        ],
+        [
+            helper.make_tensor_value_info("y1", TensorProto.FLOAT, [64, 256]),
+            helper.make_tensor_value_info("y2", TensorProto.FLOAT, [64, 256]),
+        ],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(c, "C")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    _, report = rewrite.optimize_model(model, quantize="dynamic")
+    assert [s["quantized"] for s in report.extra["quantize"]["sites"]] == [True, True]
+    kept, report = rewrite.optimize_model(model, quantize="dynamic", keep_float=["fcA"])
+    assert {s["node"]: s["quantized"] for s in report.extra["quantize"]["sites"]} == {
+        "fcA": False,
+        "fcB": True,
+    }
+    assert ops(kept).count("MatMulInteger") == 1
+
+
 def projections(shape=("batch", "seq", 256)) -> onnx.ModelProto:
     """A transformer's feed-forward block as exporters write it, batch and sequence symbolic:
     x[batch, seq, 256] -> MatMul W1 -> Add B1 -> Relu -> MatMul W2 -> Add B2 (with static

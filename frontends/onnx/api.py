@@ -95,6 +95,10 @@ QUANT_RULESETS = {
     ),
 }
 QUANT_MODES = tuple(dict.fromkeys(m for m, *_ in QUANT_RULESETS))
+# rulesets of exact rules that only hand ops to a mode's quant rules (a Gemm as MatMul + Add,
+# a 1-D Conv as a 2-D one): skipped without quantization, where they would only grow the
+# e-graph
+MODE_HELPER_RULESETS = ("quant-static-conv1d", "quant-weight-only-gemm")
 # what the quantized file will run on (`cpu`) -> the rulesets that stand in for others there.
 # `any`: weights stepped for the int16 pair sums of onnxruntime's uint8-by-int8 kernels on
 # x86 CPUs without VNNI, exact everywhere; `vnni`: full-range weights per output channel or
@@ -755,9 +759,8 @@ def run(
             load_rules(options.rules), options.skip, options.only, options.sums
         )
         unsmoothing = _rulesets(rules, UNSMOOTH_RULESETS)
-        rules = RuleSet(
-            tuple(r for r in rules.rules if r.ruleset not in UNSMOOTH_RULESETS), rules.files
-        )
+        left_out = UNSMOOTH_RULESETS + (() if options.quantize else MODE_HELPER_RULESETS)
+        rules = RuleSet(tuple(r for r in rules.rules if r.ruleset not in left_out), rules.files)
     t_rules = time.perf_counter() - clock
     with stage("loading the model"):
         path = model
