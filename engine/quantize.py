@@ -213,7 +213,7 @@ def sites(
     # MatMul's, and keeping one in float must keep the product in float.
     # only the ops the quant rules quantize tie sites: a Relu or MaxPool the exact rules moved a
     # DequantizeLinear through is matched on the way into the next site, not quantized by it
-    chosen = _quantized_ops(by_name[f.name.removesuffix(" (reverse)")] for f in quant)
+    chosen = quantized_ops(by_name[f.name.removesuffix(" (reverse)")] for f in quant)
     first_with: dict[str, int] = {}
     links = []
     for i, (*_, matched_names) in enumerate(raw):
@@ -433,15 +433,9 @@ class _Origins:
 
 
 def quantized_ops(rules) -> set[str]:
-    """The ops that `rules` (a quantization mode's rulesets: its quant rules, and the exact
-    rules that hand other ops to them, a Gemm as MatMul + Add, a 1-D Conv as a 2-D one) rewrite:
-    each left side's root op, or the op under its root QuantizeLinear (the static rules'
-    Q(Conv(DQ(x), w)))."""
-    return _quantized_ops(rules)
-
-
-def _quantized_ops(rules) -> set[str]:
-    """The ops that `rules` quantize: each left side's root op, or the op under its root
+    """The ops that `rules` rewrite (a quantization mode's rulesets: its quant rules, and the
+    exact rules that hand other ops to them, a Gemm as MatMul + Add, a 1-D Conv as a 2-D one;
+    or the quant rules that fired): each left side's root op, or the op under its root
     QuantizeLinear (the static rules' Q(Conv(DQ(x), w)))."""
     ops = set()
     for r in rules:
