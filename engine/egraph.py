@@ -114,6 +114,12 @@ class ENode:
     attrs: tuple[str, ...] = ()
     leaf: int = -1
 
+    def decoded_attrs(self) -> tuple[tuple[str, object], ...]:
+        """(name, value) of each of the op's attributes (op table order), decoded from the
+        attribute strings (None for one not set)."""
+        spec = OPS.get(self.op)
+        return tuple((a.name, decode_attr(a.kind, s)) for a, s in zip(spec.attrs, self.attrs))
+
 
 def _informative(t: TensorType) -> tuple[int, int]:
     """How much a type says: (dtype known, then 0 unknown rank / 1 some dimension unknown / 2
@@ -284,8 +290,7 @@ class Snapshot:
 
     def infer_enode(self, n: ENode) -> TensorType:
         """Type of e-node `n` computed from its children's types (op table shape rule)."""
-        spec = OPS.get(n.op)
-        attrs = tuple((a.name, decode_attr(a.kind, s)) for a, s in zip(spec.attrs, n.attrs))
+        attrs = n.decoded_attrs()
         ins = tuple(None if self.is_absent(k) else self.type_of(k) for k in n.children)
         vals = tuple(None if self.is_absent(k) else self.value_of(k) for k in n.children)
         return infer_type(n.op, attrs, ins, vals)
@@ -324,8 +329,7 @@ class Snapshot:
         if v is None:
             return None
         if n.op == "Transpose":
-            spec = OPS.get("Transpose")
-            attrs = {a.name: decode_attr(a.kind, t) for a, t in zip(spec.attrs, n.attrs)}
+            attrs = dict(n.decoded_attrs())
             if v.ndim != 2 or tuple(attrs.get("perm") or (1, 0)) != (1, 0):
                 return None
             return _view(self.graph, v, ("T",))

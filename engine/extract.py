@@ -30,7 +30,7 @@ from engine.cost import CostModel, graph_node_cost
 from engine.egraph import ENode, Snapshot
 from engine.rebuild import build_graph
 from vocab.graph import ABSENT, TermGraph
-from vocab.ops import KEPT_UNFOLDED, OPS, decode_attr
+from vocab.ops import KEPT_UNFOLDED, OPS
 from vocab.types import TensorType
 
 FOLD_MAX_ELEMENTS = 1 << 16  # a computed constant larger than this (and its inputs) stays an op
@@ -107,8 +107,7 @@ class _Costs:
         if c in self.constant and self._foldable(i) or self._dequantizes_constants(i):
             return _EPS
         ins = tuple(self.stored.get(k) or self.snap.type_of(k) for k in self.kids[i])
-        spec = OPS.get(n.op)
-        attrs = tuple((a.name, decode_attr(a.kind, s)) for a, s in zip(spec.attrs, n.attrs))
+        attrs = n.decoded_attrs()
         new = 0.0 if (n.op, self.kids[i]) in self.original else _NEW
         return self.model.node_cost(n.op, attrs, ins, self.snap.type_of(c)) + new
 

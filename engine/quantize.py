@@ -24,7 +24,7 @@ from engine.egraph import VIEWS, ENode, Snapshot
 from engine.provenance import Firing, matched, original_names
 from vocab.graph import components
 from vocab.onnx_nodes import onnx_node
-from vocab.ops import OPS, decode_attr
+from vocab.ops import OPS
 from vocab.registry import EXACT_BOUNDS
 
 MADE_DEPTH = 2  # how many ops deep an Operand may be computed from graph values
@@ -385,9 +385,8 @@ def _operand(
             continue
         inputs = [_operand(snap, held, k, depth - 1) for k in n.children]
         if all(i is not None for i in inputs):
-            spec = OPS.get(n.op)
-            attrs = tuple((a.name, decode_attr(a.kind, t)) for a, t in zip(spec.attrs, n.attrs))
-            return Operand(made=(n.op, attrs, tuple(inputs)), opset=snap.graph.opset)
+            made = (n.op, n.decoded_attrs(), tuple(inputs))
+            return Operand(made=made, opset=snap.graph.opset)
     return None
 
 

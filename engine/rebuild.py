@@ -10,7 +10,7 @@ input e-classes) keeps that node's name and payload, so the exporter reuses its 
 from __future__ import annotations
 
 from vocab.graph import ABSENT, Node, TermGraph, Value
-from vocab.ops import OPS, decode_attr, encode_attr
+from vocab.ops import OPS, encode_attr
 
 
 def build_graph(
@@ -71,8 +71,7 @@ def build_graph(
             hs = [v for v in snap.handles_of.get(c, ()) if 0 <= v < len(g.values)]
             name = g.values[min(hs)].name if hs else fresh_name()
         vid_of[c] = new_value(name, c)
-        spec = OPS.get(n.op)
-        attrs = tuple((a.name, decode_attr(a.kind, s)) for a, s in zip(spec.attrs, n.attrs))
+        attrs = n.decoded_attrs()
         ins = tuple(ABSENT if snap.is_absent(k) else vid_of[k] for k in n.children)
         keep = orig is not None and name == g.values[orig.outputs[0]].name
         if origins is not None:
