@@ -411,6 +411,7 @@ def test_shipped_library_checks():
         "quant-static-matmul-rounded",
         "quant-static-conv-vnni-rounded",
         "quant-static-matmul-vnni-rounded",
+        "quant-rounded-moves",
         "quant-static-onnxruntime",
         "quant-lower",
         "quant-lower-onnxruntime",

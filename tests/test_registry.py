@@ -745,8 +745,8 @@ def test_weight_only_bounds_hold_and_are_not_loose(bits, levels):
 
 @pytest.mark.parametrize("bits, levels", [(4, 8), (8, 128)])
 def test_weight_only_rounded_bounds_add_the_weights_move(bits, levels):
-    # MatMul(x, orig) computed from w, a rounding of orig onto its blocks' levels (GPTQ's, the
-    # weight-only rules of patterns/quant/rounding.rules): the error holds within the bound,
+    # MatMul(x, orig) computed from w, a rounding of orig onto its blocks' levels (GPTQ's,
+    # patterns/quant/rounding_weight_only.rules): the error holds within the bound,
     # which is the plain bound of w plus sum_k |x_k| |w_k - orig_k| (up to float32 rounding)
     f = covers(f"matmul-weight-{bits}bit-block32-rounded").fn
     plain = covers(f"matmul-weight-{bits}bit-block32").fn

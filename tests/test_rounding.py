@@ -204,7 +204,10 @@ def block(transposed: bool = False) -> onnx.ModelProto:
             helper.make_node("Relu", ["h2"], ["h3"]),
             helper.make_node("MatMul", ["h3", "w2"], ["y"]),
         ]
-    for n, name in zip(nodes, ("norm", "fc1", "fc1/bias", "relu", "fc2")):
+    names = (
+        ("norm", "fc1", "relu", "fc2") if transposed else ("norm", "fc1", "fc1/bias", "relu", "fc2")
+    )
+    for n, name in zip(nodes, names):
         n.name = name
     graph = helper.make_graph(
         nodes,
@@ -273,16 +276,19 @@ def test_gptq_rounding_quantizes_with_less_error_at_the_same_ops(tmp_path, trans
     assert after < 0.85 * before, (after, before)
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["matmul", "gemm-transposed"])
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("target", ["onnxruntime", "onnx"])
-def test_gptq_rounding_of_weight_only_blocks(tmp_path, target, bits):
+def test_gptq_rounding_of_weight_only_blocks(tmp_path, target, bits, transposed):
     """--mode weight-only --rounding gptq: the same ops (MatMulNBits, or DequantizeLinear with
     block_size for standard ONNX) from the `*-rounded` rules, less error on inputs the
-    rounding did not see (0.60-0.63x in 4 bits, 0.73-0.79x in 8, measured)."""
+    rounding did not see (0.60-0.63x in 4 bits, 0.73-0.79x in 8, measured). Gemms with
+    transB = 1 too: their MatMul reads Transpose(Rounded(w, w~)), which transpose-of-rounded
+    hands the MatMul rules as Rounded(w^T, w~^T)."""
     path = tmp_path / "cal.npz"
-    np.savez(path, x=inputs(16, 10))
-    held_out = inputs(8, 11)
-    model = block()
+    np.savez(path, x=inputs(16, 10, transposed))
+    held_out = inputs(8, 11, transposed)
+    model = block(transposed)
     options = dict(quantize="weight-only", bits=bits, target=target, check=False)
     nearest, _ = rewrite.optimize_model(model, **options)
     gptq, report = rewrite.optimize_model(model, rounding="gptq", calibration=str(path), **options)
@@ -290,6 +296,7 @@ def test_gptq_rounding_of_weight_only_blocks(tmp_path, target, bits):
     assert ops == sorted(n.op_type for n in nearest.graph.node)
     assert ops.count("MatMulNBits" if target == "onnxruntime" else "DequantizeLinear") == 2
     assert not any(n.domain == ROUNDED[0] for n in gptq.graph.node)
+    assert bool(report.fired.get("transpose-of-rounded")) == transposed
     assert report.extra["quantize"]["rounding"] == {
         "method": "gptq",
         "samples": 16,
@@ -303,13 +310,48 @@ def test_gptq_rounding_of_weight_only_blocks(tmp_path, target, bits):
     assert after < (0.7 if bits == 4 else 0.85) * before, (after, before)
 
 
+@pytest.mark.parametrize("mode", ["dynamic", "static", "weight-only"])
+def test_gptq_rounding_quantizes_a_bias_less_transposed_gemm(tmp_path, mode):
+    # Gemm(x, w, transB=1) without a bias (torch's Linear(bias=False)) is quantized as its
+    # MatMul(x, Transpose(w)); with --rounding gptq that reads Transpose(Rounded(w, w~)), which
+    # only transpose-of-rounded makes a product the rounded rules take: before it, GPTQ left
+    # this Gemm in float in every mode
+    model = block(transposed=True)
+    del next(n for n in model.graph.node if n.name == "fc2").input[2]
+    model.graph.initializer.remove(next(t for t in model.graph.initializer if t.name == "b2"))
+    path = tmp_path / "cal.npz"
+    np.savez(path, x=inputs(16, 10, transposed=True))
+    q, report = rewrite.optimize_model(
+        model, quantize=mode, rounding="gptq", calibration=str(path), check=False
+    )
+    assert "Gemm" not in [n.op_type for n in q.graph.node if n.output[0] == "y"]
+    assert report.fired.get("transpose-of-rounded")
+    assert report.extra["quantize"]["rounding"]["weights"] == 2
+    fc2 = [s for s in report.extra["quantize"]["sites"] if s["node"] == "fc2"]
+    assert fc2 and all(s["quantized"] and s["rule"].endswith("-rounded") for s in fc2), fc2
+    limit = 0.2 if mode == "weight-only" else 0.05  # 4 bits
+    assert 0 < worst_error(q, model, inputs(8, 11, transposed=True)) < limit
+
+
 def test_block_grids_mark_only_what_the_weight_only_rules_quantize():
-    # MatMuls whose K splits into blocks of 32; a Gemm (the dynamic rules') is left alone
+    # MatMuls and Gemms whose K splits into blocks of 32 (a transB = 1 Gemm's weight rounded as
+    # its [K, N] transpose, stored back as [N, K]); a K that does not is left alone
     feeds = [{"x": x} for x in inputs(16, 10)]
     assert rounding_marks(block(), feeds, "block4")[1] == 2
     gemms = [{"x": x} for x in inputs(16, 10, transposed=True)]
-    assert rounding_marks(block(transposed=True), gemms, "block4")[1] == 0
-    assert rounding_marks(block(transposed=True), gemms, "pairs")[1] == 2
+    marked, count, _ = rounding_marks(block(transposed=True), gemms, "block4")
+    assert count == 2 and rounding_marks(block(transposed=True), gemms, "pairs")[1] == 2
+    inits = {t.name: numpy_helper.to_array(t) for t in marked.graph.initializer}
+    w, w_rounded = inits["w2"], inits["w2_rounded"]
+    assert w_rounded.shape == w.shape == (N, K)
+    # on the 4-bit levels of blocks of 32 along K, each block's step its weights' (m / -8, m
+    # the entry of the largest magnitude, weight_only.rules)
+    blocks = w.reshape(N, K // 32, 32)
+    m = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=-1)[..., None], axis=-1)
+    levels = w_rounded.reshape(N, K // 32, 32) / (m / -8)
+    assert np.abs(levels - np.round(levels)).max() < 1e-3
+    assert np.round(levels).min() == -8 and np.round(levels).max() <= 7
+    assert not np.array_equal(w_rounded, w)
 
 
 def test_a_product_kept_in_float_keeps_its_own_weight(tmp_path):

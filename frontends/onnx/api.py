@@ -67,6 +67,7 @@ QUANT_RULESETS = {
     ("dynamic", True, 8): (
         "quant-dynamic-per-channel",
         "quant-dynamic-per-channel-rounded",
+        "quant-rounded-moves",
         "quant-embedding",
     ),
     ("weight-only", False, 4): (
@@ -75,6 +76,7 @@ QUANT_RULESETS = {
         "quant-weight-only-4bit-onnx",
         "quant-weight-only-4bit-rounded-onnx",
         "quant-weight-only-gemm",
+        "quant-rounded-moves",
     ),
     ("weight-only", False, 8): (
         "quant-weight-only-8bit",
@@ -82,6 +84,7 @@ QUANT_RULESETS = {
         "quant-weight-only-8bit-onnx",
         "quant-weight-only-8bit-rounded-onnx",
         "quant-weight-only-gemm",
+        "quant-rounded-moves",
     ),
     ("static", True, 8): (
         "quant-static",
@@ -90,6 +93,7 @@ QUANT_RULESETS = {
         "quant-static-conv-rounded",
         "quant-static-matmul",
         "quant-static-matmul-rounded",
+        "quant-rounded-moves",
         "quant-static-onnxruntime",
         "quant-embedding",
     ),

@@ -1618,7 +1618,7 @@ def rounding_marks(
     activation X over the calibration `feeds`, rows over every leading axis), and how many were
     marked. Such a product is, for the int8 grids (the dynamic per-column rules and the static
     rules), a MatMul or a Gemm (transA 0, alpha and beta 1), and for the block grids (the
-    weight-only rules) such a MatMul or a Gemm of transB 0 whose K is a multiple of 32, by a 2-D
+    weight-only rules) such a MatMul or Gemm whose K is a multiple of 32, by a 2-D
     float32 initializer of 1
     <= K <= GPTQ_MAX_K that is not all zeros, whose activation is float32 of K on its last axis
     (a larger K keeps its nearest levels). With `convs` (the static rules), a 2-D Conv of group
@@ -1659,10 +1659,11 @@ def rounding_marks(
             layout = "transposed"
         if w is None or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
             continue
-        if blocks and (layout is not None or w.shape[0] % WEIGHT_ONLY_BLOCK):
+        if blocks and (isinstance(layout, tuple) or w.shape[0] % WEIGHT_ONLY_BLOCK):
             # the weight-only rules quantize a MatMul in whole blocks, and a Gemm as its
-            # MatMul plus the bias (patterns/quant/weight_only.rules' gemm-as-matmul-add),
-            # but not a transB = 1 Gemm's weight through a mark (its MatMul reads a Transpose)
+            # MatMul plus the bias (patterns/quant/weight_only.rules' gemm-as-matmul-add; a
+            # transB = 1 Gemm's MatMul reads Transpose(Rounded(w, w~)), which
+            # rounding.rules' transpose-of-rounded makes Rounded(w^T, w~^T))
             continue
         if 1 <= w.shape[0] <= GPTQ_MAX_K and w.size and np.any(w != 0):
             products.append((n, w, layout))
