@@ -1002,6 +1002,38 @@ def test_weight_only_for_standard_onnx_writes_int4_blocks_before_the_matmul():
         assert err.max() > 0
 
 
+def _onnxruntime_optimized(model: onnx.ModelProto, tmp_path) -> list[str]:
+    """The ops of `model` after onnxruntime's own optimizations (ORT_ENABLE_ALL)."""
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return ops(onnx.load(opts.optimized_model_filepath))
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Sigmoid"])
+def test_weight_only_warns_of_products_onnxruntime_leaves_unfused(tmp_path, activation):
+    # mlp(): Gemm(x, DQ(w1), b1) -> Relu -> MatMul(DQ(w2)). onnxruntime 1.32 fuses a blocked
+    # DequantizeLinear into its MatMul or Gemm as MatMulNBits, but not that of a product whose
+    # output a Relu (or Clip) alone reads: the warning counts those, and says what to do
+    model = mlp()
+    model.graph.node[2].op_type = activation
+    q, report = rewrite.optimize_model(model, quantize="weight-only", check=False)
+    assert ops(q).count("DequantizeLinear") == 2
+    optimized = _onnxruntime_optimized(q, tmp_path)
+    warning = report.extra["quantize"].get("warning", "")
+    if activation == "Relu":
+        assert optimized.count("DequantizeLinear") == 1 and optimized.count("MatMulNBits") == 1
+        assert warning.startswith("1 quantized products feed a Relu or Clip")
+        assert "--target onnxruntime writes MatMulNBits" in warning
+    else:
+        assert optimized.count("MatMulNBits") == 2 and "DequantizeLinear" not in optimized
+        assert not warning
+    q, report = rewrite.optimize_model(
+        model, quantize="weight-only", target="onnxruntime", check=False
+    )
+    assert ops(q).count("MatMulNBits") == 2 and "warning" not in report.extra["quantize"]
+
+
 def test_weight_only_8bit_for_standard_onnx_passes_the_output_check():
     q, report = rewrite.optimize_model(named_mlp(), quantize="weight-only", bits=8)
     assert ops(q).count("DequantizeLinear") == 2

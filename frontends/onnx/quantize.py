@@ -839,6 +839,41 @@ def nothing_quantized(model: onnx.ModelProto, ops: set[str], mode: str) -> str:
     return "; ".join(f"{c} {op} {why}" for (op, why), c in sorted(reasons.items()))
 
 
+def clipped_block_products(model: onnx.ModelProto) -> int:
+    """How many MatMul and Gemm nodes of `model` (a weight-only result for standard ONNX) read
+    their weight from a DequantizeLinear with `block_size` and hand their output to a Relu or
+    Clip alone, whose output some node reads. onnxruntime 1.32 fuses such a DequantizeLinear
+    into its product as MatMulNBits everywhere else, but its QDQ selectors take the Relu or
+    Clip for part of a quantized group and leave these unfused: the weights are dequantized at
+    every run (measured on OPT's two FFN layers: the file ran at 1.29-1.31x of float's time,
+    its `--target onnxruntime` file with MatMulNBits at 0.94-0.96x)."""
+    g = model.graph
+    blocked = {
+        n.output[0]
+        for n in g.node
+        if n.op_type == "DequantizeLinear" and not n.domain and _attrs(n).get("block_size")
+    }
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in g.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    outputs = {o.name for o in g.output}
+    count = 0
+    for n in g.node:
+        if n.domain or n.op_type not in ("MatMul", "Gemm") or len(n.input) < 2:
+            continue
+        after = readers.get(n.output[0], [])
+        clipped = (
+            len(after) == 1
+            and n.output[0] not in outputs
+            and after[0].op_type in FAMILIES["CLIPPING"]
+            and not after[0].domain
+            and after[0].output[0] in readers
+        )
+        count += n.input[1] in blocked and clipped
+    return count
+
+
 def product_boundary(model: onnx.ModelProto) -> set[str]:
     """The names of the activations static mode quantizes: the first two inputs and the
     output of every Conv, MatMul and Gemm (families CONV and MATMUL of the default domain),
