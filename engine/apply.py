@@ -179,6 +179,9 @@ class _Match:
         self.terms = set(rule.term_captures)
         self.items = dict(rule.items)
         self.created: list[tuple[int, str, tuple[int, ...], tuple[str, ...]]] = []
+        # result terms built, by identity: a `with` binding used twice is one term object,
+        # built once (weight-only's block rules use theirs up to six times)
+        self._built: dict[int, tuple[int, TensorType | None]] = {}
 
     def present(self, name: str) -> tuple[str, ...]:
         """The item captures of list `name` bound to present inputs (an open list's items past
@@ -251,6 +254,8 @@ class _Match:
             return ABSENT, None
         if not isinstance(t, OpNode):
             raise TypeError(f"cannot build {t!r}")
+        if id(t) in self._built:
+            return self._built[id(t)]
         spec = OPS.get(t.op)
         terms = self.spread(t, spec)
         args = [self.build(a) for a in terms]
@@ -260,6 +265,7 @@ class _Match:
         typ = infer_type(t.op, attrs, tuple(a[1] for a in args), values)
         vid = self.batch.node(t.op, [a[0] for a in args], texts, typ)
         self.created.append((vid, t.op, tuple(a[0] for a in args), tuple(texts)))
+        self._built[id(t)] = vid, typ
         return vid, typ
 
     def spread(self, t: OpNode, spec) -> tuple:
