@@ -11,7 +11,7 @@ import pytest
 import test_quantize_static
 from onnx import TensorProto, helper, numpy_helper
 from test_quantize_static import MODEL as CNN
-from test_quantize_static import held_out, old_cnn, ops, run
+from test_quantize_static import audio_cnn, held_out, old_cnn, ops, run
 from test_rounding import correlated, weight
 
 import rewrite
@@ -81,6 +81,24 @@ def test_a_convs_patches_times_its_weight_rows_is_the_conv(kernel, strides, pads
     assert all(len(a) for a in at)  # each one of the rows (a padded row may occur twice)
     firsts = [int(a[0]) for a in at]
     assert firsts == sorted(firsts)
+
+
+@pytest.mark.parametrize(
+    "strides, pads, dilations", [((1,), (0, 0), (1,)), ((2,), (1, 2), (2,)), ((5,), (3, 0), (1,))]
+)
+def test_a_1d_convs_patches_are_those_of_its_2d_form(strides, pads, dilations):
+    # a 1-D Conv's input [B, C, L] and weight [C_out, C_in, k] as the 2-D Conv over (1, L)
+    # that conv1d-as-conv2d writes (kernel (1, k), pads (0, p0, 0, p1))
+    rng = np.random.default_rng(2)
+    x = rng.normal(0, 1, (2, 5, 40)).astype(np.float32)
+    w = rng.normal(0, 1, (4, 5, 3)).astype(np.float32)
+    want = onnxruntime_conv(x, w, strides=strides, pads=pads, dilations=dilations)
+    rows = conv_patches(x, (1, 3), (1, *strides), (0, pads[0], 0, pads[1]), (1, *dilations))
+    got = rows @ conv_weight_rows(w[:, :, None, :])
+    b, c, length = want.shape
+    np.testing.assert_allclose(
+        got.reshape(b, length, c).transpose(0, 2, 1), want, rtol=1e-5, atol=1e-4
+    )
 
 
 def test_a_convs_weight_rows_are_the_static_rules_columns():
@@ -276,6 +294,50 @@ def test_a_grouped_conv_keeps_its_nearest_levels_and_an_auto_padded_one_is_round
     assert rounded.keys() == want.keys()  # the same rounding as with its pads written out
     for name in want:
         np.testing.assert_array_equal(rounded[name], want[name])
+
+
+def test_static_gptq_rounds_1d_convs_as_their_2d_form(tmp_path):
+    # audio_cnn: three Conv1ds (the third grouped: its nearest levels). rounding_marks rounds a
+    # 1-D Conv's weight as its (1, k) Conv's and marks the 3-D weight; conv1d-of-rounded-as-
+    # conv2d moves the mark onto the 2-D form's weight, where quantize-conv-static-rounded
+    # takes it. On this small model the error stays about the same (measured: 0.73% against
+    # 0.65% mean); on Wav2Vec2 (bench/quant_archs.py --measure), whose feature extractor is
+    # seven Conv1ds, 6 of them rounded took its mean error from 7.3% to 6.6% (TorchScript) and
+    # from 7.4% to 7.0% (dynamo)
+    rng = np.random.default_rng(31)
+    model = audio_cnn(rng)
+    cal = tmp_path / "cal.npz"
+    np.savez(cal, x=rng.normal(0, 1, (16, 1, 1, 4000)).astype(np.float32))
+    feeds = [{"x": x} for x in np.load(cal)["x"]]
+    marked, count, nearer = rounding_marks(model, feeds, "pairs", convs=True)
+    assert count + len(nearer) == 2  # c1 and c2; not the grouped c3
+    inits = {t.name: numpy_helper.to_array(t) for t in marked.graph.initializer}
+    rounded = [k for k in inits if k.endswith("_rounded")]
+    assert rounded and all(
+        inits[k].shape == inits[k.removesuffix("_rounded")].shape for k in rounded
+    )
+    kw = {"quantize": "static", "calibration": str(cal)}
+    nearest, _ = rewrite.optimize_model(model, **kw)
+    gptq, report = rewrite.optimize_model(model, rounding="gptq", **kw)
+    assert ops(gptq) == ops(nearest) and ops(gptq).count("QLinearConv") == 3
+    assert not any(n.domain == ROUNDED[0] for n in gptq.graph.node)
+    fired = {r.removesuffix("-alt1") for r in report.fired}
+    assert {"conv1d-of-rounded-as-conv2d", "quantize-conv-static-rounded"} <= fired
+    assert report.extra["quantize"]["rounding"]["weights"] == count
+    # the rules' own levels: each channel's step the nearest levels' (to float32 rounding)
+    q = {i.name: numpy_helper.to_array(i) for i in gptq.graph.initializer}
+    p = {i.name: numpy_helper.to_array(i) for i in nearest.graph.initializer}
+    convs = [n for n in gptq.graph.node if n.op_type == "QLinearConv"]
+    before = [n for n in nearest.graph.node if n.op_type == "QLinearConv"]
+    moved = 0
+    for a, b in zip(convs, before):
+        np.testing.assert_allclose(q[a.input[4]], p[b.input[4]], rtol=2**-22)
+        moved += int((q[a.input[3]] != p[b.input[3]]).sum())
+    assert moved > 0
+    for x in rng.normal(0, 1, (4, 1, 1, 4000)).astype(np.float32):  # held out
+        want = run(model, x)
+        assert np.ptp(want) > 0.1  # not degenerate
+        assert 0 < np.abs(run(gptq, x) - want).max() / np.abs(want).max() < 0.05
 
 
 def test_cli_quantize_static_with_gptq(tmp_path, capsys):

@@ -71,6 +71,8 @@ from vocab.registry import (
     SMOOTHING_RANGE,
     WEIGHT_ONLY_BLOCK,
     block_steps,
+    conv2d_ints_of_1d,
+    conv2d_pads_of_1d,
     full_range_steps,
     pair_steps,
 )
@@ -1548,12 +1550,22 @@ class _Hessians:
 
 def _conv_geometry(n: onnx.NodeProto, w: np.ndarray) -> tuple | None:
     """(kernel, strides, pads, dilations) of Conv `n` by the 4-D weight `w` [C_out, C_in, kh,
-    kw] when GPTQ rounds it (group 1); else None. The pads are explicit [top, left, bottom,
-    right], or with auto_pad its name (VALID, SAME_UPPER, SAME_LOWER), which `conv_patches`
-    turns into pads for its input's size."""
+    kw] when GPTQ rounds it (group 1; a 1-D Conv by a 3-D `w`, without auto_pad, as its 2-D
+    form over (1, L): `vocab.registry.conv2d_ints_of_1d`, `conv2d_pads_of_1d`); else None.
+    The pads are explicit [top, left, bottom, right], or with auto_pad its name (VALID,
+    SAME_UPPER, SAME_LOWER), which `conv_patches` turns into pads for its input's size."""
     attrs = _attrs(n)
     auto = attrs.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
+    if w.ndim == 3 and auto == "NOTSET":  # a 1-D Conv as its 2-D form over (1, L)
+        attrs = {
+            "kernel_shape": conv2d_ints_of_1d(attrs.get("kernel_shape") or w.shape[2:]),
+            "strides": conv2d_ints_of_1d(attrs.get("strides")),
+            "pads": conv2d_pads_of_1d(attrs.get("pads")),
+            "dilations": conv2d_ints_of_1d(attrs.get("dilations")),
+            "group": attrs.get("group", 1),
+        }
+        w = w[:, :, None, :]
     if w.ndim != 4 or attrs.get("group", 1) != 1 or auto not in AUTO_PADS:
         return None
     kernel = tuple(w.shape[2:])
@@ -1588,7 +1600,8 @@ def conv_patches(
 ) -> np.ndarray:
     """The patches a 2-D Conv (ONNX Conv: group 1, `pads` [top, left, bottom, right] or an
     auto_pad's name, `_auto_pads`) multiplies
-    its weight by, as rows [B * OH * OW, kh * kw * C] of `x` [B, C, H, W] (float32): one row per
+    its weight by, as rows [B * OH * OW, kh * kw * C] of `x` [B, C, H, W] (or [B, C, L], a 1-D
+    Conv's input, as [B, C, 1, L]; float32): one row per
     output position, its K in QLinearConv's order (kernel positions, input channels fastest:
     `vocab.registry.conv_pair_steps`), so that Conv(x, w)[b, :, i, j] is the row's product with
     `conv_weight_rows(w)`. With `limit`, when all of them would be more than `limit` elements,
@@ -1596,6 +1609,7 @@ def conv_patches(
     kept in order (a fixed stride would take the same columns of every output row), copied
     alone."""
     (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    x = x[:, :, None, :] if x.ndim == 3 else x  # a 1-D Conv's input [B, C, L] as (1, L) images
     if isinstance(pads, str):
         pads = _auto_pads(pads, x.shape[2:], kernel, strides, dilations)
     x = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
@@ -1659,8 +1673,10 @@ def rounding_marks(
     (a larger K keeps its nearest levels). With `convs` (the static rules), a 2-D Conv of group
     1 (explicit pads or auto_pad) by a 4-D float32 initializer [C_out, C_in, kh, kw] too: its
     weight rounded as the [K, C_out] matrix of QLinearConv's K order (`conv_weight_rows`, K =
-    kh kw C_in), X its input's patches (`conv_patches`). The products of one weight (ALBERT's
-    layers share theirs, read through an Identity each in TorchScript's export) in one layout
+    kh kw C_in), X its input's patches (`conv_patches`); and a 1-D Conv (group 1, explicit
+    pads) as its 2-D form over (1, L), the one quantize-conv-static takes. The products of one
+    weight (ALBERT's layers share theirs, read through an Identity each in TorchScript's
+    export) in one layout
     (a Gemm's transB, a Conv's geometry) get one w~, rounded on the rows of all their
     activations (H the sum of theirs), so that the weight stays one initializer, rounded once;
     the weights of products that read the same activations (an attention block's Q, K and V;
@@ -1712,7 +1728,7 @@ def rounding_marks(
     for i, (n, w, layout) in enumerate(products):
         geometry = layout if isinstance(layout, tuple) else None
         v = values.get(n.input[0], [None])[0]
-        if v is None or (geometry is not None and v.ndim != 4):
+        if v is None or (geometry is not None and v.ndim not in (3, 4)):
             continue
         k = v.shape[-1] if geometry is None else v.shape[1] * int(np.prod(geometry[0]))
         if k == w.shape[0]:
@@ -1759,8 +1775,10 @@ def rounding_marks(
         weight = first.input[1]
         if layout == "transposed":
             rounded = rounded.T
-        elif layout is not None:
-            rounded = conv_weight_of_rows(rounded, tuple(weights[weight].dims))
+        elif layout is not None:  # a Conv's, or a 1-D Conv's in its (1, k) form
+            dims = tuple(weights[weight].dims)
+            shape = (*dims[:2], 1, dims[2]) if len(dims) == 3 else dims
+            rounded = conv_weight_of_rows(rounded, shape).reshape(dims)
         tensor = numpy_helper.from_array(rounded, unique_name(f"{weight}_rounded", taken))
         _add_initializers(out, [tensor])
         read = unique_name(f"{weight}_marked", taken)
@@ -1791,13 +1809,15 @@ def _conv_weight(
     n: onnx.NodeProto, weights: dict, arrays: dict | None = None
 ) -> tuple[np.ndarray | None, tuple | None]:
     """(`conv_weight_rows` of Conv `n`'s weight, its `_conv_geometry`) when `n` is a Conv
-    `rounding_marks` rounds (by a 4-D float32 initializer); else (None, None). `arrays` as
-    `_smoothable_weight`'s."""
+    `rounding_marks` rounds (by a 4-D float32 initializer, or a 3-D one of a 1-D Conv, taken
+    as its 2-D form over (1, L) with kernel (1, k), static.rules' conv1d-as-conv2d); else
+    (None, None). `arrays` as `_smoothable_weight`'s."""
     if n.domain or n.op_type != "Conv" or len(n.input) < 2:
         return None, None
     t = weights.get(n.input[1])
-    if t is None or t.data_type != onnx.TensorProto.FLOAT or len(t.dims) != 4:
+    if t is None or t.data_type != onnx.TensorProto.FLOAT or len(t.dims) not in (3, 4):
         return None, None
     w = _array(t, arrays)
     geometry = _conv_geometry(n, w)
+    w = w[:, :, None, :] if w.ndim == 3 else w  # a 1-D Conv's weight as its (1, k) form's
     return (None, None) if geometry is None else (conv_weight_rows(w), geometry)
