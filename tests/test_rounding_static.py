@@ -128,6 +128,22 @@ def mean_error(q: onnx.ModelProto, reference: onnx.ModelProto, xs, runner=None) 
     return float(np.mean([np.abs(g - w).max() / np.abs(w).max() for w, g in outs]))
 
 
+def assert_levels_moved_at_the_same_steps(gptq: onnx.ModelProto, nearest: onnx.ModelProto):
+    """The QLinearConvs of `gptq` (a static GPTQ result) are on the rules' own levels: each
+    channel's step is `nearest`'s (to float32's rounding of max / 127 over the levels), and
+    some of the integer weights moved."""
+    inits = {i.name: numpy_helper.to_array(i) for i in gptq.graph.initializer}
+    plain = {i.name: numpy_helper.to_array(i) for i in nearest.graph.initializer}
+    convs = [n for n in gptq.graph.node if n.op_type == "QLinearConv"]
+    before = [n for n in nearest.graph.node if n.op_type == "QLinearConv"]
+    assert len(convs) == len(before)
+    moved = 0
+    for a, b in zip(convs, before):
+        np.testing.assert_allclose(inits[a.input[4]], plain[b.input[4]], rtol=2**-22)
+        moved += int((inits[a.input[3]] != plain[b.input[3]]).sum())
+    assert moved > 0
+
+
 @pytest.mark.parametrize("cpu", ["any", "vnni"])
 def test_static_gptq_rounds_convs_onto_the_static_rules_levels(
     tmp_path, cpu, monkeypatch, reference_at_19
@@ -150,17 +166,7 @@ def test_static_gptq_rounds_convs_onto_the_static_rules_levels(
     )
     fired = {r.removesuffix("-alt1") for r in report.fired}
     assert rule in fired
-    # the rounded Convs' levels are the rules' own: each channel's step is the original's (to
-    # float32's rounding of max / 127 over the levels)
-    inits = {i.name: numpy_helper.to_array(i) for i in gptq.graph.initializer}
-    plain = {i.name: numpy_helper.to_array(i) for i in nearest.graph.initializer}
-    convs = [n for n in gptq.graph.node if n.op_type == "QLinearConv"]
-    before = [n for n in nearest.graph.node if n.op_type == "QLinearConv"]
-    moved = 0
-    for a, b in zip(convs, before):
-        np.testing.assert_allclose(inits[a.input[4]], plain[b.input[4]], rtol=2**-22)
-        moved += int((inits[a.input[3]] != plain[b.input[3]]).sum())
-    assert moved > 0
+    assert_levels_moved_at_the_same_steps(gptq, nearest)
     # on inputs neither saw, the integer sums exact (onnx.reference: onnxruntime's pairs may
     # saturate full-range weights on a CPU without VNNI), measured: 0.22x of the nearest
     # levels' mean error with pair steps, 0.55x over the full range
@@ -324,16 +330,7 @@ def test_static_gptq_rounds_1d_convs_as_their_2d_form(tmp_path):
     fired = {r.removesuffix("-alt1") for r in report.fired}
     assert {"conv1d-of-rounded-as-conv2d", "quantize-conv-static-rounded"} <= fired
     assert report.extra["quantize"]["rounding"]["weights"] == count
-    # the rules' own levels: each channel's step the nearest levels' (to float32 rounding)
-    q = {i.name: numpy_helper.to_array(i) for i in gptq.graph.initializer}
-    p = {i.name: numpy_helper.to_array(i) for i in nearest.graph.initializer}
-    convs = [n for n in gptq.graph.node if n.op_type == "QLinearConv"]
-    before = [n for n in nearest.graph.node if n.op_type == "QLinearConv"]
-    moved = 0
-    for a, b in zip(convs, before):
-        np.testing.assert_allclose(q[a.input[4]], p[b.input[4]], rtol=2**-22)
-        moved += int((q[a.input[3]] != p[b.input[3]]).sum())
-    assert moved > 0
+    assert_levels_moved_at_the_same_steps(gptq, nearest)
     for x in rng.normal(0, 1, (4, 1, 1, 4000)).astype(np.float32):  # held out
         want = run(model, x)
         assert np.ptp(want) > 0.1  # not degenerate
