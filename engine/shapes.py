@@ -45,6 +45,7 @@ from vocab.symbolic import (
     Expr,
     Shape,
     SymValue,
+    any_unknown,
     obj_array,
     parse_dim,
     symbol,
@@ -175,7 +176,7 @@ def _visit(n: Node, g: TermGraph, a: ShapeAnalysis, fill) -> None:
         for o, s in zip(n.outputs, shapes if isinstance(shapes, list) else [shapes]):
             if s is not None:
                 s = tuple(sympy.Integer(d) if isinstance(d, int) else d for d in s)
-                a.shapes[o] = fill(o, s) if None in s else s
+                a.shapes[o] = fill(o, s) if any_unknown(s) else s
     if rule.value is not None:
         out = n.outputs[0]
         _store_value(a, out, rule.value(c, a.shapes.get(out)), g.values[out].type.dtype)
@@ -486,7 +487,7 @@ def _reshape_target(a: ShapeAnalysis, n: Node) -> tuple[np.ndarray, bool] | None
     allowzero=0, so it switches, and then may use copying zeros too."""
     target = a.values.get(n.inputs[1])
     x = a.shapes.get(n.inputs[0])
-    if target is None or None in target.elems or target.known or target.shape == ():
+    if target is None or any_unknown(target.elems) or target.known or target.shape == ():
         return None
     allowzero = _attrs(n).get("allowzero", 0)
     switch = bool(allowzero) and not any(e.is_number and int(e) == 0 for e in target.elems)

@@ -15,7 +15,7 @@ import sympy
 
 from vocab.ops import FAMILIES
 from vocab.shape_registry import Call, is_int_dtype, shape_rule, type_rule, value_rule
-from vocab.symbolic import Expr, Shape, broadcast, map_elems, obj_array, simplify
+from vocab.symbolic import Expr, Shape, any_unknown, broadcast, map_elems, obj_array, simplify
 from vocab.types import UNKNOWN, TensorType
 
 # ---- types straight from the input types (engine.infer) -------------------------------------
@@ -167,7 +167,7 @@ def _elementwise(c: Call, f) -> np.ndarray | None:
     except ValueError:
         return None
     flat = [col.reshape(-1).tolist() for col in cols]
-    out = [None if None in args else f(*args) for args in zip(*flat)]
+    out = [None if any_unknown(args) else f(*args) for args in zip(*flat)]
     return obj_array(out).reshape(cols[0].shape)
 
 

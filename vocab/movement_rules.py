@@ -17,7 +17,15 @@ import sympy
 
 from vocab.ops import FAMILIES
 from vocab.shape_registry import Call, is_int_dtype, shape_rule, value_rule
-from vocab.symbolic import MAX_VALUE_ELEMENTS, Expr, Shape, broadcast, obj_array, simplify
+from vocab.symbolic import (
+    MAX_VALUE_ELEMENTS,
+    Expr,
+    Shape,
+    any_unknown,
+    broadcast,
+    obj_array,
+    simplify,
+)
 
 _BIG = 2**31  # a Slice end at or past this is "to the end"
 
@@ -58,7 +66,7 @@ def size_value(c: Call, out: Shape | None) -> np.ndarray | None:
 def constant_of_shape(c: Call) -> Shape | None:
     """The `input` input's elements (ONNX spec, ConstantOfShape)."""
     t = c.value(0)
-    return None if t is None or None in t.elems else tuple(t.elems)
+    return None if t is None or any_unknown(t.elems) else tuple(t.elems)
 
 
 @value_rule("ConstantOfShape")
@@ -100,10 +108,10 @@ def range_value(c: Call, out: Shape | None) -> np.ndarray | None:
 def expand(c: Call) -> Shape | None:
     """The input's shape and the `shape` input's elements broadcast (ONNX spec, Expand)."""
     x, t = c.shape(0), c.value(1)
-    if t is None or x is None or None in t.elems:
+    if t is None or x is None or any_unknown(t.elems):
         return None
     shp = broadcast([x, t.elems])
-    return None if shp is None or None in shp else shp
+    return None if shp is None or any_unknown(shp) else shp
 
 
 @value_rule("Expand")
@@ -171,7 +179,7 @@ def reshape(c: Call) -> Shape | None:
     """The target's elements, 0 copying the input's dim there (allowzero=0), -1 the input's
     size over the rest's (ONNX spec, Reshape-14)."""
     x, target = c.shape(0), c.value(1)
-    if target is None or None in target.elems:
+    if target is None or any_unknown(target.elems):
         return None
     out, infer = [], None
     for i, e in enumerate(target.elems):
@@ -275,7 +283,7 @@ def slice_(c: Call) -> Shape | None:
     x, starts, ends, axes, steps = c.shape(0), *(c.value(i) for i in range(1, 5))
     if x is None or starts is None or ends is None:
         return None
-    if None in starts.elems or None in ends.elems:
+    if any_unknown(starts.elems) or any_unknown(ends.elems):
         return None
     n = len(starts.elems)
     ax = (
@@ -348,7 +356,7 @@ def pad(c: Call) -> Shape | None:
         return None
     pads = c.value(1)
     axes = c.ints(3) if c.has(3) else list(range(len(x)))
-    if pads is None or None in pads.elems or axes is None or len(pads.elems) != 2 * len(axes):
+    if pads is None or any_unknown(pads.elems) or axes is None or len(pads.elems) != 2 * len(axes):
         return None
     out, k = list(x), len(axes)
     for j, ax in enumerate(axes):
@@ -409,7 +417,7 @@ def matmul(c: Call) -> Shape | None:
     x2 = x if len(x) > 1 else (sympy.Integer(1),) + x
     w2 = w if len(w) > 1 else w + (sympy.Integer(1),)
     batch = broadcast([x2[:-2], w2[:-2]])
-    if batch is None or None in batch:
+    if batch is None or any_unknown(batch):
         return None
     out = batch + (x2[-2], w2[-1])
     if len(x) == 1:
@@ -461,7 +469,7 @@ def reduce_value(c: Call, out: Shape | None) -> np.ndarray | None:
     """The product, sum, max or min of a known 1-D input (ONNX spec, ReduceProd, ReduceSum,
     ReduceMax, ReduceMin), in the output's shape (a scalar or one element)."""
     x = c.array(0)
-    if x is None or x.ndim != 1 or not x.size or None in x.tolist():
+    if x is None or x.ndim != 1 or not x.size or any_unknown(x.tolist()):
         return None
     if out is None or len(out) > 1:
         return None

@@ -26,6 +26,14 @@ Expr = sympy.Expr
 Shape = tuple  # tuple[Expr, ...]
 
 
+def any_unknown(elems) -> bool:
+    """True when an element of `elems` (dimensions or values: sympy expressions, ints, None)
+    is None, unknown. By identity: `None in elems` compares each sympy element with None by
+    sympy's `__eq__`, which converts None first (a fifth of the shape analysis's time on
+    Swin-T's 2328 nodes)."""
+    return any(e is None for e in elems)
+
+
 @dataclass(frozen=True)
 class SymValue:
     """The value of a small tensor (at most MAX_VALUE_ELEMENTS elements): its shape and its
