@@ -488,8 +488,9 @@ def _add_rule_options(p) -> None:
         default=[],
         metavar="CLASS[,CLASS...]",
         help="also run rules of these numeric classes: reassoc (regroups float arithmetic, "
-        "e.g. BatchNorm folded into Conv), approx, quant (int8 quantization, see rewrite "
-        "quantize); exact rules always run",
+        "e.g. BatchNorm folded into Conv), approx, quant (a quantized model's QDQ groups "
+        "lowered to integer kernels, patterns/quant/lower.rules; to quantize a float model, "
+        "rewrite quantize); exact rules always run",
     )
     p.add_argument(
         "--skip",

@@ -412,7 +412,7 @@ def test_shipped_library_checks():
         "quant-static-conv-vnni-rounded",
         "quant-static-matmul-vnni-rounded",
         "quant-rounded-moves",
-        "quant-static-onnxruntime",
+        "quant-static-conv1d-rounded",
         "quant-lower",
         "quant-lower-onnxruntime",
         "quant-smooth",

@@ -300,6 +300,11 @@ def test_an_int8_bound_asked_again_for_one_weight_equals_the_bound_computed_afre
 def test_without_quantize_nothing_is_quantized():
     optimized, _ = rewrite.optimize_model(mlp())
     assert "MatMulInteger" not in ops(optimized)
+    # the quant class without a mode lowers QDQ groups (test_quantize_static) and quantizes no
+    # float product: before, every mode's rules ran on them at once, per tensor and per column
+    lowered, report = rewrite.optimize_model(mlp(), allow=["quant"], target="onnxruntime")
+    assert ops(lowered) == ["Gemm", "Relu", "MatMul"]
+    assert not [r for r in report.fired if r.startswith("quantize-")]
 
 
 def test_an_unknown_mode_is_an_option_error():

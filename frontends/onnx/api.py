@@ -95,7 +95,7 @@ QUANT_RULESETS = {
         "quant-static-matmul",
         "quant-static-matmul-rounded",
         "quant-rounded-moves",
-        "quant-static-onnxruntime",
+        "quant-static-conv1d-rounded",
         "quant-embedding",
     ),
 }
@@ -120,6 +120,16 @@ CPU_RULESETS = {
         "quant-static-matmul-rounded": "quant-static-matmul-vnni-rounded",
     },
 }
+# ... and every mode's rulesets: without `quantize` (`rewrite optimize --allow quant`) the quant
+# class lowers graphs that are quantized already (QDQ groups to integer kernels, lower.rules),
+# and quantizes no float product (which would want a mode, its sites and their report)
+MODE_RULESETS = tuple(
+    dict.fromkeys(
+        [r for rs in QUANT_RULESETS.values() for r in rs]
+        + [r for m in CPU_RULESETS.values() for r in m.values()]
+        + list(MODE_HELPER_RULESETS)
+    )
+)
 # one weight scale per output channel unless the user asks for one per weight: measured with
 # bench/quant.py on BERT-base, GPT-2, a Llama-style decoder and ViT-B/16, the mean error per
 # input is onnxruntime's quantize_dynamic's or lower per channel and 16-38% above it per
@@ -327,11 +337,7 @@ class Options:
         if self.quantize is None:
             return self
         keep = self.quant_rulesets
-        every = dict.fromkeys(
-            [r for rs in QUANT_RULESETS.values() for r in rs]
-            + [r for m in CPU_RULESETS.values() for r in m.values()]
-        )
-        others = [f"ruleset:{r}" for r in every if r not in keep]
+        others = [f"ruleset:{r}" for r in MODE_RULESETS if r not in keep]
         # static mode folds BatchNormalization into the Conv before it (class reassoc), as
         # onnxruntime's quantization pre-processing does: a QuantizeLinear then meets the Conv
         wanted = ("quant", "reassoc") if self.quantize == "static" else ("quant",)
@@ -764,7 +770,7 @@ def run(
             load_rules(options.rules), options.skip, options.only, options.sums
         )
         unsmoothing = _rulesets(rules, UNSMOOTH_RULESETS)
-        left_out = UNSMOOTH_RULESETS + (() if options.quantize else MODE_HELPER_RULESETS)
+        left_out = UNSMOOTH_RULESETS + (() if options.quantize else MODE_RULESETS)
         rules = RuleSet(tuple(r for r in rules.rules if r.ruleset not in left_out), rules.files)
     t_rules = time.perf_counter() - clock
     with stage("loading the model"):
