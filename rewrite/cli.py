@@ -1190,11 +1190,12 @@ def _print_quantized(record: dict, verbose: bool) -> None:
 
 
 def _print_warning(report) -> None:
-    """A quantization run's warning (`Chooser.record["warning"]`), on stderr: printed with
-    --quiet too, like an error (nothing quantized, drawn calibration inputs, ...)."""
-    warning = report.extra.get("quantize", {}).get("warning")
-    if warning:
-        err.print(f"warning: {warning}", markup=False)
+    """A run's warning on stderr, printed with --quiet too, like an error: a quantization
+    run's (`Chooser.record["warning"]`: nothing quantized, drawn calibration inputs, ...) or
+    an optimization's (`report.extra["warning"]`: --allow quant on a float model)."""
+    for warning in (report.extra.get("quantize", {}).get("warning"), report.extra.get("warning")):
+        if warning:
+            err.print(f"warning: {warning}", markup=False)
 
 
 def _unsmoothing_refused(smooth: dict) -> str:

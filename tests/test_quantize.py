@@ -305,6 +305,10 @@ def test_without_quantize_nothing_is_quantized():
     lowered, report = rewrite.optimize_model(mlp(), allow=["quant"], target="onnxruntime")
     assert ops(lowered) == ["Gemm", "Relu", "MatMul"]
     assert not [r for r in report.fired if r.startswith("quantize-")]
+    assert report.extra["warning"].endswith("to quantize a float model: rewrite quantize")
+    dynamic, report = rewrite.optimize_model(mlp(), quantize="dynamic")
+    again, report = rewrite.optimize_model(dynamic, allow=["quant"])  # quantized: no warning
+    assert "warning" not in report.extra and "MatMulInteger" in ops(again)
 
 
 def test_an_unknown_mode_is_an_option_error():

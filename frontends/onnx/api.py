@@ -57,7 +57,7 @@ from frontends.onnx.quantize import (
     smoothing_marks,
     strip_marks,
 )
-from vocab.ops import OPS, TARGETS
+from vocab.ops import FAMILIES, OPS, TARGETS
 from vocab.registry import int8_sums_in_int32
 
 NUMERIC_CLASSES = FP_CLASSES[1:]  # beyond `exact`, which always runs
@@ -702,6 +702,20 @@ def _rulesets(rules: RuleSet, names: tuple[str, ...]) -> RuleSet:
     return RuleSet(tuple(r for r in rules.rules if r.ruleset in names), rules.files)
 
 
+# `rewrite optimize --allow quant` on a model with no (De)QuantizeLinear: the quant class lowers
+# quantized graphs (MODE_RULESETS), so nothing of it applies
+LOWERS_NOTHING = (
+    "--allow quant lowers the QuantizeLinear and DequantizeLinear groups of a quantized model, "
+    "and this one has none; to quantize a float model: rewrite quantize"
+)
+
+
+def _has_quantization(model: onnx.ModelProto) -> bool:
+    """True when a node of `model`'s graph (not its subgraphs) is of family QUANTIZATION."""
+    ops = set(FAMILIES["QUANTIZATION"])
+    return any(n.op_type in ops and n.domain in ("", "ai.onnx") for n in model.graph.node)
+
+
 def _warn(record: dict, warning: str) -> None:
     """Add `warning` to a quantization record's warnings (one line, `; `-joined)."""
     earlier = record.get("warning")
@@ -1063,6 +1077,8 @@ def run(
     extra = {**report.extra, "check": [d.__dict__ for d in diffs]} if diffs else report.extra
     if choose is not None:
         extra = {**extra, "quantize": choose.finish(report.extra.get("quantized_sites"))}
+    elif "quant" in options.allow and not _has_quantization(model):
+        extra = {**extra, "warning": LOWERS_NOTHING}
     report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped}, extra=extra)
     done = Run(result, report, diffs, model, rules, folder)
     if not all(d.ok for d in diffs):
