@@ -130,6 +130,12 @@ MODE_RULESETS = tuple(
         + list(MODE_HELPER_RULESETS)
     )
 )
+# `rewrite optimize --allow quant` on a model with no (De)QuantizeLinear: the quant class lowers
+# quantized graphs (MODE_RULESETS), so nothing of it applies
+LOWERS_NOTHING = (
+    "--allow quant lowers the QuantizeLinear and DequantizeLinear groups of a quantized model, "
+    "and this one has none; to quantize a float model: rewrite quantize"
+)
 # one weight scale per output channel unless the user asks for one per weight: measured with
 # bench/quant.py on BERT-base, GPT-2, a Llama-style decoder and ViT-B/16, the mean error per
 # input is onnxruntime's quantize_dynamic's or lower per channel and 16-38% above it per
@@ -700,14 +706,6 @@ class Run:
 def _rulesets(rules: RuleSet, names: tuple[str, ...]) -> RuleSet:
     """The rules of `rules` in the rulesets `names` (a pass of its own: smoothing, unsmoothing)."""
     return RuleSet(tuple(r for r in rules.rules if r.ruleset in names), rules.files)
-
-
-# `rewrite optimize --allow quant` on a model with no (De)QuantizeLinear: the quant class lowers
-# quantized graphs (MODE_RULESETS), so nothing of it applies
-LOWERS_NOTHING = (
-    "--allow quant lowers the QuantizeLinear and DequantizeLinear groups of a quantized model, "
-    "and this one has none; to quantize a float model: rewrite quantize"
-)
 
 
 def _has_quantization(model: onnx.ModelProto) -> bool:

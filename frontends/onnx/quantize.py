@@ -1667,18 +1667,17 @@ def rounding_marks(
     activation X over the calibration `feeds`, rows over every leading axis), and how many were
     marked. Such a product is, for the int8 grids (the dynamic per-column rules and the static
     rules), a MatMul or a Gemm (transA 0, alpha and beta 1), and for the block grids (the
-    weight-only rules) such a MatMul or Gemm whose K is a multiple of 32, by a 2-D
-    float32 initializer of 1
-    <= K <= GPTQ_MAX_K that is not all zeros, whose activation is float32 of K on its last axis
-    (a larger K keeps its nearest levels). With `convs` (the static rules), a 2-D Conv of group
-    1 (explicit pads or auto_pad) by a 4-D float32 initializer [C_out, C_in, kh, kw] too: its
-    weight rounded as the [K, C_out] matrix of QLinearConv's K order (`conv_weight_rows`, K =
-    kh kw C_in), X its input's patches (`conv_patches`); and a 1-D Conv (group 1, explicit
-    pads) as its 2-D form over (1, L), the one quantize-conv-static takes. The products of one
-    weight (ALBERT's layers share theirs, read through an Identity each in TorchScript's
-    export) in one layout
-    (a Gemm's transB, a Conv's geometry) get one w~, rounded on the rows of all their
-    activations (H the sum of theirs), so that the weight stays one initializer, rounded once;
+    weight-only rules) such a MatMul or Gemm whose K is a multiple of 32, by a 2-D float32
+    initializer of 1 <= K <= GPTQ_MAX_K that is not all zeros, whose activation is float32 of K
+    on its last axis (a larger K keeps its nearest levels). With `convs` (the static rules), a
+    2-D Conv of group 1 (explicit pads or auto_pad) by a 4-D float32 initializer [C_out, C_in,
+    kh, kw] too: its weight rounded as the [K, C_out] matrix of QLinearConv's K order
+    (`conv_weight_rows`, K = kh kw C_in), X its input's patches (`conv_patches`); and a 1-D
+    Conv (group 1, explicit pads) as its 2-D form over (1, L), the one quantize-conv-static
+    takes. The products of one weight (ALBERT's layers share theirs, read through an Identity
+    each in TorchScript's export) in one layout (a Gemm's transB, a Conv's geometry) get one
+    w~, rounded on the rows of all their activations (H the sum of theirs), so that the weight
+    stays one initializer, rounded once;
     the weights of products that read the same activations (an attention block's Q, K and V;
     Convs of one input and geometry) are rounded together, side by side, with one
     factorization of their H.
