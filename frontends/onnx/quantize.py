@@ -1164,6 +1164,23 @@ def _smoothable_weight(
     return w.T if attrs.get("transB", 0) else w
 
 
+def _transposed_weights(g: onnx.GraphProto, weights: dict) -> dict[str, onnx.NodeProto]:
+    """The Transpose nodes of `g` that swap the two axes of a 2-D float32 initializer (perm
+    (1, 0) or none), by their output: how the dynamo exporter leaves a Linear layer's weight
+    that several products read (ALBERT's shared layers; a language model's head tied to its
+    embedding table), MatMul(x, Transpose(w)), where it folds the Transpose of one read."""
+    out = {}
+    for n in g.node:
+        if n.op_type != "Transpose" or n.domain or not n.input or not n.output:
+            continue
+        t = weights.get(n.input[0])
+        perm = tuple(_attrs(n).get("perm", (1, 0)))
+        if t is not None and t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2:
+            if perm == (1, 0):
+                out[n.output[0]] = n
+    return out
+
+
 def _array(t: onnx.TensorProto, arrays: dict | None) -> np.ndarray:
     """`numpy_helper.to_array(t)`, kept in `arrays` by the tensor's name when given."""
     if arrays is None:
@@ -1698,11 +1715,18 @@ def rounding_marks(
     g = out.graph
     weights = {t.name: t for t in g.initializer}
     _read_weights_directly(g, weights)
-    products = []  # (node, weight [K, N], its layout: "transposed", a Conv's geometry or None)
+    flipped = _transposed_weights(g, weights)
+    # (node, weight [K, N], its layout: "transposed", a Conv's geometry or None, and where it
+    # reads the initializer: (node, input slot), the product's own or a Transpose's)
+    products = []
     arrays: dict[str, np.ndarray] = {}  # one array per initializer, however many products
     for n in g.node:
         attrs = _attrs(n)
-        w, layout = _smoothable_weight(n, weights, arrays), None
+        w, layout, at = _smoothable_weight(n, weights, arrays), None, (n, 1)
+        if w is None and n.op_type == "MatMul" and not n.domain and n.input[1:2]:
+            if n.input[1] in flipped:  # MatMul(x, Transpose(w)): a shared or tied weight
+                t = flipped[n.input[1]]
+                w, layout, at = _array(weights[t.input[0]], arrays).T, "transposed", (t, 0)
         if w is None and convs:
             w, layout = _conv_weight(n, weights, arrays)
         elif w is not None and attrs.get("transB", 0):  # a Gemm's weight stored [N, K]
@@ -1716,22 +1740,22 @@ def rounding_marks(
             # rounding.rules' transpose-of-rounded makes Rounded(w^T, w~^T))
             continue
         if 1 <= w.shape[0] <= GPTQ_MAX_K and w.size and np.any(w != 0):
-            products.append((n, w, layout))
+            products.append((n, w, layout, at))
     if not products:
         return out, 0, []
     held = held_out_feeds(len(feeds))
-    values = _activation_values(out, feeds, {n.input[0] for n, _, _ in products})
+    values = _activation_values(out, feeds, {p[0].input[0] for p in products})
     # the products of one weight (ALBERT's layers share theirs) are one unit: one w~, rounded
     # on the rows of all their activations (H the sum), so the weight stays one initializer
     units: dict[tuple, list[int]] = {}
-    for i, (n, w, layout) in enumerate(products):
+    for i, (n, w, layout, (holder, slot)) in enumerate(products):
         geometry = layout if isinstance(layout, tuple) else None
         v = values.get(n.input[0], [None])[0]
         if v is None or (geometry is not None and v.ndim not in (3, 4)):
             continue
         k = v.shape[-1] if geometry is None else v.shape[1] * int(np.prod(geometry[0]))
         if k == w.shape[0]:
-            units.setdefault((n.input[1], layout), []).append(i)
+            units.setdefault((holder.input[slot], layout), []).append(i)
     readers: dict[tuple, list[tuple[int, ...]]] = {}  # (activations, geometry) -> units
     for (_, layout), ids in units.items():
         geometry = layout if isinstance(layout, tuple) else None
@@ -1770,8 +1794,8 @@ def rounding_marks(
     taken = _taken_names(g)
     marks = []
     for unit, rounded in rounding.items():
-        first, _, layout = products[unit[0]]
-        weight = first.input[1]
+        _, _, layout, (holder, slot) = products[unit[0]]
+        weight = holder.input[slot]
         if layout == "transposed":
             rounded = rounded.T
         elif layout is not None:  # a Conv's, or a 1-D Conv's in its (1, k) form
@@ -1794,7 +1818,8 @@ def rounding_marks(
             )
         )
         for i in unit:
-            products[i][0].input[1] = read
+            holder, slot = products[i][3]
+            holder.input[slot] = read
     _place_marks(out, marks)
     return out, len(marks), nearer
 
