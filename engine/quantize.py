@@ -235,7 +235,7 @@ def sites(
                 for e in f.created:
                     if e in at:
                         built.setdefault(at[e], set()).add(label)
-    chosen_ids = {id(f) for _, group in members.items() for i in group for f in raw[i][1]}
+    chosen_ids = {id(f) for group in members.values() for i in group for f in raw[i][1]}
     for f in firings:  # what an activation's step, or an exact rule, built too is shared
         if id(f) not in chosen_ids:
             for e in f.created:

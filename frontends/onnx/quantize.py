@@ -1174,10 +1174,9 @@ def _transposed_weights(g: onnx.GraphProto, weights: dict) -> dict[str, onnx.Nod
         if n.op_type != "Transpose" or n.domain or not n.input or not n.output:
             continue
         t = weights.get(n.input[0])
-        perm = tuple(_attrs(n).get("perm", (1, 0)))
-        if t is not None and t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2:
-            if perm == (1, 0):
-                out[n.output[0]] = n
+        flat = t is not None and t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2
+        if flat and tuple(_attrs(n).get("perm", (1, 0))) == (1, 0):
+            out[n.output[0]] = n
     return out
 
 
@@ -1565,24 +1564,26 @@ class _Hessians:
         return self._every
 
 
-def _conv_geometry(n: onnx.NodeProto, w: np.ndarray) -> tuple | None:
+def _conv_geometry(n: onnx.NodeProto, w: np.ndarray, one_d: bool = False) -> tuple | None:
     """(kernel, strides, pads, dilations) of Conv `n` by the 4-D weight `w` [C_out, C_in, kh,
-    kw] when GPTQ rounds it (group 1; a 1-D Conv by a 3-D `w`, without auto_pad, as its 2-D
-    form over (1, L): `vocab.registry.conv2d_ints_of_1d`, `conv2d_pads_of_1d`); else None.
-    The pads are explicit [top, left, bottom, right], or with auto_pad its name (VALID,
-    SAME_UPPER, SAME_LOWER), which `conv_patches` turns into pads for its input's size."""
+    kw] when GPTQ rounds it (group 1); else None. `one_d`: `n` is a 1-D Conv and `w` its weight
+    as the 2-D form's over (1, L) (kh = 1; without auto_pad: `vocab.registry.conv2d_ints_of_1d`
+    and `conv2d_pads_of_1d` give the attributes). The pads are explicit [top, left, bottom,
+    right], or with auto_pad its name (VALID, SAME_UPPER, SAME_LOWER), which `conv_patches`
+    turns into pads for its input's size."""
     attrs = _attrs(n)
     auto = attrs.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
-    if w.ndim == 3 and auto == "NOTSET":  # a 1-D Conv as its 2-D form over (1, L)
+    if one_d and auto != "NOTSET":
+        return None
+    if one_d:
         attrs = {
-            "kernel_shape": conv2d_ints_of_1d(attrs.get("kernel_shape") or w.shape[2:]),
+            "kernel_shape": conv2d_ints_of_1d(attrs.get("kernel_shape") or w.shape[3:]),
             "strides": conv2d_ints_of_1d(attrs.get("strides")),
             "pads": conv2d_pads_of_1d(attrs.get("pads")),
             "dilations": conv2d_ints_of_1d(attrs.get("dilations")),
             "group": attrs.get("group", 1),
         }
-        w = w[:, :, None, :]
     if w.ndim != 4 or attrs.get("group", 1) != 1 or auto not in AUTO_PADS:
         return None
     kernel = tuple(w.shape[2:])
@@ -1723,10 +1724,10 @@ def rounding_marks(
     for n in g.node:
         attrs = _attrs(n)
         w, layout, at = _smoothable_weight(n, weights, arrays), None, (n, 1)
-        if w is None and n.op_type == "MatMul" and not n.domain and n.input[1:2]:
-            if n.input[1] in flipped:  # MatMul(x, Transpose(w)): a shared or tied weight
-                t = flipped[n.input[1]]
-                w, layout, at = _array(weights[t.input[0]], arrays).T, "transposed", (t, 0)
+        matmul = n.op_type == "MatMul" and not n.domain and n.input[1:2]
+        t = flipped.get(n.input[1]) if matmul else None
+        if w is None and t is not None:  # MatMul(x, Transpose(w)): a shared or tied weight
+            w, layout, at = _array(weights[t.input[0]], arrays).T, "transposed", (t, 0)
         if w is None and convs:
             w, layout = _conv_weight(n, weights, arrays)
         elif w is not None and attrs.get("transB", 0):  # a Gemm's weight stored [N, K]
@@ -1842,6 +1843,7 @@ def _conv_weight(
     if t is None or t.data_type != onnx.TensorProto.FLOAT or len(t.dims) not in (3, 4):
         return None, None
     w = _array(t, arrays)
-    geometry = _conv_geometry(n, w)
-    w = w[:, :, None, :] if w.ndim == 3 else w  # a 1-D Conv's weight as its (1, k) form's
+    one_d = w.ndim == 3
+    w = w[:, :, None, :] if one_d else w  # a 1-D Conv's weight as its (1, k) form's
+    geometry = _conv_geometry(n, w, one_d)
     return (None, None) if geometry is None else (conv_weight_rows(w), geometry)
