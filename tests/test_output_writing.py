@@ -5,6 +5,7 @@
 import io
 from dataclasses import replace
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnx.helper as oh
@@ -21,6 +22,7 @@ from frontends.onnx import (
     write_serialized,
 )
 from frontends.onnx.check import run
+from frontends.onnx.exporter import _write_tensor
 
 RULES = load_rules([shipped_rules_dir()])
 
@@ -134,3 +136,39 @@ def test_load_rejects_weights_with_two_value_fields(tmp_path):
     onnx.save(model, str(p))
     with pytest.raises(ModelError, match="one and only one value field"):
         load_model(p)
+
+
+def test_load_rejects_weights_with_no_value_field(tmp_path):
+    model = weighted_model()
+    model.graph.initializer[0].ClearField("raw_data")
+    p = tmp_path / "m.onnx"
+    onnx.save(model, str(p))
+    with pytest.raises(ModelError, match="one and only one value field"):
+        load_model(p)
+
+
+def test_load_takes_weights_in_a_typed_field(tmp_path):
+    model = weighted_model()
+    w = numpy_helper.to_array(model.graph.initializer[0])
+    model.graph.initializer[0].ClearField("raw_data")
+    model.graph.initializer[0].float_data.extend(w.reshape(-1).tolist())
+    p = tmp_path / "m.onnx"
+    onnx.save(model, str(p))
+    np.testing.assert_array_equal(numpy_helper.to_array(load_model(p).graph.initializer[0]), w)
+
+
+@pytest.mark.parametrize("dtype", ["int4", "uint4", "float4_e2m1fn"])
+@pytest.mark.parametrize("shape", [(6, 4), (3, 5), (7,), (), (0,)])
+def test_four_bit_weights_are_packed_as_numpy_helper_packs_them(dtype, shape):
+    kind = getattr(ml_dtypes, dtype)
+    rng = np.random.default_rng(0)
+    levels = {"int4": (-8, 8), "uint4": (0, 16)}.get(dtype)
+    if levels:
+        arr = rng.integers(*levels, shape).astype(kind)
+    else:
+        arr = rng.choice([0.0, 0.5, -1.0, 1.5, 6.0, -6.0], shape).astype(kind)
+    for a in (arr, arr.T):  # a transposed weight is a view, not contiguous
+        t = onnx.TensorProto()
+        _write_tensor(t, a, "w")
+        assert t == numpy_helper.from_array(a, "w")
+        assert numpy_helper.to_array(t).tobytes() == np.ascontiguousarray(a).tobytes()

@@ -108,7 +108,10 @@ def _check_weights(model: onnx.ModelProto) -> None:
             continue  # kept in the skeleton, checked there
         if t.data_type == onnx.TensorProto.UNDEFINED:
             raise onnx.checker.ValidationError(f"initializer {t.name}: data type UNDEFINED")
-        fields = [f.name for f, _ in t.ListFields() if f.name in _VALUE_FIELDS]
+        # by presence, not ListFields(), which copies raw_data's bytes (BERT-base: 0.1-0.25 s)
+        fields = [
+            f for f in _VALUE_FIELDS if (t.HasField(f) if f == "raw_data" else len(getattr(t, f)))
+        ]
         external = uses_external_data(t)
         if len(fields) + external != 1:
             raise onnx.checker.ValidationError(
@@ -122,7 +125,7 @@ def _check_weights(model: onnx.ModelProto) -> None:
                 )
 
 
-_VALUE_FIELDS = {
+_VALUE_FIELDS = (
     "raw_data",
     "float_data",
     "int32_data",
@@ -130,7 +133,7 @@ _VALUE_FIELDS = {
     "int64_data",
     "double_data",
     "uint64_data",
-}
+)
 _ITEMSIZE = {
     getattr(onnx.TensorProto, name): size
     for name, size in (

@@ -144,15 +144,31 @@ def _four_bit(dtype: np.dtype) -> bool:
 _FOUR_BIT = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.FLOAT4E2M1})
 
 
+def _packed_four_bit(arr: np.ndarray) -> bytes:
+    """The bytes of a 4-bit array (ml_dtypes int4, uint4 or float4_e2m1fn: one element a
+    byte, its value in the low 4 bits) as ONNX stores them (TensorProto raw_data): two a
+    byte in row-major order, the even element in the low half, a zero half after an odd
+    count. numpy_helper.from_array's packing, in fewer passes over the weight (it copies the
+    array three times, then the proto once more: a standard-ONNX weight-only BERT-base spent
+    0.5 s there)."""
+    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    if flat.size % 2:
+        flat = np.append(flat, np.uint8(0))
+    return ((flat[0::2] & 0x0F) | (flat[1::2] << 4)).tobytes()
+
+
 def _write_tensor(t: onnx.TensorProto, arr: np.ndarray, name: str) -> None:
     """Fill TensorProto `t` with `arr` (numpy_helper.from_array's encoding, without building a
     separate proto to copy; 4-bit types packed two a byte as numpy_helper does)."""
-    if arr.dtype == object or arr.dtype.kind in "USO" or _four_bit(arr.dtype):
+    if arr.dtype == object or arr.dtype.kind in "USO":
         t.CopyFrom(numpy_helper.from_array(arr, name))
         return
     t.name = name
     t.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)
     t.dims.extend(arr.shape)
+    if _four_bit(arr.dtype):
+        t.raw_data = _packed_four_bit(arr)
+        return
     if arr.dtype == np.bool_:
         arr = arr.astype(np.uint8)  # ONNX stores bool as one byte per element, like numpy
     if sys.byteorder == "big":
