@@ -120,30 +120,25 @@ def test_optimize_on_a_structure_exports_even_when_nothing_changes():
     np.testing.assert_array_equal(numpy_helper.to_array(got.graph.initializer[0]), w)
 
 
-def test_load_rejects_weights_of_the_wrong_size(tmp_path):
+def _shorten(w: onnx.TensorProto) -> None:
+    w.raw_data = w.raw_data[:-4]
+
+
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        (_shorten, "rejected by onnx.checker: initializer W: raw_data"),
+        (lambda w: w.float_data.append(1.0), "one and only one value field"),  # two fields
+        (lambda w: w.ClearField("raw_data"), "one and only one value field"),  # none
+    ],
+    ids=["wrong-size", "two-value-fields", "no-value-field"],
+)
+def test_load_rejects_weights_with_bad_value_fields(tmp_path, spoil, message):
     model = weighted_model()
-    model.graph.initializer[0].raw_data = model.graph.initializer[0].raw_data[:-4]
+    spoil(model.graph.initializer[0])
     p = tmp_path / "m.onnx"
     onnx.save(model, str(p))
-    with pytest.raises(ModelError, match="rejected by onnx.checker: initializer W: raw_data"):
-        load_model(p)
-
-
-def test_load_rejects_weights_with_two_value_fields(tmp_path):
-    model = weighted_model()
-    model.graph.initializer[0].float_data.append(1.0)
-    p = tmp_path / "m.onnx"
-    onnx.save(model, str(p))
-    with pytest.raises(ModelError, match="one and only one value field"):
-        load_model(p)
-
-
-def test_load_rejects_weights_with_no_value_field(tmp_path):
-    model = weighted_model()
-    model.graph.initializer[0].ClearField("raw_data")
-    p = tmp_path / "m.onnx"
-    onnx.save(model, str(p))
-    with pytest.raises(ModelError, match="one and only one value field"):
+    with pytest.raises(ModelError, match=message):
         load_model(p)
 
 
