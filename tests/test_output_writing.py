@@ -120,6 +120,33 @@ def test_optimize_on_a_structure_exports_even_when_nothing_changes():
     np.testing.assert_array_equal(numpy_helper.to_array(got.graph.initializer[0]), w)
 
 
+@pytest.mark.parametrize("opset", [17, 21])
+def test_a_structure_converted_to_another_opset_takes_its_weights_from_the_arrays(opset):
+    """Converted as a structure (no weight copied into the converted model), imported with
+    the imported graph's arrays: the same model as converting the whole model."""
+    model = weighted_model()
+    want, _ = optimize_model(model, RULES, opset=opset)
+    graph = import_model(model)
+    s = structure(model)
+    got, report = optimize_model(s, RULES, opset=opset, graph=replace(graph, meta=s))
+    assert report.extra["opset"]["converted"] and got.opset_import == want.opset_import
+    assert [n.op_type for n in got.graph.node] == [n.op_type for n in want.graph.node]
+    weights = {t.name: numpy_helper.to_array(t) for t in got.graph.initializer}
+    np.testing.assert_array_equal(weights["W"], numpy_helper.to_array(model.graph.initializer[0]))
+    x = {"x": np.random.default_rng(1).standard_normal((2, 32)).astype(np.float32)}
+    np.testing.assert_array_equal(run(got, x)[0], run(want, x)[0])
+
+
+def test_import_takes_arrays_only_for_weights_held_without_values():
+    model = weighted_model()
+    s = structure(model)
+    w = np.full((32, 32), 2.0, np.float32)
+    g = import_model(s, arrays={"W": w, "B": np.zeros(32, np.float32)})
+    by_name = {g.values[v].name: a for v, a in g.constants.items()}
+    assert by_name["W"] is w  # a stub: the array, not a copy
+    np.testing.assert_array_equal(by_name["B"], numpy_helper.to_array(model.graph.initializer[1]))
+
+
 def _shorten(w: onnx.TensorProto) -> None:
     w.raw_data = w.raw_data[:-4]
 

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 from onnx.reference import ReferenceEvaluator
 
+import frontends.onnx
 import rewrite
 from engine.cost import CostModel
 from frontends.onnx import api, check, import_model, quantize
@@ -1009,6 +1010,33 @@ def test_weight_only_for_standard_onnx_writes_int4_blocks_before_the_matmul():
         err = np.abs(plain.run(None, {"x": x})[0] - run(model, x))
         assert np.all(err <= BOUNDS["matmul-weight-4bit-block32"].fn(x, W1))
         assert err.max() > 0
+
+
+def test_cli_weight_only_for_standard_onnx_converts_the_model_as_its_structure(
+    tmp_path, monkeypatch
+):
+    # the CLI keeps only the loaded model's structure once its weights are imported, and
+    # converts that to opset 21 (block_size), imported with the arrays: the same file as the
+    # Python API's, which converts the whole model
+    imports = []
+
+    def spy(model, folder=None, arrays=None):
+        imports.append(arrays is not None)
+        return import_model(model, folder, arrays)
+
+    monkeypatch.setattr(frontends.onnx, "import_model", spy)
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    model = mlp()
+    onnx.save(model, src)
+    args = ["quantize", str(src), str(dst), "--mode", "weight-only", "-q", "--rtol", "0.5"]
+    assert main(args) == 0  # 4-bit weights of unlike column scales: over the default check
+    assert imports == [True]  # the converted structure, with the arrays
+    got = onnx.load(dst)
+    want, _ = rewrite.optimize_model(model, quantize="weight-only", check=False)
+    assert [o.version for o in got.opset_import if o.domain in ("", "ai.onnx")] == [21]
+    assert ops(got) == ops(want) and ops(got).count("DequantizeLinear") == 2
+    weights = lambda m: sorted(i.raw_data for i in m.graph.initializer)  # noqa: E731
+    assert weights(got) == weights(want)
 
 
 def _onnxruntime_optimized(model: onnx.ModelProto, tmp_path) -> list[str]:

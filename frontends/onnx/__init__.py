@@ -29,6 +29,7 @@ from frontends.onnx.importer import (
     import_model,
     is_weight,
     skeleton,
+    value_fields,
 )
 from frontends.onnx.opset import OLDEST_TABLE_OPSET, OpsetError, auto_target, convert_opset
 from vocab.ops import MAX_OPSET, TARGETS
@@ -108,10 +109,7 @@ def _check_weights(model: onnx.ModelProto) -> None:
             continue  # kept in the skeleton, checked there
         if t.data_type == onnx.TensorProto.UNDEFINED:
             raise onnx.checker.ValidationError(f"initializer {t.name}: data type UNDEFINED")
-        # by presence, not ListFields(), which copies raw_data's bytes (BERT-base: 0.1-0.25 s)
-        fields = [
-            f for f in _VALUE_FIELDS if (t.HasField(f) if f == "raw_data" else len(getattr(t, f)))
-        ]
+        fields = value_fields(t)
         external = uses_external_data(t)
         if len(fields) + external != 1:
             raise onnx.checker.ValidationError(
@@ -125,15 +123,6 @@ def _check_weights(model: onnx.ModelProto) -> None:
                 )
 
 
-_VALUE_FIELDS = (
-    "raw_data",
-    "float_data",
-    "int32_data",
-    "string_data",
-    "int64_data",
-    "double_data",
-    "uint64_data",
-)
 _ITEMSIZE = {
     getattr(onnx.TensorProto, name): size
     for name, size in (
@@ -186,7 +175,8 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
 
     `graph`: the model already imported (`import_model(model, folder)`), its `meta` possibly
     a `structure` copy of `model` (then `model` may be that copy too); its import seconds are
-    then the caller's to count.
+    then the caller's to count. A `structure` converted to another opset is imported again
+    (its nodes changed), its weights taken from `graph`'s arrays.
     """
     clock = time.perf_counter()
     source = default_opset(model)
@@ -203,7 +193,13 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
             info["note"] = str(e)
     t_convert = time.perf_counter() - clock
     if info["converted"]:
-        kw.pop("graph", None)  # an import of the unconverted model
+        graph = kw.pop("graph", None)  # an import of the unconverted model
+        if graph is not None and _is_structure(work):
+            # the converted structure is imported with the weights the caller imported, as
+            # arrays: none is copied into the converted model and out again (BERT-base's
+            # 440 MB took 0.4 s and a second copy at the peak)
+            kw["arrays"] = {graph.values[v].name: a for v, a in graph.constants.items()}
+        del graph
     if info["converted"] and source < OLDEST_TABLE_OPSET:
         result, report = _rounds(work, rules, **kw)
     else:
@@ -294,6 +290,7 @@ def _optimize_model(model: onnx.ModelProto, rules, **kw):
         limits, deadline=limits.deadline if limits.deadline is not None else clock + limits.timeout
     )
     graph = kw.pop("graph", None)
+    arrays = kw.pop("arrays", None)
     target = kw.pop("target", "onnx")
     kw["domains"] = TARGETS[target] | {
         i.domain for i in model.opset_import if i.domain not in ("", "ai.onnx")
@@ -301,7 +298,8 @@ def _optimize_model(model: onnx.ModelProto, rules, **kw):
     if clock > limits.deadline and graph is None:
         return model, onnx_counts(as_given(None, "time-limit", "load", {}), model, model)
     if graph is None:
-        graph = import_model(model, folder)
+        graph = import_model(model, folder, arrays)
+        del arrays
     t_import = time.perf_counter() - clock
     if time.perf_counter() > limits.deadline:
         given = export_model(graph) if _is_structure(model) else model

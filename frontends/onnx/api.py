@@ -801,13 +801,15 @@ def run(
     # A caller that writes the result itself (the CLI) and whose check reads the original from
     # its file needs only the model's structure once it is imported: the loaded weights are
     # freed, one copy of them fewer at the peak (BERT-base: 1.7 -> 1.3 GB).
-    # Not for a model the engine converts to another opset first (it needs the weights), one
-    # with no default-domain opset (it comes back byte for byte), or when the time is up.
+    # A model converted to another opset first is converted as that structure and imported
+    # with the arrays. Not for a model converted automatically from an opset older than the
+    # op table's (several rounds, each on the last one's result, and a fallback to the
+    # original), one with no default-domain opset (it comes back byte for byte), or when the
+    # time is up.
     lean = (
         stage_output is not None
         and folder is not None
         and not options.input_shapes
-        and options.opset is None
         and default_opset(model) > 0
         and auto_target(model) is None
         and not any(True for _ in external.external_tensors(model))

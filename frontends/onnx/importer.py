@@ -42,16 +42,22 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 0
 
 
-def import_model(model: onnx.ModelProto, folder: Path | None = None) -> TermGraph:
+def import_model(
+    model: onnx.ModelProto,
+    folder: Path | None = None,
+    arrays: dict[str, np.ndarray] | None = None,
+) -> TermGraph:
     """Import an ONNX model. The model is not modified.
 
     folder: where the model's external data files are, when they were not loaded into it
     (`load_model`); the main graph's external initializers are then mapped from their files
-    (`frontends.onnx.external.mapped_array`), not read. Returns a TermGraph whose `meta` is
-    the original model (for export); its `opset` is 0 when the model imports no default-domain
-    opset. Raises ExternalDataError for a data file shorter than its tensor, ImportError_ for
-    external data not loaded when no `folder` is given (it is never read from the current
-    directory).
+    (`frontends.onnx.external.mapped_array`), not read. arrays: the values, by name, of the
+    initializers the model holds without values (a `frontends.onnx.structure` copy's weights,
+    kept as arrays by the caller), taken as they are (not copied). Returns a TermGraph whose
+    `meta` is the original model (for export); its `opset` is 0 when the model imports no
+    default-domain opset. Raises ExternalDataError for a data file shorter than its tensor,
+    ImportError_ for external data not loaded when no `folder` is given (it is never read from
+    the current directory).
     """
     opset = default_opset(model)
     try:
@@ -66,11 +72,14 @@ def import_model(model: onnx.ModelProto, folder: Path | None = None) -> TermGrap
     b.read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
     b.read |= {name for n in g.node for name in _outer_names(n)}
     for init in g.initializer:
-        if uses_external_data(init) and folder is None:  # never read relative to the cwd
+        external = uses_external_data(init)
+        if arrays is not None and init.name in arrays and not external and is_stub(init):
+            b.constant(init.name, arrays[init.name])
+            continue
+        if external and folder is None:  # never read relative to the cwd
             raise ImportError_(
                 f"initializer {init.name!r}: external data not loaded and no folder given"
             )
-        external = uses_external_data(init)
         b.constant(
             init.name, mapped_array(init, folder) if external else numpy_helper.to_array(init)
         )
@@ -96,6 +105,30 @@ def is_weight(t: onnx.TensorProto) -> bool:
     """Whether initializer `t` has more than SKELETON_MAX_ELEMENTS elements: a weight, which a
     `skeleton` leaves out (a graph input in its place), as against a shape constant."""
     return (int(np.prod(t.dims)) if t.dims else 1) > SKELETON_MAX_ELEMENTS
+
+
+def value_fields(t: onnx.TensorProto) -> list[str]:
+    """The fields of TensorProto `t` that hold values (raw_data, or a typed field such as
+    float_data), by presence: `ListFields()` would copy raw_data's bytes (BERT-base: 0.1-0.25
+    s). External data is not among them."""
+    return [f for f in _VALUE_FIELDS if (t.HasField(f) if f == "raw_data" else len(getattr(t, f)))]
+
+
+_VALUE_FIELDS = (
+    "raw_data",
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+)
+
+
+def is_stub(t: onnx.TensorProto) -> bool:
+    """Whether initializer `t` is a weight held without values (name, type and shape only, as
+    `frontends.onnx.structure` keeps it): no value field, no external data."""
+    return is_weight(t) and not uses_external_data(t) and not value_fields(t)
 
 
 def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
