@@ -392,6 +392,34 @@ def test_a_run_that_quantizes_nothing_says_why(tmp_path, capsys):
     assert "MatMul compute float16" in captured.err and len(captured.err.splitlines()) == 1
 
 
+def test_nothing_quantized_names_a_weight_read_through_views_by_its_constant():
+    # MatMul(x, Transpose(Identity(w))), as a dynamo export reads a shared weight: the reason
+    # is the constant's (float16), not "read no constant weight"
+    w = RNG.normal(0, 1, (8, 4)).astype(np.float16)
+    model = helper.make_model(
+        helper.make_graph(
+            [
+                helper.make_node("Identity", ["w"], ["wi"]),
+                helper.make_node("Transpose", ["wi"], ["wt"], perm=[1, 0]),
+                helper.make_node("MatMul", ["x", "wt"], ["y"]),
+                helper.make_node("MatMul", ["y", "x2"], ["z"]),
+            ],
+            "views",
+            [
+                helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 4]),
+                helper.make_tensor_value_info("x2", TensorProto.FLOAT16, [8, 3]),
+            ],
+            [helper.make_tensor_value_info("z", TensorProto.FLOAT16, [2, 3])],
+            [numpy_helper.from_array(w, "w")],
+        ),
+        opset_imports=[helper.make_opsetid("", 18)],
+        ir_version=10,
+    )
+    assert quantize.nothing_quantized(model, {"MatMul"}, "dynamic") == (
+        "1 MatMul compute float16 (the rules take float32); 1 MatMul read no constant weight"
+    )
+
+
 def named_mlp() -> onnx.ModelProto:
     """`mlp()` with node names, as exporters give them (fc1/MatMul, fc1/Add, relu, fc2/MatMul)."""
     model = mlp()

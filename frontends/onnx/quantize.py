@@ -811,9 +811,10 @@ def nothing_quantized(model: onnx.ModelProto, ops: set[str], mode: str) -> str:
     """Why a quantization run in `mode` quantized nothing in `model`, for a user's warning:
     the nodes of `ops` (the op types the mode's rulesets quantize, `engine.quantize.
     quantized_ops`) that read a weight, products (families CONV and MATMUL) and a Gather's
-    table, whose weight operand (input 1; the table, input 0) is not a float32 constant,
-    counted by op and reason, or that the model has none of those ops. The rules read a
-    weight's values to quantize it (scales from its range), in float32."""
+    table, whose weight operand (input 1; the table, input 0; or the constant it is a view of,
+    through Transpose and the VIEW family) is not a float32 constant, counted by op and
+    reason, or that the model has none of those ops. The rules read a weight's values to
+    quantize it (scales from its range), in float32."""
     g = model.graph
     types = {t.name: t.data_type for t in g.initializer}
     for n in g.node:  # Constant nodes hold constants too
@@ -826,10 +827,25 @@ def nothing_quantized(model: onnx.ModelProto, ops: set[str], mode: str) -> str:
     found = [n for n in g.node if n.op_type in ops and not n.domain]
     if not found:
         return f"the model has none of the ops --mode {mode} quantizes ({', '.join(sorted(ops))})"
+    # a weight read through views of a constant (a dynamo export's Transpose of a shared
+    # weight, TorchScript's Identity): the rules see through them, so the constant is its type
+    producer = {o: n for n in g.node for o in n.output}
+    views = {*FAMILIES["VIEW"], "Transpose"}
+
+    def source(name: str) -> str:
+        seen = set()
+        while name not in types and name in producer and name not in seen:
+            seen.add(name)
+            n = producer[name]
+            if n.op_type not in views or n.domain or not n.input:
+                break
+            name = n.input[0]
+        return name
+
     reasons: dict[tuple[str, str], int] = {}
     for n in found:
         k = WEIGHT_INPUT.get(n.op_type, 1)
-        w = n.input[k] if len(n.input) > k else ""
+        w = source(n.input[k]) if len(n.input) > k else ""
         if w not in types:
             why = "read no constant weight"
         elif types[w] != onnx.TensorProto.FLOAT:
