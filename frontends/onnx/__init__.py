@@ -10,6 +10,7 @@ import os
 import secrets
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -336,16 +337,22 @@ def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def structure(model: onnx.ModelProto) -> onnx.ModelProto:
+def structure(model: onnx.ModelProto, held: Collection[str] | None = None) -> onnx.ModelProto:
     """A copy of `model` whose large initializers (over SKELETON_MAX_ELEMENTS elements) keep
     their name, type and shape but no values: what `export_model` reads of the original (a
     TermGraph's `meta`) and the output check reads (types, inputs), without the weights, so
     that a caller holding the weights as arrays (`import_model`) can free the loaded model
     (the protobuf arena of a loaded model is freed only with the whole model). Passed to
-    `optimize_model` as `graph`'s meta, it makes the result always a newly exported model."""
+    `optimize_model` as `graph`'s meta, it makes the result always a newly exported model.
+
+    held: the names of the initializers the caller holds as arrays (the constants of its
+    `import_model` graph); the others stay whole. The import shares byte-identical small
+    constants under one name, so an initializer it aliased is not held under its own name,
+    and a structure converted to another opset is imported with the held arrays alone."""
     out = _without_initializers(model)
     for t in model.graph.initializer:
-        if not is_weight(t) or uses_external_data(t):
+        whole = not is_weight(t) or uses_external_data(t)
+        if whole or (held is not None and t.name not in held):
             out.graph.initializer.append(t)
         else:
             out.graph.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)

@@ -931,7 +931,8 @@ def run(
             choose.progress = detail
         if lean:
             graph = import_model(model, folder)
-            model = engine_input = structure(model)
+            held = {graph.values[v].name for v in graph.constants}
+            model = engine_input = structure(model, held)
             kw["graph"] = replace(graph, meta=model)
             del graph
         result, report = optimize_engine(

@@ -73,7 +73,9 @@ def import_model(
     b.read |= {name for n in g.node for name in _outer_names(n)}
     for init in g.initializer:
         external = uses_external_data(init)
-        if arrays is not None and init.name in arrays and not external and is_stub(init):
+        if arrays is not None and not external and is_stub(init):
+            if init.name not in arrays:  # a caller's bug: say which, not numpy's reshape error
+                raise ImportError_(f"initializer {init.name!r}: no values, and not in arrays")
             b.constant(init.name, arrays[init.name])
             continue
         if external and folder is None:  # never read relative to the cwd
