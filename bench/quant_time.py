@@ -105,6 +105,7 @@ def main(argv=None) -> int:
         help="calibration inputs of gptq and static (default 8)",
     )
     args = p.parse_args(argv)
+    Q.compile_package()
     print(f"CPU: {Q.cpu()}")
     print("| model | mode | ours (s) | onnxruntime (s) | ours / onnxruntime |")
     print("|---|---|---|---|---|")
