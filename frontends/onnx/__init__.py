@@ -26,6 +26,7 @@ from frontends.onnx.exporter import export_model
 from frontends.onnx.external import ExternalDataError, check_locations, load_small_tensors
 from frontends.onnx.importer import (
     SKELETON_MAX_ELEMENTS,
+    constants_by_name,
     default_opset,
     import_model,
     is_weight,
@@ -199,7 +200,7 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
             # the converted structure is imported with the weights the caller imported, as
             # arrays: none is copied into the converted model and out again (BERT-base's
             # 440 MB took 0.4 s and a second copy at the peak)
-            kw["arrays"] = {graph.values[v].name: a for v, a in graph.constants.items()}
+            kw["arrays"] = constants_by_name(graph)
         del graph
     if info["converted"] and source < OLDEST_TABLE_OPSET:
         result, report = _rounds(work, rules, **kw)

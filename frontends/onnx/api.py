@@ -32,7 +32,7 @@ from engine.selection import pick_rules
 from frontends.onnx import ModelError, external, import_model, load_model, onnx_counts, structure
 from frontends.onnx import optimize_model as optimize_engine
 from frontends.onnx.check import CheckError, compare
-from frontends.onnx.importer import default_opset
+from frontends.onnx.importer import constants_by_name, default_opset
 from frontends.onnx.opset import auto_target
 from frontends.onnx.quantize import (
     CALIBRATION_METHODS,
@@ -931,8 +931,7 @@ def run(
             choose.progress = detail
         if lean:
             graph = import_model(model, folder)
-            held = {graph.values[v].name for v in graph.constants}
-            model = engine_input = structure(model, held)
+            model = engine_input = structure(model, constants_by_name(graph))
             kw["graph"] = replace(graph, meta=model)
             del graph
         result, report = optimize_engine(

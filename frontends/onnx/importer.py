@@ -100,6 +100,13 @@ def import_model(
     )
 
 
+def constants_by_name(g: TermGraph) -> dict[str, np.ndarray]:
+    """The constants of imported graph `g` by their values' names: the arrays `import_model`
+    takes back (`arrays`) for a `structure` of the model, and the initializers it holds (an
+    initializer it shared with a byte-identical one is under that one's name only)."""
+    return {g.values[v].name: a for v, a in g.constants.items()}
+
+
 SKELETON_MAX_ELEMENTS = 64  # initializers up to this size stay in a skeleton (shape constants)
 
 
