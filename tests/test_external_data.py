@@ -261,3 +261,67 @@ def test_import_without_folder_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where a relative read would find the file
     with pytest.raises(ImportError_, match="external data not loaded"):
         import_model(load_model(src))
+
+
+def _bounded_tensors():
+    """Tensors in every encoding `size_bound` bounds: raw data, typed fields of negative
+    varints, complex, packed 4-bit, external data locations, long names and doc strings."""
+    rng = np.random.default_rng(0)
+    arrays = {
+        "f32": rng.standard_normal((30, 50)).astype(np.float32),
+        "f64": rng.standard_normal(700),
+        "i64neg": -rng.integers(1, 2**40, size=1100),
+        "i32neg": -rng.integers(1, 2**20, size=(20, 90)).astype(np.int32),
+        "u8": rng.integers(0, 255, size=1300).astype(np.uint8),
+        "bool": rng.integers(0, 2, size=500).astype(bool),
+        "c64": (rng.standard_normal(400) + 1j * rng.standard_normal(400)).astype(np.complex64),
+        "f16": rng.standard_normal(600).astype(np.float16),
+        "scalar": np.array(3.0, np.float32),
+        "empty": np.zeros((0, 4), np.float32),
+    }
+    out = []
+    for name, a in arrays.items():
+        raw = numpy_helper.from_array(a, name)
+        typed = oh.make_tensor(
+            f"{name}_typed" * 30,
+            oh.np_dtype_to_tensor_dtype(a.dtype),
+            a.shape,
+            a.flatten().tolist(),
+        )
+        typed.doc_string = "ä" * 100
+        out += [raw, typed]
+    int4 = oh.make_tensor("i4", onnx.TensorProto.INT4, [5], [-8, 7, -1, 0, 3])
+    out.append(int4)
+    ext = onnx.TensorProto(name="ext", data_type=onnx.TensorProto.FLOAT, dims=[1000, 1000])
+    ext.data_location = onnx.TensorProto.EXTERNAL
+    for k, v in (("location", "weights.bin" * 20), ("offset", "4096"), ("length", "4000000")):
+        entry = ext.external_data.add()
+        entry.key, entry.value = k, v
+    out.append(ext)
+    return out
+
+
+def test_size_bound_is_an_upper_bound():
+    """`size_bound` is at least `ByteSize()` for every encoding of every element type it
+    bounds, and None for strings (whose elements have no bound)."""
+    for t in _bounded_tensors():
+        bound = external.size_bound(t)
+        assert bound is not None and bound >= t.ByteSize(), (t.name[:20], bound, t.ByteSize())
+    strings = oh.make_tensor("s", onnx.TensorProto.STRING, [2], [b"a", b"b" * 1000])
+    assert external.size_bound(strings) is None
+
+
+def test_needs_external_data_sizes_exactly_near_the_limit(monkeypatch):
+    """A model whose bound exceeds the threshold but whose exact size does not is written
+    inline: the bound only spares the exact sizing of models far below the limit."""
+    model = weighted_model()  # one 32 x 32 float32 weight, raw data: 4 KB
+    exact = sum(t.ByteSize() for t in model.graph.initializer)
+    rest = sum(n.ByteSize() for n in model.graph.node)
+    bound = sum(external.size_bound(t) for t in model.graph.initializer)
+    assert bound > exact
+    monkeypatch.setattr(external, "EXTERNAL_DATA_THRESHOLD", rest + exact)
+    assert not external.needs_external_data(model)
+    monkeypatch.setattr(external, "EXTERNAL_DATA_THRESHOLD", rest + exact - 1)
+    assert external.needs_external_data(model)
+    monkeypatch.setattr(external, "EXTERNAL_DATA_THRESHOLD", rest + bound)
+    assert not external.needs_external_data(model)

@@ -915,7 +915,8 @@ def run(
                 target=options.target,
             )
         with stage("calibrating activation ranges under onnxruntime"), _calibration_runs():
-            ranges = calibrate(cleaned, feeds, options.calibrate, only=product_boundary(cleaned))
+            boundary = product_boundary(cleaned)
+            ranges = calibrate(cleaned, feeds, options.calibrate, only=boundary)
             choose.record["calibration"] = {
                 "method": options.calibrate,
                 "samples": len(feeds),
@@ -924,7 +925,7 @@ def run(
             }
         if options.rounding == "gptq":  # the weights the static rules read: BatchNorm folded
             cleaned = _round_weights(cleaned, feeds, options, choose, stage)
-        engine_input = observe(cleaned, ranges, options.symmetric)
+        engine_input = observe(cleaned, ranges, options.symmetric, boundary)
     with stage("optimizing (import, saturate, extract, fold)") as detail:
         kw = {} if choose is None else {"choose": choose}
         if choose is not None and detail is not None:

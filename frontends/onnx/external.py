@@ -120,10 +120,53 @@ def _packed(t: onnx.TensorProto) -> bool:
 
 def needs_external_data(model: onnx.ModelProto) -> bool:
     """True if `model` serialized inline would exceed EXTERNAL_DATA_THRESHOLD bytes. Sized
-    part by part: protobuf cannot size (or serialize) a message of 2 GiB or more at once."""
+    part by part: protobuf cannot size (or serialize) a message of 2 GiB or more at once.
+    The initializers are bounded from their shapes first (`size_bound`): sizing them exactly
+    serializes them (0.15 s of BERT-base's 440 MB), which only a model near the limit needs."""
     g = model.graph
-    parts = [*g.initializer, *g.sparse_initializer, *g.node, *model.functions]
-    return sum(p.ByteSize() for p in parts) > EXTERNAL_DATA_THRESHOLD
+    rest = sum(p.ByteSize() for p in (*g.sparse_initializer, *g.node, *model.functions))
+    bounds = [size_bound(t) for t in g.initializer]
+    if rest + sum(b for b in bounds if b is not None) <= EXTERNAL_DATA_THRESHOLD and all(
+        b is not None for b in bounds
+    ):
+        return False
+    return rest + sum(t.ByteSize() for t in g.initializer) > EXTERNAL_DATA_THRESHOLD
+
+
+# bytes per element of each element type numpy holds (int4 and the like: one byte); not strings
+def _itemsizes() -> dict[int, int]:
+    out = {}
+    for code in onnx.TensorProto.DataType.values():
+        if code in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING):
+            continue
+        try:
+            out[code] = helper.tensor_dtype_to_np_dtype(code).itemsize
+        except (KeyError, ValueError, TypeError):  # a type this onnx has no numpy form of
+            pass
+    return out
+
+
+_ITEMSIZE = _itemsizes()
+# the most bytes one element takes in a typed field: a negative int32 or int64 as a varint
+_MAX_VARINT = 10
+
+
+def size_bound(t: onnx.TensorProto) -> int | None:
+    """An upper bound of `t.ByteSize()` (bytes) read from its type, shape and names, without
+    serializing its data; None for a string tensor (its elements have no bound) or an
+    unknown element type. Raw data
+    takes the element type's itemsize per element (4-bit types a byte: at least twice their
+    packed size), a typed field (`int32_data`, `float_data`, ...) up to 10 bytes per element
+    (protobuf's varints), every other field its bytes plus 11 per tag and length."""
+    if t.data_type not in _ITEMSIZE:
+        return None
+    itemsize = _ITEMSIZE[t.data_type]
+    per_element = itemsize if t.HasField("raw_data") else max(itemsize, _MAX_VARINT)
+    strings = [t.name, t.doc_string]
+    for entry in (*t.external_data, *t.metadata_props):
+        strings += [entry.key, entry.value]
+    texts = sum(len(s.encode()) + 2 * 11 for s in strings)
+    return int(np.prod(t.dims, dtype=np.int64)) * per_element + 11 * (len(t.dims) + 8) + texts
 
 
 def data_name(path: Path) -> str:

@@ -922,7 +922,10 @@ def product_boundary(model: onnx.ModelProto) -> set[str]:
 
 
 def observe(
-    model: onnx.ModelProto, ranges: dict[str, Range], symmetric: bool = False
+    model: onnx.ModelProto,
+    ranges: dict[str, Range],
+    symmetric: bool = False,
+    boundary: set[str] | None = None,
 ) -> onnx.ModelProto:
     """A copy of `model` in which every activation with a calibrated range that some node
     reads is read through `rewrite.Observed(x, scale, zero point)` (patterns/quant/
@@ -940,8 +943,8 @@ def observe(
     Sigmoid (299 against 287 us on a [1, 96, 112, 112] tensor, 1 thread) and its QLinearMul
     twice a float Mul's time; on EfficientNet-B0 (SiLU, squeeze-excitation) marking every
     activation took `--target onnxruntime` from 32% to 48% mean error at the same latency
-    (bench/quant.py)."""
-    boundary = product_boundary(model)
+    (bench/quant.py). `boundary`: `product_boundary(model)`, when the caller has it."""
+    boundary = product_boundary(model) if boundary is None else boundary
     ranges = {n: r for n, r in ranges.items() if n in boundary}
     out = onnx.ModelProto()
     out.CopyFrom(model)
