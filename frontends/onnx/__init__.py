@@ -103,8 +103,8 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
 def _check_weights(model: onnx.ModelProto) -> None:
     """What `onnx.checker` checks of an initializer that `skeleton` turned into an input: a
     defined element type, and its values in exactly one place (raw_data, one typed field, or
-    external data), of the size its dims say where that is known (raw_data of a fixed-size
-    type). Raises onnx.checker.ValidationError."""
+    external data), of the size its dims say where that is known (raw_data of a type that
+    fills whole bytes, `external.RAW_ITEMSIZE`). Raises onnx.checker.ValidationError."""
     for t in model.graph.initializer:
         numel = int(np.prod(t.dims)) if t.dims else 1
         if numel <= SKELETON_MAX_ELEMENTS:
@@ -112,37 +112,17 @@ def _check_weights(model: onnx.ModelProto) -> None:
         if t.data_type == onnx.TensorProto.UNDEFINED:
             raise onnx.checker.ValidationError(f"initializer {t.name}: data type UNDEFINED")
         fields = value_fields(t)
-        external = uses_external_data(t)
-        if len(fields) + external != 1:
+        in_files = uses_external_data(t)
+        if len(fields) + in_files != 1:
             raise onnx.checker.ValidationError(
                 f"initializer {t.name} should contain one and only one value field"
             )
-        if fields == ["raw_data"] and t.data_type in _ITEMSIZE:
-            if len(t.raw_data) != numel * _ITEMSIZE[t.data_type]:
+        if fields == ["raw_data"] and t.data_type in external.RAW_ITEMSIZE:
+            if len(t.raw_data) != numel * external.RAW_ITEMSIZE[t.data_type]:
                 raise onnx.checker.ValidationError(
                     f"initializer {t.name}: raw_data of {len(t.raw_data)} bytes for "
                     f"{numel} elements"
                 )
-
-
-_ITEMSIZE = {
-    getattr(onnx.TensorProto, name): size
-    for name, size in (
-        ("FLOAT", 4),
-        ("DOUBLE", 8),
-        ("FLOAT16", 2),
-        ("BFLOAT16", 2),
-        ("INT8", 1),
-        ("UINT8", 1),
-        ("INT16", 2),
-        ("UINT16", 2),
-        ("INT32", 4),
-        ("UINT32", 4),
-        ("INT64", 8),
-        ("UINT64", 8),
-        ("BOOL", 1),
-    )
-}
 
 
 def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, **kw):

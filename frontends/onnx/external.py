@@ -113,9 +113,8 @@ def mapped_array(t: onnx.TensorProto, folder: Path) -> np.ndarray:
 
 
 def _packed(t: onnx.TensorProto) -> bool:
-    """True for element types stored two to a byte (int4, uint4, float4e2m1)."""
-    packed = {"INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"}
-    return onnx.TensorProto.DataType.Name(t.data_type) in packed
+    """True for element types stored two or four to a byte (int4, uint4, float4e2m1, int2)."""
+    return _packed_type(t.data_type)
 
 
 def needs_external_data(model: onnx.ModelProto) -> bool:
@@ -133,11 +132,10 @@ def needs_external_data(model: onnx.ModelProto) -> bool:
     return rest + sum(t.ByteSize() for t in g.initializer) > EXTERNAL_DATA_THRESHOLD
 
 
-# bytes per element of each element type numpy holds (int4 and the like: one byte); not strings
 def _itemsizes() -> dict[int, int]:
     out = {}
     for code in onnx.TensorProto.DataType.values():
-        if code in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING):
+        if code in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING) or _packed_type(code):
             continue
         try:
             out[code] = helper.tensor_dtype_to_np_dtype(code).itemsize
@@ -146,7 +144,15 @@ def _itemsizes() -> dict[int, int]:
     return out
 
 
-_ITEMSIZE = _itemsizes()
+def _packed_type(code: int) -> bool:
+    """True for element types stored two or four to a byte (int4, uint4, float4e2m1, int2)."""
+    name = onnx.TensorProto.DataType.Name(code)
+    return name in {"INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"}
+
+
+# the bytes of raw_data per element of each element type that fills whole bytes (not strings,
+# nor int4 and the like, packed): a tensor's raw_data is its element count times this
+RAW_ITEMSIZE = _itemsizes()
 # the most bytes one element takes in a typed field: a negative int32 or int64 as a varint
 _MAX_VARINT = 10
 
@@ -158,9 +164,12 @@ def size_bound(t: onnx.TensorProto) -> int | None:
     takes the element type's itemsize per element (4-bit types a byte: at least twice their
     packed size), a typed field (`int32_data`, `float_data`, ...) up to 10 bytes per element
     (protobuf's varints), every other field its bytes plus 11 per tag and length."""
-    if t.data_type not in _ITEMSIZE:
+    if _packed_type(t.data_type):
+        itemsize = 1  # at least twice their packed size
+    elif t.data_type in RAW_ITEMSIZE:
+        itemsize = RAW_ITEMSIZE[t.data_type]
+    else:
         return None
-    itemsize = _ITEMSIZE[t.data_type]
     per_element = itemsize if t.HasField("raw_data") else max(itemsize, _MAX_VARINT)
     strings = [t.name, t.doc_string]
     for entry in (*t.external_data, *t.metadata_props):
