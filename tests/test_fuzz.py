@@ -114,18 +114,30 @@ def test_unbounded_float_clip_stays():
 
 def test_tolerance_types_take_the_least_precise_source():
     """Double all the way keeps double's tolerance; a float16 weight or a Cast through float16
-    on the way gives float16's; integer outputs keep their own type (compared exactly)."""
+    on the way gives float16's; an integer output computed from float values takes theirs (a
+    share of its elements may differ), one computed from integers or from a shape alone keeps
+    its own type (compared exactly)."""
     model = _model("""
-    g (double[2] x, float16[2] h) => (double[2] a, double[2] b, double[2] c, int64[2] i) {
+    g (double[2] x, float16[2] h, int64[2] k) => (double[2] a, double[2] b, double[2] c,
+                                                 int64[2] i, int64[1] s, int64[2] j) {
         a = Add (x, x)
         hd = Cast <to = 11> (h)
         b = Add (x, hd)
         xh = Cast <to = 10> (x)
         c = Cast <to = 11> (xh)
         i = Cast <to = 7> (x)
+        s = Shape (b)
+        j = Add (k, k)
     }""")
     T = onnx.TensorProto
-    assert tolerance_types(model) == {"a": T.DOUBLE, "b": T.FLOAT16, "c": T.FLOAT16, "i": T.INT64}
+    assert tolerance_types(model) == {
+        "a": T.DOUBLE,
+        "b": T.FLOAT16,
+        "c": T.FLOAT16,
+        "i": T.DOUBLE,
+        "s": T.INT64,
+        "j": T.INT64,
+    }
 
 
 def test_reduce_graph_keeps_what_fails():

@@ -20,7 +20,7 @@ from engine.cost import CostModel
 from frontends.onnx import api, check, import_model, quantize
 from frontends.onnx.api import OptionError, OutputMismatch
 from frontends.onnx.exporter import IN_MEMORY, export_model
-from rewrite.cli import main
+from rewrite.cli import _measured, main
 from vocab.registry import BOUNDS, conv_pair_steps, int8_sums_in_int32, pair_steps
 from vocab.types import TensorType
 
@@ -1807,3 +1807,55 @@ def test_a_vnni_cpu_gets_a_note_pointing_to_cpu_vnni(monkeypatch, tmp_path, caps
     onnx.save(named_mlp(), src)
     assert main(["quantize", str(src), str(dst)]) == 0
     assert "note: this CPU sums int8 products in int32 (VNNI)" in capsys.readouterr().err
+
+
+def _argmax_model(shift: float) -> onnx.ModelProto:
+    """scores = x + [0, shift] (float [16, 2]), label = ArgMax(scores, axis 1) (int64 [16, 1]),
+    and n = Shape(scores): a classifier's scores, its label and a shape-only integer output."""
+    nodes = [
+        helper.make_node("Add", ["x", "shift"], ["scores"]),
+        helper.make_node("ArgMax", ["scores"], ["label"], axis=1),
+        helper.make_node("Shape", ["scores"], ["n"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "argmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 2])],
+        [
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [16, 2]),
+            helper.make_tensor_value_info("label", TensorProto.INT64, [16, 1]),
+            helper.make_tensor_value_info("n", TensorProto.INT64, [2]),
+        ],
+        [numpy_helper.from_array(np.array([0.0, shift], np.float32), "shift")],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def test_an_integer_output_computed_from_floats_may_differ_in_a_share_of_its_elements():
+    """An ArgMax of float scores flips on a near-tie once the scores move: the output check
+    allows a share rtol of its elements to differ (the float tolerance of its source), so a
+    quantized classifier with a label output is not refused for one flipped label, while the
+    exact rules' share (1e-5) allows none here; a shape-only integer output stays exact."""
+    x = np.zeros((16, 2), np.float32)
+    x[:, 0] = np.linspace(1.0, 2.0, 16)
+    x[0, 1] = x[0, 0] + 0.005  # the one near-tie: shifted by -0.01, row 0's label flips
+    feeds = [{"x": x}]
+    original, moved = _argmax_model(0.0), _argmax_model(-0.01)
+    diffs = {d.name: d for d in check.compare(original, moved, fp="quant", feeds=feeds)}
+    assert diffs["label"].shares and diffs["label"].max_rel == pytest.approx(1 / 16)
+    assert diffs["label"].ok and diffs["label"].max_abs == 1.0
+    assert not diffs["n"].shares and diffs["n"].ok and diffs["n"].rtol == 0.0
+    exact = {d.name: d for d in check.compare(original, moved, fp="exact", feeds=feeds)}
+    assert not exact["label"].ok and exact["label"].rtol == 1e-5
+    strict = check.compare(original, moved, fp="quant", feeds=feeds, rtol=0.05)
+    assert not {d.name: d for d in strict}["label"].ok  # --rtol sets the share too
+
+
+def test_a_refused_label_output_is_reported_as_a_share_of_elements():
+    """The one-line error of a refused run names an integer output's share of differing
+    elements, not a difference of class ids as a percentage."""
+    label = check.OutputDiff("label", "int64", 44.0, 0.25, 0.1, 0.0, False, shares=True)
+    scores = check.OutputDiff("scores", "float", 0.3, 0.12, 0.1, 1e-3, False)
+    text = _measured([scores, label])
+    assert text == "measured error 12.00% of scores; 25.00% of the elements of label differing"
+    assert _measured([label]) == "25.00% of the elements of label differing"

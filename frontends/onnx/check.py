@@ -9,7 +9,10 @@ that scales with the output's magnitude: |a - b| <= atol + rtol * max|b| for eve
 the output's finite elements of the original (b), NaN equal to NaN and infinities equal only to
 themselves. An elementwise rule (numpy.isclose's) rejects correct rewrites: a kernel that sums in
 another order (MatMul + Add as Gemm) is off by a few ulps of the sum's largest terms, which is large
-next to an output element that happens to be near zero. Integer and bool outputs must match exactly.
+next to an output element that happens to be near zero. Integer and bool outputs must match exactly,
+except where they are computed from float values (an ArgMax, a TopK's indices, a comparison): where
+the floats may move by rtol a near-tie may flip, so at most a share rtol of such an output's
+elements may differ (the float tolerance of the least precise float type it is computed from).
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ class CheckError(RuntimeError):
 class OutputDiff:
     """Comparison of one output: max absolute error, max relative error (max |a-b| over the
     output's largest finite magnitude max|b|), the tolerance, the verdict, and the executor
-    both models ran under (`ORT` or `REFERENCE`)."""
+    both models ran under (`ORT` or `REFERENCE`). For an integer or bool output computed from
+    float values (`shares`), max_rel is the share of its elements that differ and rtol the
+    largest share allowed."""
 
     name: str
     dtype: str
@@ -49,6 +54,7 @@ class OutputDiff:
     atol: float
     ok: bool
     executor: str = ORT
+    shares: bool = False  # an integer output computed from floats: max_rel and rtol are shares
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
@@ -158,7 +164,8 @@ def compare(
     Each model gets one onnxruntime session, loaded from `*_source` when given (the file path
     or the serialized bytes, so that a large model is not serialized again) or else from the
     ModelProto. `rtol`/`atol`, when given, replace the class's tolerance for float outputs
-    (integer and bool outputs are compared exactly all the same). When onnxruntime cannot load
+    and, as the share of elements that may differ, for integer and bool outputs computed from
+    float values (the others are compared exactly all the same). When onnxruntime cannot load
     or run the original, both models run under `onnx.reference` (`run_reference`) and the diffs
     say so (`OutputDiff.executor`). Returns one OutputDiff per output (the worst over all runs).
     Raises CheckError when either model fails to load or run (the optimized one under the
@@ -213,20 +220,23 @@ def _diff(
     atol_given: float | None = None,
 ) -> OutputDiff:
     rtol, atol = tolerances.get(elem_type if tol_type is None else tol_type, EXACT)
-    if np.issubdtype(want.dtype, np.inexact):  # the caller's tolerance, for floats only
+    floats = np.issubdtype(want.dtype, np.inexact)
+    shares = not floats and tol_type in _PRECISION  # an ArgMax, a comparison: a share may differ
+    if floats or shares:  # the caller's tolerance
         rtol = rtol if rtol_given is None else rtol_given
-        atol = atol if atol_given is None else atol_given
+        atol = 0.0 if shares else atol if atol_given is None else atol_given
     dtype = TensorProto.DataType.Name(elem_type).lower()
     if got.shape != want.shape or got.dtype != want.dtype:
-        return OutputDiff(name, dtype, float("inf"), float("inf"), rtol, atol, False)
+        return OutputDiff(name, dtype, float("inf"), float("inf"), rtol, atol, False, shares=shares)
     if got.size == 0:
-        return OutputDiff(name, dtype, 0.0, 0.0, rtol, atol, True)
-    if not np.issubdtype(want.dtype, np.inexact):
-        same = np.array_equal(got, want)
-        err = (
-            0.0 if same else float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
-        )
-        return OutputDiff(name, dtype, err, err, rtol, atol, same)
+        return OutputDiff(name, dtype, 0.0, 0.0, rtol, atol, True, shares=shares)
+    if not floats:
+        differ = got != want
+        err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+        if shares:
+            share = float(np.mean(differ))
+            return OutputDiff(name, dtype, err, share, rtol, 0.0, share <= rtol, shares=True)
+        return OutputDiff(name, dtype, err, err, rtol, atol, not differ.any())
     g64, w64 = got.astype(np.float64), want.astype(np.float64)
     both_nan = np.isnan(g64) & np.isnan(w64)
     with np.errstate(invalid="ignore"):
@@ -264,9 +274,12 @@ def output_diff(
 _PRECISION = (TensorProto.BFLOAT16, TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
 
 
-def upstream(graph: onnx.GraphProto, name: str) -> tuple[set[str], list[onnx.NodeProto]]:
+def upstream(
+    graph: onnx.GraphProto, name: str, values_only: bool = False
+) -> tuple[set[str], list[onnx.NodeProto]]:
     """The values `name` is computed from in `graph` (itself included: graph inputs,
-    initializers and node outputs) and the nodes that compute them."""
+    initializers and node outputs) and the nodes that compute them. `values_only`: not
+    through the input of a node that reads its input's shape alone (Shape, Size)."""
     producer = {o: n for n in graph.node for o in n.output}
     seen: set[str] = set()
     nodes: list[onnx.NodeProto] = []
@@ -279,8 +292,12 @@ def upstream(graph: onnx.GraphProto, name: str) -> tuple[set[str], list[onnx.Nod
         n = producer.get(v)
         if n is not None:
             nodes.append(n)
-            stack.extend(n.input)
+            if not (values_only and n.op_type in _SHAPE_ONLY and n.domain in ("", "ai.onnx")):
+                stack.extend(n.input)
     return seen, nodes
+
+
+_SHAPE_ONLY = ("Shape", "Size")  # ops whose output depends on their input's shape alone
 
 
 def tolerance_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -291,7 +308,9 @@ def tolerance_types(model: onnx.ModelProto) -> dict[str, int]:
     double's tolerance, for a correct rewrite). The types are read where ONNX states them:
     graph inputs, initializers, value_info, Constant values and the `to`/`dtype` attributes
     of the nodes the output depends on (every float op computes in one of its inputs' types or
-    in such an attribute's). Outputs of other types map to their own type."""
+    in such an attribute's). An integer or bool output maps the same way when its values are
+    computed from float values (not through a shape alone: Shape and Size read no values),
+    else to its own type, as outputs of other types do."""
     g = model.graph
     known: dict[str, int] = {}
     for v in [*g.input, *g.value_info, *g.output]:
@@ -302,10 +321,7 @@ def tolerance_types(model: onnx.ModelProto) -> dict[str, int]:
     out: dict[str, int] = {}
     for o in g.output:
         own = o.type.tensor_type.elem_type
-        if own not in _PRECISION:
-            out[o.name] = own
-            continue
-        values, nodes = upstream(g, o.name)
+        values, nodes = upstream(g, o.name, values_only=own not in _PRECISION)
         types = {own, *(known.get(v, 0) for v in values)}
         for n in nodes:
             for a in n.attribute:
@@ -313,5 +329,6 @@ def tolerance_types(model: onnx.ModelProto) -> dict[str, int]:
                     types.add(a.i)
                 elif a.type == onnx.AttributeProto.TENSOR:
                     types.add(a.t.data_type)
-        out[o.name] = min((t for t in types if t in _PRECISION), key=_PRECISION.index)
+        floats = [t for t in types if t in _PRECISION]
+        out[o.name] = min(floats, key=_PRECISION.index) if floats else own
     return out
