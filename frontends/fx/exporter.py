@@ -267,6 +267,7 @@ class _Exporter:
             key = (f, tuple(env[a] for a in f.all_input_nodes))
             if key not in self.copies:
                 self.copies[key] = self.graph.node_copy(f, lambda a: env[a])
+                _as_reshape(self.copies[key])
             new = env[f] = self.copies[key]
         self.env[head.outputs[0]] = new
 
@@ -335,7 +336,32 @@ class _Exporter:
         gm.graph.lint()
         if self.meta.program is None:
             return gm
-        return _program(self.meta.program, gm, self.buffers)
+        # a copied placeholder may be renamed (`input`, nn.Sequential's argument, shadows a
+        # builtin: fx names the copy `input_1`); its spec follows it by the node, not the name
+        was = {new.name: old.name for old, new in self.copied.items() if old.op == "placeholder"}
+        return _program(self.meta.program, gm, self.buffers, was)
+
+
+# `view` needs a layout its input may have lost: the import reads `contiguous()` as Identity,
+# which the rewrite removes, so x.t().contiguous().view(-1) reaches its copied view as x.t()
+_VIEWS = {
+    ("call_method", "view"): ("call_method", "reshape"),
+    ("call_function", torch.Tensor.view): ("call_function", torch.Tensor.reshape),
+    ("call_function", torch.ops.aten.view.default): (
+        "call_function",
+        torch.ops.aten.reshape.default,
+    ),
+}
+
+
+def _as_reshape(n: fx.Node) -> None:
+    """A copied `view` (x.view(shape), aten.view) becomes the same call of `reshape`, which
+    is a view wherever `view` would be one and a copy where `view` would raise (torch's
+    documented semantics of Tensor.reshape); a view of a dtype (x.view(torch.int32)) stays."""
+    target = _VIEWS.get((n.op, n.target))
+    if target is None or any(isinstance(a, torch.dtype) for a in (*n.args, *n.kwargs.values())):
+        return
+    n.op, n.target = target
 
 
 def _placeholder_shape(p: fx.Node) -> tuple:
@@ -466,8 +492,10 @@ def _propagate_vals(gm: fx.GraphModule) -> None:
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*vals)
 
 
-def _program(program, gm: fx.GraphModule, buffers: dict[str, torch.Tensor]):
-    """A new ExportedProgram around `gm`: the old signature plus the new buffers."""
+def _program(program, gm: fx.GraphModule, buffers: dict[str, torch.Tensor], was: dict[str, str]):
+    """A new ExportedProgram around `gm`: the old signature plus the new buffers. `was`: the
+    name in `program` of each placeholder of `gm` copied from it, whose spec it keeps (under
+    its new name); a placeholder not in `was` is a new buffer."""
     from torch.export.graph_signature import (
         ExportGraphSignature,
         InputKind,
@@ -477,11 +505,15 @@ def _program(program, gm: fx.GraphModule, buffers: dict[str, torch.Tensor]):
 
     _propagate_vals(gm)
     old = {s.arg.name: s for s in program.graph_signature.input_specs}
-    specs = [
-        old.get(p.name) or InputSpec(InputKind.BUFFER, TensorArgument(p.name), p.name, True)
-        for p in gm.graph.nodes
-        if p.op == "placeholder"
-    ]
+    specs = []
+    for p in (n for n in gm.graph.nodes if n.op == "placeholder"):
+        spec = old.get(was.get(p.name, ""))
+        if spec is None:
+            specs.append(InputSpec(InputKind.BUFFER, TensorArgument(p.name), p.name, True))
+        elif getattr(spec.arg, "name", p.name) != p.name:
+            specs.append(dataclasses.replace(spec, arg=dataclasses.replace(spec.arg, name=p.name)))
+        else:
+            specs.append(spec)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     flat: list[fx.Node] = []
     fx.node.map_arg(out_node.args[0], flat.append)

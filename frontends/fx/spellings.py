@@ -679,9 +679,13 @@ def concat(lo: Lowering, a: dict) -> None:
 
 def contiguous(lo: Lowering, a: dict) -> None:
     """x.contiguous(): the same values (a copy in another layout, or x itself): Identity. Export
-    writes `reshape`, never `view`, so no later view depends on the layout."""
+    writes `reshape`, never `view`, so no later view depends on the layout (a copied view too,
+    `exporter._as_reshape`). A graph output stays a `contiguous` call: the caller gets a tensor
+    of its own, in the layout it asked for, not a view of an input it could write through."""
     if a.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
         raise Unmapped("memory format")
+    if any(u.op == "output" for u in lo.node.users):
+        raise Unmapped("a graph output: its own memory, contiguous")
     lo.emit("Identity", [lo.tensor(a["input"])])
 
 
