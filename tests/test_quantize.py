@@ -1001,8 +1001,8 @@ def test_cli_validation_inputs_are_named_in_the_summary_and_their_errors(tmp_pat
     args = ["quantize", str(src), str(never), "--error-budget", "0.5", "--validation", str(bad)]
     assert main(args) == 1
     err = capsys.readouterr().err
-    assert "cannot read validation file" in err and len(err.splitlines()) == 1
-    assert not never.exists()
+    assert "validation file" in err and "is not an .npz archive (numpy.savez(" in err
+    assert len(err.splitlines()) == 1 and not never.exists()
 
 
 def test_an_error_budget_without_calibration_draws_inputs_and_warns():
@@ -1257,6 +1257,39 @@ def test_calibration_samples_of_another_shape_or_type_are_refused_in_one_line(
         err = capsys.readouterr().err
         assert says in err and len(err.splitlines()) == 1, err
         assert not dst.exists()
+
+
+def _nan_at_sample_5() -> np.ndarray:
+    a = np.zeros((8, 64, 256), np.float32)
+    a[5, 3, 7] = np.nan
+    return a
+
+
+@pytest.mark.parametrize(
+    "write, says",
+    [
+        # a .npy of the one input's samples: np.load gives an array, not an archive
+        (lambda p: np.save(p, np.zeros((8, 64, 256), np.float32)), "is not an .npz archive"),
+        (lambda p: p.write_text("hello"), "is not an .npz archive"),  # numpy: "pickled data"
+        (lambda p: np.savez(p, x=_nan_at_sample_5()), "'x' has a NaN or infinite value (sample 5)"),
+    ],
+    ids=["npy", "text", "nan"],
+)
+def test_a_calibration_file_numpy_misreads_is_refused_in_one_line(tmp_path, capsys, write, says):
+    """numpy's own messages named its internals ("'numpy.ndarray' object has no attribute
+    'files'") or advised allow_pickle; a NaN was calibrated into the ranges and found only by
+    the output check ("measured error nan%")."""
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(named_mlp(), src)
+    bad = tmp_path / "bad.npz"
+    write(bad)
+    if not bad.exists():  # np.save appends .npy to a name without it
+        (tmp_path / "bad.npz.npy").rename(bad)
+    args = ["quantize", str(src), str(dst), "--mode", "static", "--calibration", str(bad)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert says in err and len(err.splitlines()) == 1, err
+    assert "pickle" not in err and not dst.exists()
 
 
 def test_calibration_of_a_scalar_input_and_of_a_sequence_input(tmp_path):

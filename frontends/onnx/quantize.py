@@ -45,6 +45,7 @@ random token ids and noise are not the data the model will see.
 from __future__ import annotations
 
 import fnmatch
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -151,12 +152,17 @@ def load_calibration(
     path: str, model: onnx.ModelProto, what: str = "calibration"
 ) -> list[dict[str, np.ndarray]]:
     """Feeds from an `.npz` file: one array per graph input of `model` (initializers aside),
-    named as the input, its first axis the samples (all of the same count). Raises
-    CalibrationError naming the problem and `what` the file is for (`calibration`,
-    `validation`)."""
+    named as the input, its first axis the samples (all of the same count), every float
+    value finite (a range calibrated on NaN is NaN). Raises CalibrationError naming the
+    problem and `what` the file is for (`calibration`, `validation`)."""
+    how = "numpy.savez(FILE, INPUT_NAME=samples, ...): one array per input"
     try:
-        data = np.load(path)
-        arrays = {k: data[k] for k in data.files}
+        if not zipfile.is_zipfile(path):  # np.load would try a .npy, then a pickle
+            raise CalibrationError(f"{what} file {path} is not an .npz archive ({how})")
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except CalibrationError:
+        raise
     except Exception as e:  # numpy raises OSError, ValueError, zipfile errors, ...
         raise CalibrationError(f"cannot read {what} file {path}: {e}") from None
     inits = {i.name for i in model.graph.initializer}
@@ -176,6 +182,13 @@ def load_calibration(
     for vi in model.graph.input:
         if vi.name in names and vi.type.HasField("tensor_type"):
             _check_samples(arrays[vi.name], vi.type.tensor_type, f"{what} file {path}", vi.name)
+    for n in names:
+        a = arrays[n]
+        if np.issubdtype(a.dtype, np.inexact) and not np.isfinite(a).all():
+            sample = int(np.argwhere(~np.isfinite(a))[0][0]) if a.ndim else 0
+            raise CalibrationError(
+                f"{what} file {path}: input {n!r} has a NaN or infinite value (sample {sample})"
+            )
     # np.asarray: a scalar input's sample is a 0-d array (onnxruntime takes no numpy scalar)
     return [{n: np.asarray(arrays[n][i]) for n in names} for i in range(counts.pop())]
 
