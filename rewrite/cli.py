@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -45,9 +46,35 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the process is (as Ctrl-C raises KeyboardInterrupt), so that what
+    a command staged is removed on the way out (a BaseException: no `except Exception` takes
+    it for an internal error)."""
+
+
+def _terminate(signum, frame) -> NoReturn:
+    raise _Terminated
+
+
+@contextlib.contextmanager
+def _terminable():
+    """SIGTERM raises _Terminated while the block runs (in the main thread; elsewhere signal
+    handlers cannot be set, and the default stays)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `rewrite` console script: parse `argv` (default `sys.argv[1:]`), run
-    the subcommand, return the exit status (0 ok, 1 failure, 2 usage, 130 interrupted)."""
+    the subcommand, return the exit status (0 ok, 1 failure, 2 usage, 130 interrupted, 143
+    terminated by SIGTERM). An interrupted or terminated command leaves nothing staged beside
+    its output, and the output as it was."""
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -60,10 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return args.func(args)
+        with _terminable():
+            return args.func(args)
     except KeyboardInterrupt:
         err.print("error: interrupted", markup=False)
         return 130
+    except _Terminated:
+        err.print("error: terminated", markup=False)
+        return 143
 
 
 def run() -> NoReturn:
@@ -835,12 +866,18 @@ def cmd_optimize(args) -> int:
         _discard(staged)
         first = str(e).splitlines()[0] if str(e) else ""
         return _fail(f"{INTERNAL_ERROR}: {type(e).__name__}: {first}")
+    except BaseException:  # Ctrl-C, SIGTERM: nothing staged is left beside OUT
+        _discard(staged)
+        raise
     clock = time.perf_counter()
     try:
         staged[-1].commit()
     except OSError as e:
         _discard(staged)
         return _fail(f"{dst}: cannot write: {e.strerror or e}")
+    except BaseException:
+        _discard(staged)
+        raise
     report = _timed(done.report, start, save=time.perf_counter() - clock)
     _print_excluded(report, done.rules, quiet=args.quiet)
     if not args.quiet:

@@ -3,6 +3,7 @@ request or above the size threshold (lowered here), locations outside the model'
 refused before anything is read."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from onnx import numpy_helper
 from onnx.external_data_helper import ExternalDataInfo
 
-from frontends.onnx import external, import_model, load_model
+from frontends.onnx import api, external, import_model, load_model
 from frontends.onnx.check import compare
 from rewrite.cli import main
 
@@ -325,3 +326,50 @@ def test_needs_external_data_sizes_exactly_near_the_limit(monkeypatch):
     assert external.needs_external_data(model)
     monkeypatch.setattr(external, "EXTERNAL_DATA_THRESHOLD", rest + bound)
     assert not external.needs_external_data(model)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)])
+def test_a_written_data_file_has_the_mode_the_umask_gives(tmp_path, umask, mode):
+    """onnx creates an external data file 0600: a model written as one user and served as
+    another read its graph and not its weights. Both files follow the umask."""
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(weighted_model(), str(src))
+    old = os.umask(umask)
+    try:
+        assert main(["optimize", str(src), str(out), "--external-data"]) == 0
+    finally:
+        os.umask(old)
+    assert (out.stat().st_mode & 0o777, (tmp_path / "out.onnx.data").stat().st_mode & 0o777) == (
+        mode,
+        mode,
+    )
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigint"])
+@pytest.mark.parametrize("external_data", [False, True])
+def test_a_run_stopped_after_staging_leaves_nothing_beside_the_output(
+    tmp_path, monkeypatch, capsys, how, external_data
+):
+    """SIGTERM (or Ctrl-C) while the staged output is checked: the staged file, or the
+    staging folder of a model with external data, is removed, OUT is as it was, and the exit
+    status says how the run ended (143, 130)."""
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(weighted_model(), str(src))
+    out.write_bytes(b"the user's old file")
+
+    def stopped(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM if how == "sigterm" else signal.SIGINT)
+        raise AssertionError("the signal did not stop the run")
+
+    monkeypatch.setattr(api, "check_outputs", stopped)
+    handler = signal.getsignal(signal.SIGTERM)
+    args = ["optimize", str(src), str(out)] + (["--external-data"] if external_data else [])
+    assert main(args) == (143 if how == "sigterm" else 130)
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("terminated" if how == "sigterm" else "interrupted")
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "out.onnx"]
+    assert out.read_bytes() == b"the user's old file"
+    assert signal.getsignal(signal.SIGTERM) == handler  # set back

@@ -185,9 +185,10 @@ def data_name(path: Path) -> str:
 
 def stage(model: onnx.ModelProto, path: Path) -> Path:
     """Write `model` with its tensors of INLINE_MAX_BYTES or more in one external data file,
-    into a new staging folder beside `path`, under `path`'s name and `data_name(path)`.
-    `model` is changed in place (its tensors point to the file). Returns the staged model's
-    path; `commit` moves it into place, `discard` removes it. Raises OSError."""
+    into a new staging folder beside `path`, under `path`'s name and `data_name(path)`, both
+    of mode 0666 less the umask, as a file the user creates. `model` is changed in place (its
+    tensors point to the file). Returns the staged model's path; `commit` moves it into place,
+    `discard` removes it. Raises OSError."""
     folder = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         onnx.save_model(
@@ -198,10 +199,20 @@ def stage(model: onnx.ModelProto, path: Path) -> Path:
             location=data_name(path),
             size_threshold=INLINE_MAX_BYTES,
         )
+        for f in (folder / path.name, folder / data_name(path)):
+            if f.exists():  # onnx creates the data file 0600
+                os.chmod(f, 0o666 & ~_umask())
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return folder / path.name
+
+
+def _umask() -> int:
+    """The process's file mode creation mask (read by setting it, and set back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def commit(staged: Path, path: Path) -> None:
