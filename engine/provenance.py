@@ -389,6 +389,23 @@ def collect(g: TermGraph) -> dict[str, dict]:
     return dict(sorted(out.items()))
 
 
+def replaced_names(provenance: dict[str, dict]) -> dict[str, tuple[str, ...]]:
+    """For each node of a report's `provenance` section (`collect`), the names of the
+    original nodes its tree says it replaces, through the rewrites before it (`after`), in
+    order, each once: a Conv with its BatchNormalization folded in replaces both."""
+    out = {}
+    for name, tree in provenance.items():
+        names: dict[str, None] = {}
+        stack = [tree]
+        while stack:
+            t = stack.pop()
+            names.update(dict.fromkeys(t.get("replaces", ())))
+            stack.extend(reversed(t.get("after", ())))
+        if names:
+            out[name] = tuple(names)
+    return out
+
+
 def dumps(tree: dict) -> str:
     """The compact JSON text of a tree (the ONNX metadata value)."""
     return json.dumps(tree, separators=(",", ":"))

@@ -304,8 +304,9 @@ def _quantize_parser(sub) -> None:
         default=[],
         metavar="NAME|GLOB",
         help="keep the nodes of this name (a glob: '/encoder/layer.11/*') in float; a node "
-        "fused with others (MatMul + Add into Gemm) is kept when any of them matches "
-        "(repeatable)",
+        "fused with others (MatMul + Add into Gemm, a Conv with its BatchNormalization) is "
+        "kept when any of them matches; a pattern that matches no node the rules quantize is "
+        "warned of (repeatable)",
     )
     q.add_argument(
         "--op-types",

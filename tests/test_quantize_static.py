@@ -854,3 +854,83 @@ def test_static_mode_quantizes_1d_convs_as_their_2d_form(tmp_path, cpu):
         assert np.ptp(want) > 0.1  # not degenerate
         errors.append(np.abs(got - want).max() / np.abs(want).max())
     assert 0 < max(errors) < 0.05
+
+
+def _bn_cnn(bias2: float = 0.2) -> onnx.ModelProto:
+    """conv1 -> bn1 (BatchNormalization, trained-like statistics) -> relu1 -> conv2 (its bias
+    `bias2` times a standard normal) -> relu2 -> conv3 -> y: static mode folds bn1 into conv1
+    before it calibrates (conv3, whose output is the graph's, stays float by design)."""
+    c = 8
+    bn = [
+        numpy_helper.from_array(RNG.uniform(0.5, 1.5, c).astype(np.float32), "bn1.scale"),
+        numpy_helper.from_array(RNG.normal(0, 0.2, c).astype(np.float32), "bn1.bias"),
+        numpy_helper.from_array(RNG.normal(0, 0.3, c).astype(np.float32), "bn1.mean"),
+        numpy_helper.from_array(RNG.uniform(0.5, 2.0, c).astype(np.float32), "bn1.var"),
+    ]
+    inits = _conv("conv1", 3, c) + bn + _conv("conv2", c, c) + _conv("conv3", c, c)
+    b2 = numpy_helper.to_array(inits[-3]) / 0.2 * bias2
+    inits[-3] = numpy_helper.from_array(b2.astype(np.float32), "conv2.b")
+    nodes = [
+        helper.make_node("Conv", ["x", "conv1.w", "conv1.b"], ["c1"], pads=[1] * 4, name="conv1"),
+        helper.make_node(
+            "BatchNormalization",
+            ["c1", "bn1.scale", "bn1.bias", "bn1.mean", "bn1.var"],
+            ["b1"],
+            name="bn1",
+        ),
+        helper.make_node("Relu", ["b1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "conv2.w", "conv2.b"], ["c2"], pads=[1] * 4, name="conv2"),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "conv3.w", "conv3.b"], ["y"], pads=[1] * 4, name="conv3"),
+    ]
+    return _image_model(nodes, "bn_cnn", inits, [1, c, 16, 16])
+
+
+@pytest.mark.parametrize("pattern", ["conv1", "bn1", "c*1"])
+def test_keep_float_matches_a_conv_by_its_name_before_its_batchnorm_was_folded(
+    calibration, pattern
+):
+    """Static mode folds BatchNormalization into its Conv in a pass before calibration, and
+    the fused node took a new name: --keep-float conv1 (or bn1) matched nothing, silently.
+    The fused node answers to the names of the nodes it replaces."""
+    model = _bn_cnn()
+    q, report = rewrite.optimize_model(
+        model, quantize="static", calibration=str(calibration), keep_float=[pattern]
+    )
+    record = report.extra["quantize"]
+    kept = [s for s in record["sites"] if not s["quantized"]]
+    assert len(kept) == 1 and kept[0]["why"].startswith(f"--keep-float {pattern} matches ")
+    assert ops(q).count("QLinearConv") == 1 and "warning" not in record
+    assert "stay in float" not in record.get("note", "")  # kept by the user, not a guard
+
+
+def test_a_keep_float_pattern_that_matches_nothing_is_warned_of(calibration):
+    _, report = rewrite.optimize_model(
+        MODEL, quantize="static", calibration=str(calibration), keep_float=["conv9", "conv2"]
+    )
+    assert report.extra["quantize"]["warning"] == (
+        "--keep-float conv9 matches no node the quant rules matched (the summary and --report "
+        "name them)"
+    )
+
+
+def test_every_site_kept_in_float_is_warned_of_with_its_reasons(calibration):
+    _, report = rewrite.optimize_model(
+        MODEL, quantize="static", calibration=str(calibration), keep_float=["conv*"]
+    )
+    assert report.extra["quantize"]["warning"] == (
+        "nothing was quantized: the 3 nodes the quant rules matched stay in float "
+        "(3: --keep-float conv*)"
+    )
+
+
+def test_a_conv_a_guard_refused_is_named_in_a_note(calibration):
+    """A bias of 3e5 does not fit 24 bits in units of conv2's step (s_x * s_w): the static
+    rule's guard refuses it, and the run says so instead of counting only what it matched."""
+    q, report = rewrite.optimize_model(
+        _bn_cnn(bias2=3e5), quantize="static", calibration=str(calibration), check=False
+    )
+    assert ops(q).count("QLinearConv") == 1 and ops(q).count("Conv") == 2  # conv2, conv3
+    note = report.extra["quantize"]["note"]
+    assert "2 Conv stay in float in the output; the quant rules' guards refused: " in note
+    assert "(bias-fits-int24 @b @sx @w)" in note

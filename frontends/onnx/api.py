@@ -26,6 +26,7 @@ from dsl import load_rules as parse_rules
 from dsl import shipped_rules_dir
 from dsl.ir import RuleSet
 from engine.optimize import FP_CLASSES, Report
+from engine.provenance import replaced_names
 from engine.quantize import quantized_ops
 from engine.saturate import Limits
 from engine.selection import pick_rules
@@ -43,6 +44,8 @@ from frontends.onnx.quantize import (
     CalibrationError,
     Chooser,
     Plan,
+    add_note,
+    add_warning,
     calibrate,
     clipped_block_products,
     divided_products,
@@ -52,6 +55,7 @@ from frontends.onnx.quantize import (
     nothing_quantized,
     observe,
     product_boundary,
+    refused_products,
     rounding_marks,
     smoothing_divisions,
     smoothing_marks,
@@ -714,12 +718,6 @@ def _has_quantization(model: onnx.ModelProto) -> bool:
     return any(n.op_type in ops and n.domain in ("", "ai.onnx") for n in model.graph.node)
 
 
-def _warn(record: dict, warning: str) -> None:
-    """Add `warning` to a quantization record's warnings (one line, `; `-joined)."""
-    earlier = record.get("warning")
-    record["warning"] = f"{earlier}; {warning}" if earlier else warning
-
-
 def _no_stage(label: str):
     return contextlib.nullcontext()
 
@@ -904,16 +902,16 @@ def run(
         # old opset converted, by one optimization without the quant class first (what
         # onnxruntime's quantizer asks of a model as "pre-processing")
         with stage("optimizing before calibration (BatchNorm folding, opset conversion)"):
-            cleaned, _ = optimize_engine(
+            cleaned, cleaning = optimize_engine(
                 engine_input,
                 rules,
                 limits=options.limits(start),
                 fp=tuple(c for c in options.fp if c != "quant"),
                 folder=folder,
-                provenance=False,
                 opset=options.opset,
                 target=options.target,
             )
+            choose.aliases = replaced_names(cleaning.provenance)
         with stage("calibrating activation ranges under onnxruntime"), _calibration_runs():
             boundary = product_boundary(cleaned)
             ranges = calibrate(cleaned, feeds, options.calibrate, only=boundary)
@@ -997,10 +995,10 @@ def run(
                 f"{left} calibrated activations were left in float: the static rules did not "
                 "run on them" + (f" ({note})" if note else "")
             )
-            _warn(choose.record, warning)
+            add_warning(choose.record, warning)
     if choose is not None and not choose.record.get("sites"):  # not one product matched
         ops = quantized_ops(r for r in rules.rules if r.ruleset in options.quant_rulesets)
-        _warn(
+        add_warning(
             choose.record,
             f"nothing was quantized: {nothing_quantized(model, ops, options.quantize)}",
         )
@@ -1011,7 +1009,7 @@ def run(
             "fusing their DequantizeLinear into MatMulNBits: it dequantizes their weights at "
             "every run (OPT ran at 1.3x of float); --target onnxruntime writes MatMulNBits"
         )
-        _warn(choose.record, warning)
+        add_warning(choose.record, warning)
     if choose is not None and options.held_out:
         with stage("measuring the result on the held-out inputs") as detail:
             choose.progress = detail
@@ -1021,11 +1019,12 @@ def run(
             "cpu vnni: this CPU has no VNNI, so onnxruntime here adds int16 pairs of products, "
             "which full-range weights can saturate; the output check runs on this CPU"
         )
-        _warn(choose.record, warning)
+        add_warning(choose.record, warning)
     if options.cpu == "any" and options.cpu_applies("vnni") and int8_sums_in_int32():
-        choose.record["note"] = (
+        add_note(
+            choose.record,
             "this CPU sums int8 products in int32 (VNNI): for a file that will run on such a "
-            "CPU, --cpu vnni gives full-range weights, with less error"
+            "CPU, --cpu vnni gives full-range weights, with less error",
         )
     clock = time.perf_counter()
     source = stage_output(result, model) if stage_output is not None else None
@@ -1078,6 +1077,12 @@ def run(
     extra = {**report.extra, "check": [d.__dict__ for d in diffs]} if diffs else report.extra
     if choose is not None:
         extra = {**extra, "quantize": choose.finish(report.extra.get("quantized_sites"))}
+        quant = [r for r in rules.rules if r.ruleset in options.quant_rulesets]
+        refused = refused_products(
+            result, quantized_ops(quant), report.rejected, {r.name for r in quant if r.bound}
+        )
+        if refused and choose.record.get("sites"):  # (else the nothing-quantized warning)
+            add_note(choose.record, refused)
     elif "quant" in options.allow and not _has_quantization(model):
         extra = {**extra, "warning": LOWERS_NOTHING}
     report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped}, extra=extra)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import fnmatch
 import zipfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -216,6 +217,21 @@ def _check_samples(array: np.ndarray, tensor_type, where: str, name: str) -> Non
         )
 
 
+def add_warning(record: dict, warning: str) -> None:
+    """Add `warning` to a quantization record's warnings (one line, `; `-joined)."""
+    _add(record, "warning", warning)
+
+
+def add_note(record: dict, note: str) -> None:
+    """Add `note` to a quantization record's notes (one line, `; `-joined)."""
+    _add(record, "note", note)
+
+
+def _add(record: dict, key: str, text: str) -> None:
+    earlier = record.get(key)
+    record[key] = f"{earlier}; {text}" if earlier else text
+
+
 def drawn_calibration(model: onnx.ModelProto, n: int = DRAWN_SAMPLES) -> list[dict]:
     """`n` feeds drawn from the input types (`check.random_inputs`, seeds 1000..)."""
     return [random_inputs(model, 1000 + i) for i in range(n)]
@@ -229,12 +245,16 @@ class Chooser:
     calibration: the feeds (see `load_calibration`); folder: where the model's external data
     is, for models whose weights stay in files (None when none); progress: called with a
     line saying which candidate the budget search measures (a search runs one onnxruntime
-    session per site and per step: minutes on a full-size model)."""
+    session per site and per step: minutes on a full-size model); aliases: for a node of the
+    graph an earlier pass wrote (static mode's BatchNorm folding), the names of the user's
+    nodes it stands for, which `--keep-float` matches too."""
 
     plan: Plan
     calibration: list = field(default_factory=list)
     folder: str | None = None
     record: dict = field(default_factory=dict)
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    matched: set[str] = field(default_factory=set)  # the --keep-float patterns that matched
     # the float model's outputs on the calibration feeds, once a budget search has run
     reference: tuple | None = None
     # the feeds' indexes, those that erred most on the last candidate measured first
@@ -416,10 +436,24 @@ class Chooser:
         of `engine.optimize`): a site the chooser left free may still be float when the cost
         model finds its quantized form no cheaper (a small product)."""
         taken = set(quantized or ())
-        for index, row in enumerate(self.record.get("sites", ())):
+        rows = self.record.get("sites", ())
+        for index, row in enumerate(rows):
             if row["quantized"] and index not in taken:
                 row["quantized"] = False
                 row["why"] = "float: the cost model found the quantized form no cheaper"
+        for pattern in (p for p in self.plan.keep_float if p not in self.matched):
+            add_warning(
+                self.record,
+                f"--keep-float {pattern} matches no node the quant rules matched (the summary "
+                "and --report name them)",
+            )
+        if rows and not any(row["quantized"] for row in rows):
+            whys = Counter(row["why"].split(" matches ")[0].removeprefix("float: ") for row in rows)
+            add_warning(
+                self.record,
+                f"nothing was quantized: the {len(rows)} nodes the quant rules matched stay in "
+                f"float ({'; '.join(f'{n}: {why}' for why, n in whys.most_common())})",
+            )
         return self.record
 
     def held_out(self, model: onnx.ModelProto) -> dict | None:
@@ -488,11 +522,16 @@ class Chooser:
         if self.progress is not None:
             self.progress(f"error budget search: {text}")
 
+    def _names(self, s: Site) -> list[str]:
+        """The names `--keep-float` matches for `s`: its nodes' and those they stand for."""
+        return [*s.names, *(a for n in s.names for a in self.aliases.get(n, ()))]
+
     def _why_float(self, s: Site) -> str:
         """Why the user's options keep `s` in float ("" if they do not)."""
         for pattern in self.plan.keep_float:
-            hit = next((n for n in s.names if fnmatch.fnmatchcase(n, pattern)), None)
+            hit = next((n for n in self._names(s) if fnmatch.fnmatchcase(n, pattern)), None)
             if hit is not None:
+                self.matched.add(pattern)
                 return f"--keep-float {pattern} matches {hit}"
         if self.plan.op_types and s.op not in self.plan.op_types:
             return f"--op-types: {s.op} not listed"
@@ -818,6 +857,30 @@ def calibrate(
 
 
 WEIGHT_INPUT = {"Gather": 0}  # where an op quantized by its constant operand reads it (else 1)
+
+
+def refused_products(
+    result: onnx.ModelProto, ops: set[str], rejected: dict[str, dict[str, int]], quant: set[str]
+) -> str:
+    """What to tell a user whose quantized `result` still holds float products a quant
+    rule's guard refused ("" when none did): the float nodes of `ops` (the products the mode
+    quantizes, families CONV and MATMUL) in its main graph counted by op, and the guards that
+    failed (`Report.rejected`: rule -> "guard ... failed" -> matches) of the quantizing rules
+    named in `quant` (those stating a bound), e.g. a static Conv whose bias, in units of its
+    product's step, would not fit the 24 bits the rule allows it (`bias-fits-int24`)."""
+    guards = {
+        f"{rule}'s {why.removesuffix(' failed')}": n
+        for rule, whys in rejected.items()
+        if rule.removesuffix(" (reverse)") in quant
+        for why, n in whys.items()
+    }
+    products = ops & (set(FAMILIES["CONV"]) | set(FAMILIES["MATMUL"]))
+    left = Counter(n.op_type for n in result.graph.node if n.op_type in products and not n.domain)
+    if not guards or not left:
+        return ""
+    nodes = ", ".join(f"{n} {op}" for op, n in sorted(left.items()))
+    refusals = "; ".join(f"{g} ({n} matches)" for g, n in sorted(guards.items()))
+    return f"{nodes} stay in float in the output; the quant rules' guards refused: {refusals}"
 
 
 def nothing_quantized(model: onnx.ModelProto, ops: set[str], mode: str) -> str:
