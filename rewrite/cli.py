@@ -790,7 +790,7 @@ def cmd_optimize(args) -> int:
     summary on stdout (none with --quiet). Returns the exit status."""
     from dsl import RulesError
     from engine.selection import UnknownRulePatternError
-    from frontends.onnx import ModelError, OpsetError, external, prepare_output
+    from frontends.onnx import ModelError, OpsetError, prepare_output
     from frontends.onnx.api import OptionError, OutputMismatch, run
     from frontends.onnx.check import CheckError
 
@@ -834,10 +834,8 @@ def cmd_optimize(args) -> int:
         return _fail(_missing(options.rules))
     staged = []
 
-    def stage_output(result, original):  # serialized, or staged beside OUT with external data
-        keep = args.external_data
-        if keep is None:  # as the input has its weights
-            keep = any(True for _ in external.external_tensors(original))
+    def stage_output(result, external_input):  # serialized, or staged beside OUT with its data
+        keep = external_input if args.external_data is None else args.external_data
         staged.append(prepare_output(result, dst, folder=src.parent, external_data=keep))
         return staged[-1].source
 

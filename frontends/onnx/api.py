@@ -766,10 +766,10 @@ def run(
     stage(label): a context manager around each stage ("reading rules", "loading the model",
     "optimizing", "checking outputs"), for progress display; what it gives, if not None, is
     called with a line saying what the stage is doing now (the budget search's candidates).
-    stage_output(result, original) -> source: called before the check with the optimized
-    model and the input (its external data not read); returns what onnxruntime loads for the
-    result (bytes, or the path of a staged file: the CLI checks the very file it writes), or
-    None.
+    stage_output(result, external_data) -> source: called before the check with the
+    optimized model and whether the input keeps its weights in external data files; returns
+    what onnxruntime loads for the result (bytes, or the path of a staged file: the CLI checks
+    the very file it writes), or None.
     Raises as `optimize_model`; OutputMismatch after the check failed and CheckError when a
     model cannot run both carry the `Run` as `.run`.
     """
@@ -786,6 +786,7 @@ def run(
     with stage("loading the model"):
         path = model
         model, folder = load(model)
+        external_input = any(True for _ in external.external_tensors(model))  # (read below)
         if options.input_shapes:
             model = fix_input_shapes(model, options.input_shapes)
     t_load = time.perf_counter() - clock - t_rules
@@ -1027,7 +1028,7 @@ def run(
             "CPU, --cpu vnni gives full-range weights, with less error",
         )
     clock = time.perf_counter()
-    source = stage_output(result, model) if stage_output is not None else None
+    source = stage_output(result, external_input) if stage_output is not None else None
     if source is None and folder is not None:  # the weights in the model the caller gets
         with_weights(result, folder)
     t_staged, clock = time.perf_counter() - clock, time.perf_counter()
