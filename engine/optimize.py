@@ -31,6 +31,31 @@ from vocab.ops import OPS
 
 FP_CLASSES = ("exact", "reassoc", "approx", "quant")
 
+
+def option_problem(
+    allow=(), max_iterations=None, max_nodes=None, timeout=None, atol=None, rtol=None
+) -> str:
+    """What is wrong with the options every frontend passes to `optimize` ("" when nothing):
+    a numeric class `allow` names that is not one of FP_CLASSES, a saturation limit that is
+    not a positive number (max_iterations and max_nodes: integers; timeout: seconds), or a
+    tolerance that is not a number >= 0. One line, naming the option as the CLI spells it."""
+    bad = [c for c in allow if c not in FP_CLASSES]
+    if bad:
+        return f"allow: unknown numeric class {bad[0]!r} (choose from {', '.join(FP_CLASSES[1:])})"
+    for name, v, kinds in (
+        ("max-iterations", max_iterations, (int,)),
+        ("max-nodes", max_nodes, (int,)),
+        ("timeout", timeout, (int, float)),
+    ):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, kinds) or not v > 0):
+            what = "integer" if kinds == (int,) else "number of seconds"
+            return f"{name} must be a positive {what}, not {v!r}"
+    for name, v in (("atol", atol), ("rtol", rtol)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
+            return f"{name} must be a number >= 0, not {v!r}"
+    return ""
+
+
 # (rtol, atol) per numeric class of the rules that fired, then per ONNX element type. Even
 # `exact` rules change which kernel runs (MatMul + Add vs Gemm accumulate in another order),
 # so floats get a few ulps; `reassoc` rules (e.g. BatchNorm folded into Conv weights) regroup

@@ -433,3 +433,18 @@ def test_pyproject_declares_the_entry_point():
     data = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     group = data["project"]["entry-points"]["torch_dynamo_backends"]
     assert group == {"rewrite": "frontends.fx.backend:rewrite_backend"}
+
+
+@pytest.mark.parametrize(
+    "kw, text",
+    [
+        ({"allow": ["reasoc"]}, "allow: unknown numeric class 'reasoc'"),
+        ({"max_iterations": 0}, "max-iterations must be a positive integer, not 0"),
+        ({"timeout": -1}, "timeout must be a positive number of seconds, not -1"),
+        ({"atol": "x"}, "atol must be a number >= 0, not 'x'"),
+    ],
+)
+def test_option_values_no_option_takes_are_refused_as_the_onnx_api_refuses_them(kw, text):
+    """A typo in `allow` ran the exact rules alone, silently (BatchNorm not folded)."""
+    with pytest.raises(ValueError, match=f"^optimize_fx: {text}"):
+        optimize_fx(torch.fx.symbolic_trace(ConvBn().eval()), (X,), **kw)

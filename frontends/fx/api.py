@@ -22,7 +22,7 @@ from torch import fx
 
 from dsl import load_rules, shipped_rules_dir
 from engine.cost import CostModel
-from engine.optimize import TOLERANCES, Report, optimize
+from engine.optimize import TOLERANCES, Report, optimize, option_problem
 from engine.saturate import Limits
 from engine.selection import pick_rules
 from frontends.fx.exporter import FxExportError, export_fx
@@ -80,7 +80,9 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
     max_iterations, max_nodes, timeout (seconds): saturation limits.
     Returns (module, Report): a new GraphModule (ExportedProgram for one), or `gm` itself when
     nothing cheaper was found. Raises TypeError for an unknown keyword (naming it and the
-    accepted ones), FxCheckError when the check fails, and
+    accepted ones), ValueError for a value no option takes (`engine.optimize.option_problem`:
+    an unknown numeric class, a limit that is not positive), FxCheckError when the check
+    fails, and
     `engine.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
     """
     unknown = sorted(set(options) - set(FX_OPTIONS))
@@ -91,6 +93,9 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
         )
     allow = _listed(options.get("allow", ()))
     limits = {k: options[k] for k in ("max_iterations", "max_nodes", "timeout") if k in options}
+    problem = option_problem(allow, **limits, atol=options.get("atol"), rtol=options.get("rtol"))
+    if problem:
+        raise ValueError(f"optimize_fx: {problem}")
     fp = ("exact", *(c for c in allow if c != "exact"))
     skip, only = _listed(options.get("skip", ())), _listed(options.get("only", ()))
     freeze, check = options.get("freeze", False), options.get("check", True)

@@ -25,7 +25,7 @@ import onnx
 from dsl import load_rules as parse_rules
 from dsl import shipped_rules_dir
 from dsl.ir import RuleSet
-from engine.optimize import FP_CLASSES, Report
+from engine.optimize import FP_CLASSES, Report, option_problem
 from engine.provenance import replaced_names
 from engine.quantize import quantized_ops
 from engine.saturate import Limits
@@ -408,6 +408,10 @@ class Options:
 
     def validate(self) -> None:
         """Raise OptionError for a value that cannot be used."""
+        for name in ("error_budget", "smooth", "over_budget_share"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise OptionError(f"{name.replace('_', '-')} must be a number, not {v!r}")
         if self.quantize is not None and self.quantize not in QUANT_MODES:
             raise OptionError(
                 f"quantize: unknown mode {self.quantize!r} (choose from {', '.join(QUANT_MODES)})"
@@ -417,7 +421,7 @@ class Options:
                 raise OptionError(f"per-channel does not apply to mode {self.quantize}")
             bits = sorted({b for m, _, b in QUANT_RULESETS if m == self.quantize})
             raise OptionError(
-                f"bits: mode {self.quantize} takes {' or '.join(map(str, bits))}, not {self.bits}"
+                f"bits: mode {self.quantize} takes {' or '.join(map(str, bits))}, not {self.bits!r}"
             )
         if self.cpu not in CPU_RULESETS:
             raise OptionError(
@@ -511,25 +515,17 @@ class Options:
         unknown = [op for op in self.op_types if op not in OPS]
         if unknown:
             raise OptionError(f"op-types: {unknown[0]!r} is not an ONNX op")
-        bad = [c for c in self.allow if c not in ("exact", *NUMERIC_CLASSES)]
-        if bad:
-            raise OptionError(
-                f"allow: unknown numeric class {bad[0]!r} "
-                f"(choose from {', '.join(NUMERIC_CLASSES)})"
-            )
-        for name in ("max_iterations", "max_nodes", "timeout"):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
-                raise OptionError(f"{name.replace('_', '-')} must be positive")
+        problem = option_problem(
+            self.allow, self.max_iterations, self.max_nodes, self.timeout, self.atol, self.rtol
+        )
+        if problem:
+            raise OptionError(problem)
         if self.target not in TARGETS:
             raise OptionError(
                 f"target: unknown target {self.target!r} (choose from {', '.join(TARGETS)})"
             )
         if self.opset is not None and not (isinstance(self.opset, int) and self.opset > 0):
             raise OptionError(f"opset must be a positive integer, not {self.opset!r}")
-        for name in ("atol", "rtol"):
-            v = getattr(self, name)
-            if v is not None and not v >= 0:
-                raise OptionError(f"{name} must be a number >= 0, not {v}")
 
     @property
     def fp(self) -> tuple[str, ...]:
