@@ -9,6 +9,7 @@ cheaper, the input graph comes back unchanged (the same object).
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import asdict, dataclass, field, replace
 
@@ -43,15 +44,15 @@ def option_problem(
     if bad:
         return f"allow: unknown numeric class {bad[0]!r} (choose from {', '.join(FP_CLASSES[1:])})"
     for name, v, kinds in (
-        ("max-iterations", max_iterations, (int,)),
-        ("max-nodes", max_nodes, (int,)),
-        ("timeout", timeout, (int, float)),
+        ("max-iterations", max_iterations, numbers.Integral),
+        ("max-nodes", max_nodes, numbers.Integral),
+        ("timeout", timeout, numbers.Real),
     ):
         if v is not None and (isinstance(v, bool) or not isinstance(v, kinds) or not v > 0):
-            what = "integer" if kinds == (int,) else "number of seconds"
+            what = "integer" if kinds is numbers.Integral else "number of seconds"
             return f"{name} must be a positive {what}, not {v!r}"
     for name, v in (("atol", atol), ("rtol", rtol)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real) or not v >= 0):
             return f"{name} must be a number >= 0, not {v!r}"
     return ""
 

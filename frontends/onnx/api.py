@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
 import os
 import re
 import time
@@ -410,7 +411,7 @@ class Options:
         """Raise OptionError for a value that cannot be used."""
         for name in ("error_budget", "smooth", "over_budget_share"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
                 raise OptionError(f"{name.replace('_', '-')} must be a number, not {v!r}")
         if self.quantize is not None and self.quantize not in QUANT_MODES:
             raise OptionError(
