@@ -12,6 +12,7 @@ from torch import nn
 from torch.fx.passes.infra.pass_manager import PassManager
 
 from frontends.fx import (
+    FxCheckError,
     RewritePass,
     export_fx,
     fx_op_counts,
@@ -448,3 +449,23 @@ def test_option_values_no_option_takes_are_refused_as_the_onnx_api_refuses_them(
     """A typo in `allow` ran the exact rules alone, silently (BatchNorm not folded)."""
     with pytest.raises(ValueError, match=f"^optimize_fx: {text}"):
         optimize_fx(torch.fx.symbolic_trace(ConvBn().eval()), (X,), **kw)
+
+
+def test_a_program_exported_with_kwargs_is_checked_on_its_args_and_kwargs():
+    """torch.export with kwargs (a transformers model's attention_mask=): the check called
+    the program's module with the flat inputs as positional arguments, which torch refused;
+    the flat user inputs are now unflattened by its call spec, and by default they are the
+    ones it was exported with."""
+
+    class M(nn.Module):
+        def forward(self, x, mask=None):
+            return (x * 1.0 + 0.0) * mask
+
+    x, mask = torch.randn(2, 5), (torch.rand(2, 5) > 0.5).float()
+    ep = torch.export.export(M(), (x,), {"mask": mask})
+    for inputs in ((x, mask), None):
+        out, report = optimize_fx(ep, inputs)
+        assert report.fired and report.changed
+        torch.testing.assert_close(out.module()(x, mask=mask), x * mask)
+    with pytest.raises(FxCheckError, match="the program takes 2 user inputs .*gives 1"):
+        optimize_fx(ep, (x,))

@@ -63,7 +63,8 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
     """Optimize a torch.fx GraphModule (or a torch.export ExportedProgram) with `.rules`.
 
     example_inputs: tensors for the graph's placeholders (user inputs only for an
-        ExportedProgram); shapes and dtypes come from them when nodes carry no metadata.
+        ExportedProgram, its args then its kwargs' values; by default the ones it was
+        exported with); shapes and dtypes come from them when nodes carry no metadata.
     rules: a RuleSet, `.rules` paths, or None for the shipped library.
     Options (keywords, `FX_OPTIONS`; the names of `rewrite optimize`'s options):
     allow: numeric classes beyond `exact` (`reassoc` for BatchNorm folding and scale folding,
@@ -102,6 +103,8 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
     cost, provenance = options.get("cost", CostModel()), options.get("provenance", True)
     rules = shipped_rules() if rules is None else _rules(rules)
     rules, excluded = pick_rules(rules, skip, only)
+    if example_inputs is None and isinstance(gm, torch.export.ExportedProgram):
+        example_inputs = _exported_inputs(gm)
     before = fx_op_counts(gm)
     try:
         graph = import_fx(gm, example_inputs, freeze=freeze)
@@ -225,7 +228,7 @@ def compare(original, optimized, example_inputs, fp: str = "exact", tolerance=(N
     than the tolerance of numeric class `fp` for its dtype (|a-b| <= atol + rtol*|b|), or
     `tolerance` (rtol, atol; each None for the class's) for float outputs."""
     with torch.no_grad():
-        want, got = (_leaves(_callable(m)(*example_inputs)) for m in (original, optimized))
+        want, got = (_leaves(_call(m, example_inputs)) for m in (original, optimized))
     if len(want) != len(got):
         raise FxCheckError(f"{len(got)} outputs, expected {len(want)}")
     for i, (a, b) in enumerate(zip(got, want)):
@@ -256,8 +259,30 @@ def _concrete(inputs) -> bool:
     return True
 
 
-def _callable(m):
-    return m.module() if isinstance(m, torch.export.ExportedProgram) else m
+def _exported_inputs(ep) -> tuple | None:
+    """The user inputs an ExportedProgram was exported with (`ep.example_inputs`: its args
+    and kwargs), flattened in the order of its placeholders; None when it kept none."""
+    if ep.example_inputs is None:
+        return None
+    return tuple(torch.utils._pytree.tree_leaves(ep.example_inputs))
+
+
+def _call(m, inputs):
+    """`m` run on `inputs`: a module's positional arguments; an ExportedProgram's user inputs
+    flattened (its args, then its kwargs' values), unflattened by its call spec into the args
+    and kwargs its module takes. Raises FxCheckError when their number is not the program's."""
+    if not isinstance(m, torch.export.ExportedProgram):
+        return m(*inputs)
+    spec = m.call_spec.in_spec
+    if spec is None:
+        return m.module()(*inputs)
+    if spec.num_leaves != len(inputs):
+        raise FxCheckError(
+            f"the program takes {spec.num_leaves} user inputs (its args, then its kwargs), "
+            f"example_inputs gives {len(inputs)}"
+        )
+    args, kwargs = torch.utils._pytree.tree_unflatten(list(inputs), spec)
+    return m.module()(*args, **kwargs)
 
 
 def _leaves(out) -> list:
