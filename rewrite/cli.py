@@ -932,10 +932,15 @@ def _timed(report, start: float, save: float):
 
 
 def _outcome(report) -> str:
-    """`N -> M nodes`, and why the model is unchanged or the best so far."""
-    note = "" if report.changed else "; no rewrite made it cheaper, so it is the input unchanged"
+    """`N -> M nodes`, and why the model is unchanged or the best so far. An unchanged model
+    written anew (the CLI writes what it imported) holds its Constant nodes as initializers."""
+    same = "the input unchanged"
+    constants = report.ops_before.get("Constant", 0)
+    if not report.changed and constants and report.nodes_before - report.nodes_after == constants:
+        same = f"the input's graph, its {constants} Constant nodes as initializers"
+    note = "" if report.changed else f"; no rewrite made it cheaper, so it is {same}"
     if report.limit_stage:
-        best = "the best graph found so far" if report.changed else "the input unchanged"
+        best = "the best graph found so far" if report.changed else same
         note = f"; {report.stop_reason} reached during {report.limit_stage}, so it is {best}"
     return f"{report.nodes_before} -> {report.nodes_after} nodes{note}"
 

@@ -512,3 +512,33 @@ def test_model_that_cannot_run_is_one_error_line(tmp_path, capsys, monkeypatch):
         "error: output check: onnxruntime cannot load the optimized model: boom"
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]  # nothing staged is left
+
+
+@pytest.mark.parametrize("constant", [False, True])
+def test_a_model_no_rule_improves_is_said_to_be_the_input_or_its_graph(tmp_path, capsys, constant):
+    """Nothing cheaper found: the file is the input's graph, written anew; a Constant node
+    becomes an initializer there, which the summary says instead of "the input unchanged"
+    beside two node counts that differ."""
+    two = (
+        "c = Constant <value = float[1] {2.0}> ()\n        y = Mul (x, c)"
+        if constant
+        else "y = Relu (x)"
+    )
+    text = f"""
+    <ir_version: 9, opset_import: ["" : 17]>
+    g (float[4] x) => (float[4] y) {{
+        {two}
+    }}"""
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+    assert main(["optimize", str(src), str(dst)]) == 0
+    said = capsys.readouterr().out.split("wrote ")[-1].strip()
+    if constant:
+        assert said.endswith(
+            "(2 -> 1 nodes; no rewrite made it cheaper, so it is the input's graph, its 1 "
+            "Constant nodes as initializers)"
+        )
+    else:
+        assert said.endswith(
+            "(1 -> 1 nodes; no rewrite made it cheaper, so it is the input unchanged)"
+        )
