@@ -5,6 +5,7 @@ path: the engine picks the quantized form where it pays, onnxruntime runs it, an
 MatMul's measured error stays within its rule's bound."""
 
 import contextlib
+import warnings
 
 import numpy as np
 import onnx
@@ -376,12 +377,16 @@ def test_a_run_that_quantizes_nothing_says_why(tmp_path, capsys):
         opset_imports=[helper.make_opsetid("", 18)],
         ir_version=10,
     )
-    _, report = rewrite.optimize_model(conv, quantize="dynamic")
+    with pytest.warns(api.RewriteWarning) as issued:  # a library user sees it too
+        _, report = rewrite.optimize_model(conv, quantize="dynamic")
+    assert [str(w.message) for w in issued] == [report.extra["quantize"]["warning"]]
     assert report.extra["quantize"]["warning"] == (
         "nothing was quantized: the model has none of the ops --mode dynamic quantizes "
         "(Gather, Gemm, MatMul)"
     )
-    _, report = rewrite.optimize_model(mlp(), quantize="dynamic")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", api.RewriteWarning)
+        _, report = rewrite.optimize_model(mlp(), quantize="dynamic")
     assert "warning" not in report.extra["quantize"]
     src, dst = tmp_path / "half.onnx", tmp_path / "q.onnx"
     onnx.save(half, src)

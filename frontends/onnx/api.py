@@ -18,6 +18,7 @@ import numbers
 import os
 import re
 import time
+import warnings
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -1106,9 +1107,21 @@ def optimize_model(model, **options) -> tuple[onnx.ModelProto, Report]:
     a bad value, ModelError for a path that is not a valid model, `dsl.RulesError` for a rules
     error, `engine.selection.UnknownRulePatternError` for a skip/only pattern matching no
     rule, OutputMismatch when the check fails, `check.CheckError` when a model cannot run.
+    What the CLI prints as a warning (a quantization that quantized nothing, calibration inputs
+    drawn at random, `allow="quant"` on a float model) is issued as a RewriteWarning too, and
+    is in the report (`extra["quantize"]["warning"]`, `extra["warning"]`).
     """
     done = run(model, Options.from_keywords(options))
+    extra = done.report.extra
+    for text in (extra.get("quantize", {}).get("warning"), extra.get("warning")):
+        if text:
+            warnings.warn(text, RewriteWarning, stacklevel=2)
     return done.model, done.report
+
+
+class RewriteWarning(UserWarning):
+    """A run that did what it was asked but not what its caller likely meant: it quantized
+    nothing, drew its calibration inputs at random, lowered nothing (`optimize_model`)."""
 
 
 __all__ = [
@@ -1116,6 +1129,7 @@ __all__ = [
     "OptionError",
     "Options",
     "OutputMismatch",
+    "RewriteWarning",
     "Run",
     "check_outputs",
     "fix_input_shapes",
