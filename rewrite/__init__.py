@@ -29,4 +29,8 @@ def __getattr__(name: str):
         from frontends.onnx.api import optimize_model
 
         return optimize_model
+    if name == "RewriteWarning":  # what optimize_model warns with (nothing quantized, ...)
+        from frontends.onnx.api import RewriteWarning
+
+        return RewriteWarning
     raise AttributeError(f"module 'rewrite' has no attribute {name!r}")

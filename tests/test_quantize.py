@@ -377,7 +377,7 @@ def test_a_run_that_quantizes_nothing_says_why(tmp_path, capsys):
         opset_imports=[helper.make_opsetid("", 18)],
         ir_version=10,
     )
-    with pytest.warns(api.RewriteWarning) as issued:  # a library user sees it too
+    with pytest.warns(rewrite.RewriteWarning) as issued:  # a library user sees it too
         _, report = rewrite.optimize_model(conv, quantize="dynamic")
     assert [str(w.message) for w in issued] == [report.extra["quantize"]["warning"]]
     assert report.extra["quantize"]["warning"] == (
@@ -385,7 +385,7 @@ def test_a_run_that_quantizes_nothing_says_why(tmp_path, capsys):
         "(Gather, Gemm, MatMul)"
     )
     with warnings.catch_warnings():
-        warnings.simplefilter("error", api.RewriteWarning)
+        warnings.simplefilter("error", rewrite.RewriteWarning)
         _, report = rewrite.optimize_model(mlp(), quantize="dynamic")
     assert "warning" not in report.extra["quantize"]
     src, dst = tmp_path / "half.onnx", tmp_path / "q.onnx"
