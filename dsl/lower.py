@@ -369,4 +369,11 @@ def literal(t: ast.App, at: ast.Attr, kind: str) -> ir.Literal:
     if ok is None:
         msg = f":{at.name} of {t.head} takes {KIND_WORDS[kind]}, not {value_text(v)}"
         raise AttributeTypeError(v.span, msg)
+    ints = [ok] if kind == "int" else list(ok) if kind == "ints" else []
+    if any(not INT64_MIN <= i <= INT64_MAX for i in ints):
+        msg = f":{at.name} of {t.head}: {value_text(v)} does not fit an int64 (ONNX's INT)"
+        raise AttributeTypeError(v.span, msg)
     return ir.Literal(ok)
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # an ONNX INT(S) attribute's range

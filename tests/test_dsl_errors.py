@@ -21,6 +21,13 @@ EXPECTED = {
         "      (Add @x)\n"
         "       ^",
     ),
+    "attribute_range": (
+        dsl.AttributeTypeError,
+        "attribute_range.rules:2:21: error: "
+        ":axis of Softmax: 99999999999999999999999 does not fit an int64 (ONNX's INT)\n"
+        "      (Softmax @x :axis 99999999999999999999999)\n"
+        "                        ^",
+    ),
     "attribute_type": (
         dsl.AttributeTypeError,
         "attribute_type.rules:2:23: error: :perm of Transpose takes a list of ints, not 1\n"
