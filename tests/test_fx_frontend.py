@@ -375,6 +375,33 @@ def test_backend_is_registered_and_runs_eager():
         rewrite_backend(torch.fx.symbolic_trace(model), [X], options={"backend": "tvm"})
 
 
+def test_backend_compiles_the_captured_graph_when_inductor_fails_on_the_rewritten_one(
+    monkeypatch,
+):
+    """torch 2.13's inductor refused a permute the rewrite wrote (two transposes merged),
+    once a dynamic batch specialized to 1: the backend warned nothing and the model failed.
+    Inductor failing on the rewritten graph now compiles the captured one, with a warning."""
+    import torch._inductor.compile_fx as inductor
+
+    real, seen = inductor.compile_fx, []
+
+    def refuses_rewritten(gm, inputs, *args, **kwargs):
+        seen.append(gm)
+        if len(seen) == 1:  # the rewritten graph, compiled first
+            raise RuntimeError("Attempting to broadcast a dimension of length s27")
+        return real(gm, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(inductor, "compile_fx", refuses_rewritten)
+    model = ConvBn().eval()
+    gm = torch.fx.symbolic_trace(model)
+    with torch.no_grad(), pytest.warns(UserWarning, match="inductor failed on the rewritten"):
+        compiled = rewrite_backend(gm, [X], options={"cache": False})
+        got = compiled(X)
+    assert len(seen) == 2 and seen[1] is gm  # the captured graph, as it was given
+    out = got[0] if isinstance(got, (list, tuple)) else got
+    torch.testing.assert_close(out, model(X), rtol=1e-4, atol=1e-5)
+
+
 def test_backend_reuses_its_cached_rewrite_and_misses_on_new_weights(monkeypatch, tmp_path):
     """A second compile of the same graph (dynamo reset, as in a new process) loads the
     rewrite from `frontends.fx.cache` instead of optimizing again; changed frozen weights

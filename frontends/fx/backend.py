@@ -22,8 +22,10 @@ Options (`torch.compile(..., options={...})`):
 The rewritten graph stays cacheable by inductor's FX graph and AOTAutograd caches (see
 `constants_as_inputs`, `fill_example_values`). The backend never fails a model: if the
 rewrite raises, the captured graph is used as it is (with a warning, which names an unknown
-option). Each compile's Report is appended to `REPORTS`. The option names are `optimize_fx`'s
-(`FX_OPTIONS`), which are `rewrite optimize`'s.
+option), and so it is, with a warning, if inductor fails on the rewritten graph (torch
+2.13's attention fusion refused the permute that two merged transposes become, once a
+dynamic batch specialized to 1). Each compile's Report is appended to `REPORTS`. The option
+names are `optimize_fx`'s (`FX_OPTIONS`), which are `rewrite optimize`'s.
 """
 
 from __future__ import annotations
@@ -85,6 +87,22 @@ def rewrite_backend(
         return optimized.forward
     from torch._inductor.compile_fx import compile_fx
 
+    if optimized is gm:
+        return compile_fx(gm, example_inputs)
+    try:
+        return _inductor(optimized, example_inputs, compile_fx)
+    except Exception as e:  # inductor's bug on a form the rewrite wrote: the captured graph
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        warnings.warn(
+            f"rewrite backend: inductor failed on the rewritten graph ({type(e).__name__}: "
+            f"{first}); the captured graph is compiled instead",
+            stacklevel=2,
+        )
+        return compile_fx(gm, example_inputs)
+
+
+def _inductor(optimized: torch.fx.GraphModule, example_inputs, compile_fx):
+    """`optimized` compiled by inductor's `compile_fx`, its constants passed as inputs."""
     optimized, constants = constants_as_inputs(optimized)
     fill_example_values(optimized)
     if not constants:
