@@ -218,6 +218,7 @@ def test_cli_exit_codes(tmp_path, capsys):
     bad.write_text("(simplify a (Nope @x) @x)\n")
     code, _, err = cli(capsys, str(bad))
     assert code == 2 and err.count("\n") == 1 and "Nope" in err
+    assert err.startswith(f"{bad}:1:") and err.count("error:") == 1  # located, said once
 
 
 def test_cli_bad_input_is_one_line(tmp_path):

@@ -75,7 +75,7 @@ def cmd_lint(args) -> int:
             seed=args.seed,
         )
     except RulesError as e:
-        print(f"error: lint: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(str(e).splitlines()[0], file=sys.stderr)  # `FILE:LINE:COL: error: ...`
         return 2
     except (LintInputError, OSError) as e:
         print(f"error: lint: {e}", file=sys.stderr)
