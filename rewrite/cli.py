@@ -329,9 +329,10 @@ def _quantize_parser(sub) -> None:
     q.add_argument(
         "--calibration",
         metavar="FILE.npz",
-        help="calibration inputs for --error-budget and --mode static: one array per graph "
-        "input, named as the input, its first axis the samples (default: 8 drawn at random, "
-        "with a warning)",
+        help="calibration inputs for --error-budget, --mode static, --smooth and --rounding "
+        "gptq, and the output check's inputs (its first 8 without --error-budget): one array "
+        "per graph input, named as the input, its first axis the samples (default: 8 drawn "
+        "at random, with a warning)",
     )
     q.add_argument(
         "--validation",

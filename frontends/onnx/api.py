@@ -487,17 +487,6 @@ class Options:
             )
         if self.smooth is not None and not 0 <= self.smooth <= 1:
             raise OptionError(f"smooth must be a number in [0, 1], not {self.smooth}")
-        if (
-            self.calibration is not None
-            and self.error_budget is None
-            and self.smooth is None
-            and self.rounding == "nearest"
-            and self.quantize != "static"
-        ):
-            raise OptionError(
-                "calibration inputs are used by error-budget, smooth, rounding gptq and mode "
-                "static only"
-            )
         if self.rounding not in ROUNDINGS:
             raise OptionError(
                 f"rounding: unknown choice {self.rounding!r} (choose from {', '.join(ROUNDINGS)})"
