@@ -1883,6 +1883,24 @@ def test_an_integer_output_computed_from_floats_may_differ_in_a_share_of_its_ele
     assert not exact["label"].ok and exact["label"].rtol == 1e-5
     strict = check.compare(original, moved, fp="quant", feeds=feeds, rtol=0.05)
     assert not {d.name: d for d in strict}["label"].ok  # --rtol sets the share too
+    # the share is over every run's elements together: 1 of 32 differs (not 1 of 16 in one)
+    two = feeds + [{"x": np.stack([np.linspace(1.0, 2.0, 16), np.zeros(16)], 1).astype(np.float32)}]
+    both = {d.name: d for d in check.compare(original, moved, fp="quant", feeds=two, rtol=0.05)}
+    assert both["label"].ok and both["label"].max_rel == pytest.approx(1 / 32)
+
+
+def test_a_string_output_is_compared_as_equal_or_not():
+    """The check's error of an integer output was computed in float64 even where both were
+    equal: a string output made every check fail ("could not convert string to float")."""
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["t"])],
+        "strings",
+        [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("t", TensorProto.STRING, [2])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    (d,) = check.compare(m, m, feeds=[{"s": np.array(["a", "b"], dtype=object)}])
+    assert d.ok and d.max_abs == 0.0
 
 
 def test_a_refused_label_output_is_reported_as_a_share_of_elements():
