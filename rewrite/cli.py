@@ -59,7 +59,8 @@ def _terminate(signum, frame) -> NoReturn:
 @contextlib.contextmanager
 def _terminable():
     """SIGTERM raises _Terminated while the block runs (in the main thread; elsewhere signal
-    handlers cannot be set, and the default stays)."""
+    handlers cannot be set, and the default stays). For the commands that stage an output
+    (optimize, quantize): the others (verify's worker pool) keep the default."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -67,14 +68,32 @@ def _terminable():
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+
+
+_STOPS = {signal.SIGTERM, signal.SIGINT}
+
+
+@contextlib.contextmanager
+def _uninterrupted():
+    """SIGTERM and SIGINT held back while the block runs (in the main thread), delivered when
+    it ends: the output's rename into place (model and data file) and the removal of what was
+    staged are not cut in half."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `rewrite` console script: parse `argv` (default `sys.argv[1:]`), run
     the subcommand, return the exit status (0 ok, 1 failure, 2 usage, 130 interrupted, 143
-    terminated by SIGTERM). An interrupted or terminated command leaves nothing staged beside
-    its output, and the output as it was."""
+    terminated by SIGTERM). An optimize or quantize run interrupted or terminated before it
+    put its output in place leaves nothing staged beside it, and the output as it was."""
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -87,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        with _terminable():
+        with _terminable() if args.func is cmd_optimize else contextlib.nullcontext():
             return args.func(args)
     except KeyboardInterrupt:
         err.print("error: interrupted", markup=False)
@@ -871,7 +890,8 @@ def cmd_optimize(args) -> int:
         raise
     clock = time.perf_counter()
     try:
-        staged[-1].commit()
+        with _uninterrupted():
+            staged[-1].commit()
     except OSError as e:
         _discard(staged)
         return _fail(f"{dst}: cannot write: {e.strerror or e}")
@@ -920,8 +940,9 @@ def _print_excluded(report, kept, quiet: bool) -> None:
 
 
 def _discard(staged: list) -> None:
-    for output in staged:
-        output.discard()
+    with _uninterrupted():
+        for output in staged:
+            output.discard()
 
 
 def _timed(report, start: float, save: float):
