@@ -1009,6 +1009,10 @@ def _measured(failed) -> str:
     of the float outputs, and each integer output's share of elements that differ."""
     floats = [d for d in failed if not d.shares]
     parts = []
+    nan = [d.name for d in floats if d.nan]
+    if nan:
+        parts.append(f"a NaN where the other model has a number in {', '.join(nan)}")
+    floats = [d for d in floats if not d.nan]
     if floats:
         worst = max(d.max_rel for d in floats)
         parts.append(f"measured error {100 * worst:.2f}% of {', '.join(d.name for d in floats)}")

@@ -1172,8 +1172,10 @@ def _column_levels(q: onnx.ModelProto) -> list[np.ndarray]:
 def test_cpu_vnni_quantizes_weights_over_their_full_range_per_column(monkeypatch):
     # --cpu vnni: each output column's largest weight on +-127, where the default's pair steps
     # leave same-sign neighbours at most 128 levels together (most columns' largest weight
-    # then below 127); less error for the same ops
-    x = RNG.normal(0, 1, (64, 256)).astype(np.float32)
+    # then below 127); less error for the same ops (x of its own seed: the module's RNG is
+    # drawn in test order, which pytest-xdist's workers change; seeds 0-9: 1.22-1.66% against
+    # 1.51-2.10%)
+    x = np.random.default_rng(0).normal(0, 1, (64, 256)).astype(np.float32)
     want = run(named_mlp(), x)
     default, plain = rewrite.optimize_model(named_mlp(), quantize="dynamic")
     vnni, report = rewrite.optimize_model(named_mlp(), quantize="dynamic", cpu="vnni")
@@ -1260,37 +1262,51 @@ def test_calibration_samples_of_another_shape_or_type_are_refused_in_one_line(
         assert not dst.exists()
 
 
-def _nan_at_sample_5() -> np.ndarray:
-    a = np.zeros((8, 64, 256), np.float32)
-    a[5, 3, 7] = np.nan
-    return a
-
-
 @pytest.mark.parametrize(
     "write, says",
     [
         # a .npy of the one input's samples: np.load gives an array, not an archive
         (lambda p: np.save(p, np.zeros((8, 64, 256), np.float32)), "is not an .npz archive"),
         (lambda p: p.write_text("hello"), "is not an .npz archive"),  # numpy: "pickled data"
-        (lambda p: np.savez(p, x=_nan_at_sample_5()), "'x' has a NaN or infinite value (sample 5)"),
+        (lambda p: None, "No such file or directory"),  # none at all
     ],
-    ids=["npy", "text", "nan"],
+    ids=["npy", "text", "missing"],
 )
 def test_a_calibration_file_numpy_misreads_is_refused_in_one_line(tmp_path, capsys, write, says):
     """numpy's own messages named its internals ("'numpy.ndarray' object has no attribute
-    'files'") or advised allow_pickle; a NaN was calibrated into the ranges and found only by
-    the output check ("measured error nan%")."""
+    'files'") or advised allow_pickle; a missing file is said to be missing."""
     src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
     onnx.save(named_mlp(), src)
     bad = tmp_path / "bad.npz"
     write(bad)
-    if not bad.exists():  # np.save appends .npy to a name without it
+    if (tmp_path / "bad.npz.npy").exists():  # np.save appends .npy to a name without it
         (tmp_path / "bad.npz.npy").rename(bad)
     args = ["quantize", str(src), str(dst), "--mode", "static", "--calibration", str(bad)]
     assert main(args) == 1
     err = capsys.readouterr().err
     assert says in err and len(err.splitlines()) == 1, err
     assert "pickle" not in err and not dst.exists()
+
+
+def test_calibration_inputs_with_nan_are_taken_and_warned_of(tmp_path, capsys):
+    """A model may read NaN as missing data, so NaN calibration inputs are not refused: the
+    ranges come from the finite values, the run warns where the NaN is, and a NaN the
+    quantized model turned into a number is named as such, not as "measured error nan%"."""
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(named_mlp(), src)
+    xs = np.random.default_rng(7).normal(0, 1, (8, 64, 256)).astype(np.float32)
+    xs[5, 3, 7] = np.nan
+    path = tmp_path / "nan.npz"
+    np.savez(path, x=xs)
+    args = ["quantize", str(src), str(dst), "--mode", "static", "--calibration", str(path)]
+    assert main([*args, "-q"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"warning: {path} holds a NaN or an infinity (input 'x', sample 5): ranges are "
+        "calibrated on the finite values, and a quantized product turns a NaN into a number"
+    )
+    assert err[1].startswith("error: a NaN where the other model has a number in y")
+    assert not dst.exists()
 
 
 def test_calibration_of_a_scalar_input_and_of_a_sequence_input(tmp_path):

@@ -54,6 +54,7 @@ from frontends.onnx.quantize import (
     drawn_calibration,
     held_out_feeds,
     load_calibration,
+    nonfinite,
     nothing_quantized,
     observe,
     product_boundary,
@@ -842,6 +843,14 @@ def run(
         choose = Chooser(options.plan, held, None if folder is None else str(folder))
         if options.validation:
             choose.record["budget_inputs"] = "validation"
+        for given, what in ((options.calibration, feeds), (options.validation, held)):
+            where = nonfinite(what) if given else ""
+            if where:
+                add_warning(
+                    choose.record,
+                    f"{given} holds a NaN or an infinity ({where}): ranges are calibrated on "
+                    "the finite values, and a quantized product turns a NaN into a number",
+                )
         if feeds and not options.calibration:
             choose.record["warning"] = (
                 f"no calibration inputs given: {len(feeds)} drawn from the input types (random "

@@ -55,6 +55,7 @@ class OutputDiff:
     ok: bool
     executor: str = ORT
     shares: bool = False  # an integer output computed from floats: max_rel and rtol are shares
+    nan: bool = False  # a NaN in one model's output where the other has a number
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
@@ -210,6 +211,7 @@ def compare(
             if w is not None:  # the largest errors over the runs, each its own largest
                 d = replace(
                     d,
+                    nan=w.nan or d.nan,
                     max_abs=max(w.max_abs, d.max_abs),
                     max_rel=d.max_rel if d.shares else max(w.max_rel, d.max_rel),
                     ok=(w.ok or d.shares) and d.ok,
@@ -260,9 +262,14 @@ def _diff(
         rel_err = abs_err / max(scale, np.finfo(np.float64).tiny)
     # NaN errors (NaN against a number, or inf against a different inf) never pass
     ok = bool(np.all(abs_err <= atol + rtol * scale))
-    return OutputDiff(
-        name, dtype, float(np.nanmax(abs_err)), float(np.nanmax(rel_err)), rtol, atol, ok
+    nan = (
+        bool(np.isnan(g64).any() or np.isnan(w64).any())
+        and not ok
+        and bool(np.any(np.isnan(g64) != np.isnan(w64)))
     )
+    with np.errstate(invalid="ignore"):  # (an all-NaN error: nanmax warns, and gives NaN)
+        worst_abs, worst_rel = float(np.nanmax(abs_err)), float(np.nanmax(rel_err))
+    return OutputDiff(name, dtype, worst_abs, worst_rel, rtol, atol, ok, nan=nan)
 
 
 def output_diff(

@@ -153,12 +153,15 @@ def load_calibration(
     path: str, model: onnx.ModelProto, what: str = "calibration"
 ) -> list[dict[str, np.ndarray]]:
     """Feeds from an `.npz` file: one array per graph input of `model` (initializers aside),
-    named as the input, its first axis the samples (all of the same count), every float
-    value finite (a range calibrated on NaN is NaN). Raises CalibrationError naming the
-    problem and `what` the file is for (`calibration`, `validation`)."""
+    named as the input, its first axis the samples (all of the same count). Raises
+    CalibrationError naming the problem and `what` the file is for (`calibration`,
+    `validation`). NaN and infinite values are taken (a model may read NaN as missing data;
+    `nonfinite` says where they are)."""
     how = "numpy.savez(FILE, INPUT_NAME=samples, ...): one array per input"
     try:
-        if not zipfile.is_zipfile(path):  # np.load would try a .npy, then a pickle
+        with open(path, "rb") as f:  # a missing file is said so, not "not an archive"
+            archive = zipfile.is_zipfile(f)
+        if not archive:  # np.load would try a .npy, then a pickle
             raise CalibrationError(f"{what} file {path} is not an .npz archive ({how})")
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
@@ -183,15 +186,19 @@ def load_calibration(
     for vi in model.graph.input:
         if vi.name in names and vi.type.HasField("tensor_type"):
             _check_samples(arrays[vi.name], vi.type.tensor_type, f"{what} file {path}", vi.name)
-    for n in names:
-        a = arrays[n]
-        if np.issubdtype(a.dtype, np.inexact) and not np.isfinite(a).all():
-            sample = int(np.argwhere(~np.isfinite(a))[0][0]) if a.ndim else 0
-            raise CalibrationError(
-                f"{what} file {path}: input {n!r} has a NaN or infinite value (sample {sample})"
-            )
     # np.asarray: a scalar input's sample is a 0-d array (onnxruntime takes no numpy scalar)
     return [{n: np.asarray(arrays[n][i]) for n in names} for i in range(counts.pop())]
+
+
+def nonfinite(feeds: list[dict[str, np.ndarray]]) -> str:
+    """Where `feeds` (`load_calibration`'s) first hold a NaN or an infinity, for a warning:
+    "input 'x', sample 5", or "" when every float value is finite. The activations' ranges
+    are calibrated on their finite values; a quantized product turns a NaN into a number."""
+    for i, feed in enumerate(feeds):
+        for name, a in feed.items():
+            if np.issubdtype(a.dtype, np.inexact) and not np.isfinite(a).all():
+                return f"input {name!r}, sample {i}"
+    return ""
 
 
 def _check_samples(array: np.ndarray, tensor_type, where: str, name: str) -> None:
