@@ -822,6 +822,9 @@ def cmd_optimize(args) -> int:
         return _fail(f"output {dst} is a directory")
     if not dst.parent.is_dir():
         return _fail(f"{dst.parent}: output directory does not exist")
+    problem = _path_problem(src, dst, args.report)
+    if problem:
+        return _fail(problem)
     try:
         options = _options(
             args,
@@ -911,6 +914,36 @@ def cmd_optimize(args) -> int:
     if not args.quiet:
         out.print(f"wrote {dst} ({_outcome(report)})", markup=False)
     return EXIT_OK
+
+
+def _path_problem(src: Path, dst: Path, report: str | None) -> str:
+    """Why writing OUT (and its data file) and the --report file would destroy a file the run
+    reads or writes ("" when it would not): a report onto the input or the output model, into
+    a folder that does not exist; OUT's data file (`OUT.data`, `external.data_name`) being one
+    the input reads its weights from, unless OUT is IN (then the new file replaces it only
+    once every check passed)."""
+    from frontends.onnx import external
+
+    if report:
+        r = Path(report)
+        if r.is_dir():
+            return f"--report {r} is a directory"
+        if not r.parent.is_dir():
+            return f"--report {r}: directory {r.parent} does not exist"
+        if r.exists() and any(r.resolve() == p.resolve() for p in (src, dst) if p.exists()):
+            return f"--report {r} is the model {'IN' if r.resolve() == src.resolve() else 'OUT'}"
+        if r.resolve() == dst.resolve():
+            return f"--report {r} is the model OUT"
+    data = dst.parent / external.data_name(dst)
+    same = src.exists() and dst.exists() and src.resolve() == dst.resolve()
+    if data.exists() and not same and src.is_file():
+        for location in external.data_files(src):
+            if location.resolve() == data.resolve():
+                return (
+                    f"{dst}: its weights would go to {data}, which {src} reads its weights "
+                    "from; give OUT another name (or OUT = IN)"
+                )
+    return ""
 
 
 def _missing(paths) -> str:

@@ -388,3 +388,37 @@ def test_a_quantized_model_keeps_the_inputs_external_data(tmp_path, mode):
     assert main(["quantize", str(src), str(out), "--mode", mode, *calibration, "--no-check"]) == 0
     assert _external_names(onnx.load(str(out), load_external_data=False))
     assert (tmp_path / "out.onnx.data").exists()
+
+
+def test_a_report_onto_a_model_or_into_no_folder_is_refused_before_anything_is_written(
+    tmp_path, capsys
+):
+    """--report IN overwrote the input model with JSON (exit 0); --report OUT replaced the
+    output; a report into a missing folder failed with a traceback after OUT was written."""
+    src = tmp_path / "m.onnx"
+    onnx.save(weighted_model(), str(src))
+    before = src.read_bytes()
+    out = tmp_path / "out.onnx"
+    cases = [
+        (src, "is the model IN"),
+        (out, "is the model OUT"),
+        (tmp_path / "no" / "r.json", "does not exist"),
+    ]
+    for report, says in cases:
+        assert main(["optimize", str(src), str(out), "--report", str(report)]) == 1
+        err = capsys.readouterr().err
+        assert says in err and len(err.splitlines()) == 1, err
+        assert src.read_bytes() == before and not out.exists()
+
+
+def test_an_output_whose_data_file_the_input_reads_is_refused(tmp_path, capsys):
+    """IN keeps its weights in `dst.onnx.data`: writing OUT = dst.onnx with external data
+    replaced that file, and IN no longer loaded. Refused; OUT = IN stays allowed."""
+    src = save_external(weighted_model(), tmp_path / "m.onnx", "dst.onnx.data")
+    data = (tmp_path / "dst.onnx.data").read_bytes()
+    dst = tmp_path / "dst.onnx"
+    assert main(["optimize", str(src), str(dst)]) == 1
+    err = capsys.readouterr().err
+    assert "which" in err and "reads its weights from" in err and len(err.splitlines()) == 1
+    assert (tmp_path / "dst.onnx.data").read_bytes() == data and not dst.exists()
+    assert _same_outputs(src, src)  # the input loads and runs as before

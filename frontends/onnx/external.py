@@ -61,6 +61,17 @@ def external_tensors(
         nodes = []
 
 
+def data_files(path: Path) -> list[Path]:
+    """The external data files the model at `path` reads its tensors from (its locations,
+    under its folder), read without its data; [] for a file onnx cannot parse."""
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # not a model: nothing of it can be overwritten by its data file
+        return []
+    locations = {ExternalDataInfo(t).location for t in external_tensors(model)}
+    return [path.parent / loc for loc in sorted(locations)]
+
+
 def check_locations(model: onnx.ModelProto, folder: Path) -> None:
     """Refuse external-data locations that leave `folder` (the model's folder): absolute
     paths, `..`, symlinks that resolve outside it, and missing files. Reads no data.
