@@ -901,12 +901,16 @@ def test_keep_float_matches_a_conv_by_its_name_before_its_batchnorm_was_folded(
     kept = [s for s in record["sites"] if not s["quantized"]]
     assert len(kept) == 1 and kept[0]["why"].startswith(f"--keep-float {pattern} matches ")
     assert ops(q).count("QLinearConv") == 1 and "warning" not in record
-    assert "stay in float" not in record.get("note", "")  # kept by the user, not a guard
+    assert "guards refused" not in record.get("note", "")  # kept by the user, not a guard
 
 
 def test_a_keep_float_pattern_that_matches_nothing_is_warned_of(calibration):
+    # conv2 and conv[23] both match conv2 (the first one is its reason): neither is warned of
     _, report = rewrite.optimize_model(
-        MODEL, quantize="static", calibration=str(calibration), keep_float=["conv9", "conv2"]
+        MODEL,
+        quantize="static",
+        calibration=str(calibration),
+        keep_float=["conv9", "conv2", "conv[23]"],
     )
     assert report.extra["quantize"]["warning"] == (
         "--keep-float conv9 matches no node the quant rules matched (the summary and --report "
@@ -932,5 +936,8 @@ def test_a_conv_a_guard_refused_is_named_in_a_note(calibration):
     )
     assert ops(q).count("QLinearConv") == 1 and ops(q).count("Conv") == 2  # conv2, conv3
     note = report.extra["quantize"]["note"]
-    assert "2 Conv stay in float in the output; the quant rules' guards refused: " in note
+    assert (
+        "the output has 2 Conv in float (kept by options, by design, or refused); the quant "
+        in note
+    )
     assert "(bias-fits-int24 @b @sx @w)" in note

@@ -534,12 +534,16 @@ class Chooser:
         return [*s.names, *(a for n in s.names for a in self.aliases.get(n, ()))]
 
     def _why_float(self, s: Site) -> str:
-        """Why the user's options keep `s` in float ("" if they do not)."""
+        """Why the user's options keep `s` in float ("" if they do not): the first pattern
+        that matches (every one that does is recorded as matching)."""
+        why = ""
         for pattern in self.plan.keep_float:
             hit = next((n for n in self._names(s) if fnmatch.fnmatchcase(n, pattern)), None)
             if hit is not None:
                 self.matched.add(pattern)
-                return f"--keep-float {pattern} matches {hit}"
+                why = why or f"--keep-float {pattern} matches {hit}"
+        if why:
+            return why
         if self.plan.op_types and s.op not in self.plan.op_types:
             return f"--op-types: {s.op} not listed"
         return ""
@@ -887,7 +891,10 @@ def refused_products(
         return ""
     nodes = ", ".join(f"{n} {op}" for op, n in sorted(left.items()))
     refusals = "; ".join(f"{g} ({n} matches)" for g, n in sorted(guards.items()))
-    return f"{nodes} stay in float in the output; the quant rules' guards refused: {refusals}"
+    return (
+        f"the output has {nodes} in float (kept by options, by design, or refused); the quant "
+        f"rules' guards refused: {refusals}"
+    )
 
 
 def nothing_quantized(model: onnx.ModelProto, ops: set[str], mode: str) -> str:
