@@ -496,3 +496,57 @@ def test_a_program_exported_with_kwargs_is_checked_on_its_args_and_kwargs():
         torch.testing.assert_close(out.module()(x, mask=mask), x * mask)
     with pytest.raises(FxCheckError, match="the program takes 2 user inputs .*gives 1"):
         optimize_fx(ep, (x,))
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda t: t.as_strided((12,), (1,)),  # the storage's order: wrong values, silently
+        lambda t: t.view_as(torch.zeros(12)),
+        lambda t: t.view(torch.int32),
+    ],
+    ids=["as_strided", "view_as", "view-dtype"],
+)
+def test_contiguous_stays_before_a_reader_of_the_layout(dialect, read):
+    """(x + 0.0).t().contiguous() then as_strided, view_as or a view of another dtype: with
+    contiguous() read as Identity and removed, these read x.t()'s strides, and crashed or
+    (as_strided) computed other values."""
+
+    class M(nn.Module):
+        def forward(self, x):
+            return read((x + 0.0).t().contiguous()) + 0
+
+    model, x = M(), torch.randn(3, 4)
+    graph = (
+        torch.fx.symbolic_trace(model)
+        if dialect == "symbolic_trace"
+        else torch.export.export(model, (x,))
+    )
+    out, _ = optimize_fx(graph, (x,), check=False)
+    run = out.module() if dialect == "export" else out
+    torch.testing.assert_close(run(x), model(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
+def test_an_output_the_rewrite_reduces_to_an_input_is_a_tensor_of_its_own(dialect):
+    """x * 1.0 is x to the rules: the module returned x itself, through which the caller
+    could write into its input (eager returns a new tensor)."""
+
+    class M(nn.Module):
+        def forward(self, x):
+            return x * 1.0, x
+
+    model, x = M(), torch.randn(3, 4)
+    graph = (
+        torch.fx.symbolic_trace(model)
+        if dialect == "symbolic_trace"
+        else torch.export.export(model, (x,))
+    )
+    out, report = optimize_fx(graph, (x,))
+    assert report.fired
+    run = out.module() if dialect == "export" else out
+    scaled, same = run(x)
+    torch.testing.assert_close(scaled, x, rtol=0, atol=0)
+    assert scaled.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert same is x or same.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()

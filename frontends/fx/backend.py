@@ -92,6 +92,8 @@ def rewrite_backend(
     try:
         return _inductor(optimized, example_inputs, compile_fx)
     except Exception as e:  # inductor's bug on a form the rewrite wrote: the captured graph
+        if type(e).__module__.startswith("torch._dynamo"):  # dynamo's restarts and skips
+            raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         warnings.warn(
             f"rewrite backend: inductor failed on the rewritten graph ({type(e).__name__}: "

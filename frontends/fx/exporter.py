@@ -316,9 +316,20 @@ class _Exporter:
     # ---- finishing -------------------------------------------------------------------------
 
     def _output(self) -> None:
+        """The graph's output node. An output the rewrite reduced to an input or a parameter
+        (x * 1.0 to x) is returned as a clone of it, as the original returned a tensor of its
+        own: the caller may write into it without writing into its input."""
         old = next(n for n in self.src.graph.nodes if n.op == "output")
         leaves = iter(self.g.outputs[: self.meta.n_outputs])
-        args = fx.node.map_arg(old.args[0], lambda _: self.resolve(next(leaves)))
+
+        def output(o):
+            new = self.resolve(next(leaves))
+            if new.op in _STORED and o.op not in _STORED:
+                clone = torch.ops.aten.clone.default if self.aten else torch.clone
+                new = self.graph.call_function(clone, (new,))
+            return new
+
+        args = fx.node.map_arg(old.args[0], output)
         out = self.graph.output(args, type_expr=old.type)
         out.meta = copy.copy(old.meta)
 
@@ -340,6 +351,9 @@ class _Exporter:
         # builtin: fx names the copy `input_1`); its spec follows it by the node, not the name
         was = {new.name: old.name for old, new in self.copied.items() if old.op == "placeholder"}
         return _program(self.meta.program, gm, self.buffers, was)
+
+
+_STORED = ("placeholder", "get_attr")  # values the caller or the module holds
 
 
 # `view` needs a layout its input may have lost: the import reads `contiguous()` as Identity,

@@ -677,15 +677,40 @@ def concat(lo: Lowering, a: dict) -> None:
     lo.emit("Concat", [lo.tensor(x) for x in xs], {"axis": a["dim"] % rank})
 
 
+# ops whose result depends on their input's strides, not only its values (a view of another
+# shape is written as reshape, which does not)
+_LAYOUT_READERS = {
+    "as_strided",
+    "as_strided_",
+    "view_as",
+    "stride",
+    "is_contiguous",
+    "data_ptr",
+    "storage_offset",
+    "untyped_storage",
+    "numpy",
+    "set_",
+    "resize_",
+}
+
+
 def contiguous(lo: Lowering, a: dict) -> None:
     """x.contiguous(): the same values (a copy in another layout, or x itself): Identity. Export
     writes `reshape`, never `view`, so no later view depends on the layout (a copied view too,
-    `exporter._as_reshape`). A graph output stays a `contiguous` call: the caller gets a tensor
-    of its own, in the layout it asked for, not a view of an input it could write through."""
+    `exporter._as_reshape`). It stays a `contiguous` call where the layout may matter: a graph
+    output (the caller gets a tensor of its own, not a view of an input it could write
+    through), and a reader of the layout (`as_strided`, `view_as`, `stride()`, ...:
+    `_LAYOUT_READERS`) or a view of another dtype."""
     if a.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
         raise Unmapped("memory format")
     if any(u.op == "output" for u in lo.node.users):
         raise Unmapped("a graph output: its own memory, contiguous")
+    for u in lo.node.users:  # a reader of the layout itself, a view of another dtype
+        name = u.target if isinstance(u.target, str) else getattr(u.target, "__name__", "")
+        name = str(u.target) if isinstance(u.target, torch._ops.OpOverload) else name
+        given = (*u.args[1:], *u.kwargs.values())
+        if set(name.split(".")) & _LAYOUT_READERS or any(isinstance(a, torch.dtype) for a in given):
+            raise Unmapped(f"read by {name}, which depends on the layout")
     lo.emit("Identity", [lo.tensor(a["input"])])
 
 
