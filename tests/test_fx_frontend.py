@@ -47,6 +47,13 @@ class ConvBn(nn.Module):
 X = torch.randn(2, 3, 8, 8)
 
 
+def _traced(model: nn.Module, x: torch.Tensor, dialect: str):
+    """`model` as a symbolic_trace GraphModule or a torch.export program of input `x`."""
+    if dialect == "symbolic_trace":
+        return torch.fx.symbolic_trace(model)
+    return torch.export.export(model, (x,))
+
+
 # ---- binding -------------------------------------------------------------------------------
 
 
@@ -259,11 +266,7 @@ class Views(nn.Module):
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
 def test_views_lower_and_write_back(dialect):
     model, x = Views().eval(), torch.randn(2, 4, 6)
-    graph = (
-        torch.fx.symbolic_trace(model)
-        if dialect == "symbolic_trace"
-        else torch.export.export(model, (x,))
-    )
+    graph = _traced(model, x, dialect)
     g = import_fx(graph, (x,))
     asserts = {"fx._assert_tensor_metadata.default"}  # torch.export's check of `to`'s input
     assert not [n.op for n in g.nodes if n.opaque and n.op not in asserts]
@@ -290,11 +293,7 @@ def test_a_contiguous_graph_output_is_its_own_contiguous_tensor(dialect):
             return x.t().contiguous(), (x * 1.0).t().contiguous().view(-1)
 
     model, x = M(), torch.randn(3, 4)
-    graph = (
-        torch.fx.symbolic_trace(model)
-        if dialect == "symbolic_trace"
-        else torch.export.export(model, (x,))
-    )
+    graph = _traced(model, x, dialect)
     out, report = optimize_fx(graph, (x,))
     assert report.fired  # x * 1.0 and the second contiguous go
     run = out.module() if dialect == "export" else out
@@ -518,11 +517,7 @@ def test_contiguous_stays_before_a_reader_of_the_layout(dialect, read):
             return read((x + 0.0).t().contiguous()) + 0
 
     model, x = M(), torch.randn(3, 4)
-    graph = (
-        torch.fx.symbolic_trace(model)
-        if dialect == "symbolic_trace"
-        else torch.export.export(model, (x,))
-    )
+    graph = _traced(model, x, dialect)
     out, _ = optimize_fx(graph, (x,), check=False)
     run = out.module() if dialect == "export" else out
     torch.testing.assert_close(run(x), model(x), rtol=0, atol=0)
@@ -538,11 +533,7 @@ def test_an_output_the_rewrite_reduces_to_an_input_is_a_tensor_of_its_own(dialec
             return x * 1.0, x
 
     model, x = M(), torch.randn(3, 4)
-    graph = (
-        torch.fx.symbolic_trace(model)
-        if dialect == "symbolic_trace"
-        else torch.export.export(model, (x,))
-    )
+    graph = _traced(model, x, dialect)
     out, report = optimize_fx(graph, (x,))
     assert report.fired
     run = out.module() if dialect == "export" else out
