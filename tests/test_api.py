@@ -13,7 +13,7 @@ import pytest
 from onnx import numpy_helper
 
 import rewrite
-from frontends.onnx.api import OptionError, OutputMismatch
+from frontends.onnx.api import OptionError, Options, OutputMismatch
 
 ROOT = Path(__file__).resolve().parent.parent
 RESNET = ROOT / "examples" / "resnet.onnx"
@@ -195,3 +195,14 @@ def test_backend_names_an_unknown_option():
     gm = torch.fx.symbolic_trace(nn.Sequential(nn.ReLU()))
     with pytest.warns(UserWarning, match=r"unknown option 'fp'; accepted: allow"):
         rewrite_backend(gm, [torch.randn(2)], {"backend": "eager", "fp": ("exact",)})
+
+
+def test_numpy_integers_are_whole_numbers_to_the_options():
+    """An opset or held-out count computed with numpy (np.int64) was refused as not an
+    integer; a bool is still not one."""
+    Options.from_keywords({"opset": np.int64(18)}).validate()
+    Options.from_keywords(
+        {"quantize": "dynamic", "error_budget": 0.1, "held_out": np.int64(2)}
+    ).validate()
+    with pytest.raises(OptionError, match="opset must be a positive integer, not True"):
+        Options.from_keywords({"opset": True}).validate()

@@ -310,6 +310,7 @@ def test_size_bound_is_an_upper_bound():
         assert bound is not None and bound >= t.ByteSize(), (t.name[:20], bound, t.ByteSize())
     strings = oh.make_tensor("s", onnx.TensorProto.STRING, [2], [b"a", b"b" * 1000])
     assert external.size_bound(strings) is None
+    assert external.size_bound(onnx.TensorProto(name="new", data_type=99, dims=[4])) is None
 
 
 def test_needs_external_data_sizes_exactly_near_the_limit(monkeypatch):

@@ -461,7 +461,9 @@ class Options:
                     raise OptionError(f"{name.replace('_', '-')} needs a quantization mode")
         if self.validation is not None and self.error_budget is None:
             raise OptionError("validation inputs are used by error-budget only")
-        if not isinstance(self.held_out, int) or self.held_out < 0:
+        if isinstance(self.held_out, bool) or not isinstance(self.held_out, numbers.Integral):
+            raise OptionError(f"held-out must be a whole number >= 0, not {self.held_out!r}")
+        if self.held_out < 0:
             raise OptionError(f"held-out must be a whole number >= 0, not {self.held_out!r}")
         if self.held_out and self.error_budget is None:
             raise OptionError("held-out inputs are used by error-budget only")
@@ -516,7 +518,8 @@ class Options:
             raise OptionError(
                 f"target: unknown target {self.target!r} (choose from {', '.join(TARGETS)})"
             )
-        if self.opset is not None and not (isinstance(self.opset, int) and self.opset > 0):
+        integral = isinstance(self.opset, numbers.Integral) and not isinstance(self.opset, bool)
+        if self.opset is not None and not (integral and self.opset > 0):
             raise OptionError(f"opset must be a positive integer, not {self.opset!r}")
 
     @property

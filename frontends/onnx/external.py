@@ -156,8 +156,12 @@ def _itemsizes() -> dict[int, int]:
 
 
 def _packed_type(code: int) -> bool:
-    """True for element types stored two or four to a byte (int4, uint4, float4e2m1, int2)."""
-    name = onnx.TensorProto.DataType.Name(code)
+    """True for element types stored two or four to a byte (int4, uint4, float4e2m1, int2);
+    False for a code this onnx does not name."""
+    try:
+        name = onnx.TensorProto.DataType.Name(code)
+    except ValueError:
+        return False
     return name in {"INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"}
 
 
