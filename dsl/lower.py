@@ -17,6 +17,7 @@ mode: no `:c`, no `@bind`, no `_`, no required attribute left unwritten.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import product
 
@@ -357,23 +358,27 @@ def literal(t: ast.App, at: ast.Attr, kind: str) -> ir.Literal:
     ok = None
     if kind in ("int", "float") and isinstance(v, ast.Number):
         if kind == "float" or isinstance(v.value, int):
-            ok = float(v.value) if kind == "float" else v.value
+            ok = v.value
     elif kind == "string" and isinstance(v, ast.String):
         ok = v.value
     elif kind in ("ints", "floats") and isinstance(v, ast.ListLit):
         items = [n.value for n in v.items]
-        if kind == "floats":
-            ok = tuple(float(x) for x in items)
-        elif all(isinstance(x, int) for x in items):
+        if kind == "floats" or all(isinstance(x, int) for x in items):
             ok = tuple(items)
     if ok is None:
         msg = f":{at.name} of {t.head} takes {KIND_WORDS[kind]}, not {value_text(v)}"
         raise AttributeTypeError(v.span, msg)
-    ints = [ok] if kind == "int" else list(ok) if kind == "ints" else []
-    if any(not INT64_MIN <= i <= INT64_MAX for i in ints):
+    values = list(ok) if kind in ("ints", "floats") else [ok] if kind in ("int", "float") else []
+    if kind in ("int", "ints") and any(not INT64_MIN <= i <= INT64_MAX for i in values):
         msg = f":{at.name} of {t.head}: {value_text(v)} does not fit an int64 (ONNX's INT)"
         raise AttributeTypeError(v.span, msg)
+    if kind in ("float", "floats"):
+        if any(abs(x) > FLOAT32_MAX and x not in (math.inf, -math.inf) for x in values):
+            msg = f":{at.name} of {t.head}: {value_text(v)} does not fit a float32 (ONNX's FLOAT)"
+            raise AttributeTypeError(v.span, msg)
+        ok = float(ok) if kind == "float" else tuple(float(x) for x in ok)
     return ir.Literal(ok)
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # an ONNX INT(S) attribute's range
+FLOAT32_MAX = 3.4028234663852886e38  # an ONNX FLOAT(S) attribute's largest finite value

@@ -21,6 +21,13 @@ EXPECTED = {
         "      (Add @x)\n"
         "       ^",
     ),
+    "attribute_float_range": (
+        dsl.AttributeTypeError,
+        "attribute_float_range.rules:2:24: error: "
+        ":alpha of LeakyRelu: 1e+39 does not fit a float32 (ONNX's FLOAT)\n"
+        "      (LeakyRelu @x :alpha 1e39)\n"
+        "                           ^",
+    ),
     "attribute_range": (
         dsl.AttributeTypeError,
         "attribute_range.rules:2:21: error: "
