@@ -101,7 +101,7 @@ def _symbolic_shape(key) -> tuple | None:
 def _freeze(v):
     if v is None or v.size > _CONST_MAX:
         return None
-    return (v.dtype.str, v.shape, v.tobytes())
+    return (v.dtype, v.shape, v.tobytes())  # the dtype itself: bfloat16's .str is '<V2'
 
 
 @lru_cache(maxsize=65536)

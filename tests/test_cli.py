@@ -542,3 +542,50 @@ def test_a_model_no_rule_improves_is_said_to_be_the_input_or_its_graph(tmp_path,
         assert said.endswith(
             "(1 -> 1 nodes; no rewrite made it cheaper, so it is the input unchanged)"
         )
+
+
+def test_a_bfloat16_model_is_optimized_and_checked_as_float(tmp_path, capsys):
+    """bfloat16 constants crashed shape inference of new terms ("Unable to convert type
+    dtype('V2')": a cache key kept the dtype's str, which for ml_dtypes' bfloat16 is void),
+    and bfloat16 outputs were compared as integers."""
+    import ml_dtypes
+    from onnx import helper, numpy_helper
+
+    def bf(name, a):
+        return numpy_helper.from_array(np.asarray(a, np.float32).astype(ml_dtypes.bfloat16), name)
+
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+        "bf16",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.BFLOAT16, ["batch", 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.BFLOAT16, ["batch", 4])],
+        [bf("w", rng.standard_normal((4, 4))), bf("b", rng.standard_normal(4))],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 22)], ir_version=10)
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, src)
+    assert main(["optimize", str(src), str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "tolerance for bfloat16 (exact rules fired): |a-b| <= atol + rtol*max|b|" in out
+    assert [n.op_type for n in onnx.load(dst).graph.node] == ["Gemm"]
+
+
+def test_sequence_inputs_and_outputs_are_drawn_and_compared(tmp_path, capsys):
+    """The output check drew only tensors (a sequence input: KeyError 0) and compared only
+    arrays (a sequence output of tensors of two shapes: numpy's inhomogeneous-shape error)."""
+    text = """
+    <ir_version: 9, opset_import: ["" : 17]>
+    g (seq(float[3]) s, float[5, 3] x) => (seq(float[?, 3]) parts, int64 n) {
+        y = Relu (x)
+        r = Relu (y)
+        split = Constant <value = int64[2] {2, 3}> ()
+        parts = SplitToSequence <axis = 0> (r, split)
+        n = SequenceLength (s)
+    }"""
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+    assert main(["optimize", str(src), str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "parts" in out and "wrote" in out
+    assert [n.op_type for n in onnx.load(dst).graph.node].count("Relu") == 1

@@ -66,20 +66,41 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     """
     rng = np.random.default_rng(seed)
     inits = {i.name for i in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else DIM_DEFAULT for d in tt.shape.dim]
+    return {
+        vi.name: _draw(vi.name, vi.type, rng) for vi in model.graph.input if vi.name not in inits
+    }
+
+
+def _draw(name: str, t: onnx.TypeProto, rng: np.random.Generator):
+    """A random value of ONNX type `t`: a tensor as `random_inputs` says, a sequence of two,
+    an optional's element. Raises CheckError for a type the check cannot draw (a map, a
+    string or an undefined element type)."""
+    kind = t.WhichOneof("value")
+    if kind == "sequence_type":
+        return [_draw(name, t.sequence_type.elem_type, rng) for _ in range(2)]
+    if kind == "optional_type":
+        return _draw(name, t.optional_type.elem_type, rng)
+    if kind != "tensor_type":
+        raise CheckError(
+            f"input {name!r} is a {kind or 'value of no type'}, which the output "
+            "check cannot draw (--no-check writes the output unchecked)"
+        )
+    tt = t.tensor_type
+    shape = [d.dim_value if d.HasField("dim_value") else DIM_DEFAULT for d in tt.shape.dim]
+    try:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if np.issubdtype(dtype, np.floating):
-            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[vi.name] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            feeds[vi.name] = rng.integers(0, 2, shape).astype(dtype)
-    return feeds
+    except KeyError:
+        raise CheckError(
+            f"input {name!r} has no element type the output check can draw "
+            "(--no-check writes the output unchecked)"
+        ) from None
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if not np.issubdtype(dtype, np.number):  # strings, ml_dtypes' types
+        return rng.standard_normal(shape).astype(np.float32).astype(dtype)
+    return rng.integers(0, 2, shape).astype(dtype)
 
 
 def session(
@@ -177,7 +198,7 @@ def compare(
     within its tolerance (one flipped label of 20 single-label runs is 5%).
     """
     worst: dict[str, OutputDiff] = {}
-    elem = {o.name: o.type.tensor_type.elem_type for o in original.graph.output}
+    elem = {o.name: _elem_type(o.type) for o in original.graph.output}
     tol = tolerance_types(original)
     if feeds is None:
         feeds = [random_inputs(original, seed + r) for r in range(runs)]
@@ -198,6 +219,10 @@ def compare(
     counted: dict[str, list[float]] = {}  # an integer output's differing elements, and all
     for outs_a, outs_b in zip(want, got):
         for name, a, b in zip(elem, outs_a, outs_b):
+            if isinstance(a, list) or isinstance(b, list):  # a sequence: its tensors in order
+                d = _sequence_diff(name, elem[name], b, a, TOLERANCES[fp], tol[name], rtol, atol)
+                worst[name] = d if name not in worst or not d.ok else worst[name]
+                continue
             g, w = np.asarray(b), np.asarray(a)
             d = _diff(name, elem[name], g, w, TOLERANCES[fp], tol[name], rtol, atol)
             d = replace(d, executor=executor)
@@ -220,6 +245,29 @@ def compare(
     return list(worst.values())
 
 
+def _elem_type(t: onnx.TypeProto) -> int:
+    """The element type of a tensor, of a sequence's or an optional's tensors (0 if none)."""
+    while t.WhichOneof("value") in ("sequence_type", "optional_type"):
+        inner = t.sequence_type if t.HasField("sequence_type") else t.optional_type
+        t = inner.elem_type
+    return t.tensor_type.elem_type if t.HasField("tensor_type") else 0
+
+
+def _sequence_diff(name, elem_type, got, want, tolerances, tol_type, rtol, atol) -> OutputDiff:
+    """A sequence output compared tensor by tensor (`_diff`), the worst; not ok when the
+    lengths differ or one side is not a sequence."""
+    dtype = TensorProto.DataType.Name(elem_type).lower()
+    if not (isinstance(got, list) and isinstance(want, list)) or len(got) != len(want):
+        return OutputDiff(name, dtype, float("inf"), float("inf"), 0.0, 0.0, False)
+    diffs = [
+        _diff(name, elem_type, np.asarray(g), np.asarray(w), tolerances, tol_type, rtol, atol)
+        for g, w in zip(got, want)
+    ]
+    if not diffs:
+        return OutputDiff(name, dtype, 0.0, 0.0, 0.0, 0.0, True)
+    return max(diffs, key=lambda d: (not d.ok, d.max_rel))
+
+
 def _diff(
     name: str,
     elem_type: int,
@@ -231,7 +279,8 @@ def _diff(
     atol_given: float | None = None,
 ) -> OutputDiff:
     rtol, atol = tolerances.get(elem_type if tol_type is None else tol_type, EXACT)
-    floats = np.issubdtype(want.dtype, np.inexact)
+    # (bfloat16 arrays are ml_dtypes', which numpy does not count as inexact)
+    floats = np.issubdtype(want.dtype, np.inexact) or elem_type in _PRECISION
     shares = not floats and tol_type in _PRECISION  # an ArgMax, a comparison: a share may differ
     if floats or shares:  # the caller's tolerance
         rtol = rtol if rtol_given is None else rtol_given
