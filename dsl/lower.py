@@ -74,6 +74,12 @@ def lower_left(t: ast.Term, scope: Scope, lw: Lowering, equal: bool = False) -> 
             raise PlacementError(t.span, "'_' cannot appear in an equal rule (each side is built)")
         return [ir.Wildcard()]
     spec = op_spec(t, lw.ops)
+    if t.head == "Constant":  # the import reads a Constant node as a constant: a leaf
+        raise PlacementError(
+            t.span,
+            "a pattern never matches Constant: the import makes a Constant node a constant; "
+            "capture it and guard its value, e.g. (Mul @x @one) (if (all-equal @one 1))",
+        )
     if t.bind is not None:
         if equal:
             raise PlacementError(t.span, f"'{t.head}@{t.bind}' cannot appear in an equal rule")

@@ -116,8 +116,8 @@ def test_literals_convert_to_the_attribute_kind():
     assert attrs(r.lhs)["alpha"] == Literal(1.0)
     assert isinstance(attrs(r.lhs)["alpha"].value, float)
     assert attrs(r.rhs)["perm"] == Literal((1, 0))
-    r = one("(simplify r (Constant :value_floats (0 1)) (Constant :value_floats (0 1)))")
-    assert attrs(r.lhs)["value_floats"] == Literal((0.0, 1.0))
+    r = one("(simplify r (Relu @x) (Mul @x (Constant :value_floats (0 1))))")
+    assert attrs(r.rhs.args[1])["value_floats"] == Literal((0.0, 1.0))
 
 
 def test_attrs_rest_on_both_sides():

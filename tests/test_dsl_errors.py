@@ -68,6 +68,14 @@ EXPECTED = {
         "      (Sub:c @x @z)\n"
         "       ^",
     ),
+    "constant_in_pattern": (
+        dsl.PlacementError,
+        "constant_in_pattern.rules:2:12: error: a pattern never matches Constant: the import "
+        "makes a Constant node a constant; capture it and guard its value, e.g. "
+        "(Mul @x @one) (if (all-equal @one 1))\n"
+        "      (Mul @x (Constant :value_float 1.0))\n"
+        "               ^",
+    ),
     "duplicate_name": (
         dsl.DuplicateRuleError,
         "duplicate_name.rules:5:1: error: "
