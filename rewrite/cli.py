@@ -880,6 +880,8 @@ def cmd_optimize(args) -> int:
     except CheckError as e:
         _discard(staged)
         done = e.run
+        if e.original or not done.report.fired:  # no rule to blame: nothing to bisect
+            return _fail(f"output check: {e}; --no-check writes the output unchecked")
         culprit = _bisect_failure(args, done.original, done.rules, done.report, done.folder, start)
         return _fail(f"output check: {e}{culprit}")
     except UnicodeDecodeError as e:

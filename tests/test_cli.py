@@ -589,3 +589,27 @@ def test_sequence_inputs_and_outputs_are_drawn_and_compared(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "parts" in out and "wrote" in out
     assert [n.op_type for n in onnx.load(dst).graph.node].count("Relu") == 1
+
+
+def test_an_original_that_cannot_run_on_the_checks_inputs_is_said_so_and_not_bisected(
+    tmp_path, capsys
+):
+    """An input of axes (or a shape) drawn as 0 or 1 can make the given model fail before
+    any rewrite: the error named the fallback executor alone and bisected the rules."""
+    text = """
+    <ir_version: 9, opset_import: ["" : 17]>
+    g (float[3, 3] x, int64[1] axes) => (float[3, 3] y) {
+        s = Squeeze (x, axes)
+        r = Relu (s)
+        y = Relu (r)
+    }"""
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+    assert main(["optimize", str(src), str(dst)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "error: output check: the original model does not run on the check's random inputs "
+        "(onnxruntime could not run the model: "
+    )
+    assert err[0].endswith("; --no-check writes the output unchecked") and "bisect" not in err[0]
+    assert not dst.exists()

@@ -35,7 +35,10 @@ ORT, REFERENCE = "onnxruntime", "onnx.reference"  # the executors `compare` name
 
 
 class CheckError(RuntimeError):
-    """A model could not be run under onnxruntime (or, as the fallback, onnx.reference)."""
+    """A model could not be run under onnxruntime (or, as the fallback, onnx.reference).
+    `original`: it was the model given, on the check's inputs (no rewrite is to blame)."""
+
+    original = False
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,7 @@ def compare(
     within its tolerance (one flipped label of 20 single-label runs is 5%).
     """
     worst: dict[str, OutputDiff] = {}
+    given_feeds = feeds is not None
     elem = {o.name: _elem_type(o.type) for o in original.graph.output}
     tol = tolerance_types(original)
     if feeds is None:
@@ -207,9 +211,15 @@ def compare(
         sess = session(original_source or original, full_optimization)
         want = [run(sess, f) for f in feeds]
         del sess
-    except CheckError:  # no onnxruntime kernel for the original (an old opset): the reference
+    except CheckError as e:  # no onnxruntime kernel for the original (an old opset): the reference
         executor = REFERENCE
-        want = run_reference(original_source or original, feeds)
+        try:
+            want = run_reference(original_source or original, feeds)
+        except CheckError as r:
+            given = "the given inputs" if given_feeds else "the check's random inputs"
+            err = CheckError(f"the original model does not run on {given} ({e}; {r})")
+            err.original = True
+            raise err from None
     if executor == ORT:
         sess = session(optimized_source or optimized, full_optimization)
         got = [run(sess, f) for f in feeds]
