@@ -9,12 +9,14 @@ import ml_dtypes
 import numpy as np
 import onnx
 import onnx.helper as oh
+import onnx.parser
 import pytest
 from onnx import numpy_helper
 
 from dsl import load_rules, shipped_rules_dir
 from frontends.onnx import (
     ModelError,
+    _fails_full_check,
     import_model,
     load_model,
     optimize_model,
@@ -222,3 +224,28 @@ def test_four_bit_weights_are_packed_as_numpy_helper_packs_them(dtype, shape):
         _write_tensor(t, a, "w")
         assert t == numpy_helper.from_array(a, "w")
         assert numpy_helper.to_array(t).tobytes() == np.ascontiguousarray(a).tobytes()
+
+
+def test_an_input_that_fails_the_full_check_is_named_as_the_cause():
+    """A result failing onnx's full check (strict shape inference) was "optimization failed"
+    even where the input fails it the same way (an ONNX function body of the onnx package's
+    node tests); the input is named then, and a valid input leaves the result's error."""
+    bad = onnx.parser.parse_model(
+        """
+        <ir_version: 9, opset_import: ["" : 17]>
+        g (float[3, 4] x) => (float[3, 4] y) <float[5, 7] r> {
+            r = Relu (x)
+            y = Relu (r)
+        }"""
+    )
+    onnx.checker.check_model(bad)  # what load_model checks: passes
+    with pytest.raises(ModelError, match="the input fails onnx.checker's full check: "):
+        _fails_full_check(bad, ValueError("the result's"))
+    good = onnx.parser.parse_model(
+        """
+        <ir_version: 9, opset_import: ["" : 17]>
+        g (float[3, 4] x) => (float[3, 4] y) {
+            y = Relu (x)
+        }"""
+    )
+    assert _fails_full_check(good, ValueError("the result's")) is None

@@ -296,10 +296,25 @@ def _optimize_model(model: onnx.ModelProto, rules, **kw):
     if result is not model:
         # the full check (strict shape inference included) on the weight-free skeleton: the
         # same nodes, types and small constants, without serializing the weights
-        onnx.checker.check_model(skeleton(result), full_check=True)
+        try:
+            onnx.checker.check_model(skeleton(result), full_check=True)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+            _fails_full_check(model, e)
+            raise
     t_check = time.perf_counter() - clock - t_export
     seconds = {"onnx-import": t_import, **report.seconds, "export": t_export, "checker": t_check}
     return result, onnx_counts(replace(report, seconds=seconds), model, result)
+
+
+def _fails_full_check(model: onnx.ModelProto, e: Exception) -> None:
+    """Raise ModelError when the input `model` fails onnx's full check (strict shape
+    inference) as the result did with `e`: the input is invalid, not the rewrite (load_model
+    checks without strict shape inference). Returns when the input passes."""
+    try:
+        onnx.checker.check_model(skeleton(model), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as mine:
+        first = str(mine).strip().splitlines()[0] if str(mine).strip() else type(mine).__name__
+        raise ModelError(f"the input fails onnx.checker's full check: {first}") from e
 
 
 _STRUCTURE = "rewrite.structure"  # metadata key marking a `structure` copy
