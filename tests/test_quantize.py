@@ -1917,6 +1917,8 @@ def test_a_string_output_is_compared_as_equal_or_not():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     (d,) = check.compare(m, m, feeds=[{"s": np.array(["a", "b"], dtype=object)}])
     assert d.ok and d.max_abs == 0.0
+    (d,) = check.compare(m, m)  # drawn: the strings "0" and "1"
+    assert d.ok and d.dtype == "string"
 
 
 def test_a_refused_label_output_is_reported_as_a_share_of_elements():

@@ -75,9 +75,9 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
 
 
 def _draw(name: str, t: onnx.TypeProto, rng: np.random.Generator):
-    """A random value of ONNX type `t`: a tensor as `random_inputs` says, a sequence of two,
-    an optional's element. Raises CheckError for a type the check cannot draw (a map, a
-    string or an undefined element type)."""
+    """A random value of ONNX type `t`: a tensor as `random_inputs` says (strings "0" or "1"),
+    a sequence of two, an optional's element. Raises CheckError for a type the check cannot
+    draw (a map, an undefined element type)."""
     kind = t.WhichOneof("value")
     if kind == "sequence_type":
         return [_draw(name, t.sequence_type.elem_type, rng) for _ in range(2)]
@@ -101,7 +101,9 @@ def _draw(name: str, t: onnx.TypeProto, rng: np.random.Generator):
         return rng.standard_normal(shape).astype(dtype)
     if dtype == np.bool_:
         return rng.integers(0, 2, shape).astype(bool)
-    if not np.issubdtype(dtype, np.number):  # strings, ml_dtypes' types
+    if dtype == np.dtype(object):  # strings
+        return rng.integers(0, 2, shape).astype(str).astype(object)
+    if not np.issubdtype(dtype, np.number):  # ml_dtypes' types: bfloat16, float8, ...
         return rng.standard_normal(shape).astype(np.float32).astype(dtype)
     return rng.integers(0, 2, shape).astype(dtype)
 
@@ -231,6 +233,7 @@ def compare(
         for name, a, b in zip(elem, outs_a, outs_b):
             if isinstance(a, list) or isinstance(b, list):  # a sequence: its tensors in order
                 d = _sequence_diff(name, elem[name], b, a, TOLERANCES[fp], tol[name], rtol, atol)
+                d = replace(d, executor=executor)
                 worst[name] = d if name not in worst or not d.ok else worst[name]
                 continue
             g, w = np.asarray(b), np.asarray(a)
