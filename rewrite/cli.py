@@ -451,6 +451,13 @@ def _add_optimize_options(o) -> None:
     )
     o.add_argument("--no-check", action="store_true", help="skip the onnxruntime output comparison")
     o.add_argument(
+        "--check-inputs",
+        metavar="FILE.npz",
+        help="the inputs the output check runs on (one array per graph input, named as the "
+        "input, its first axis the samples), instead of random ones: for a model whose integer "
+        "inputs are shapes or axes (random draws are 0 or 1)",
+    )
+    o.add_argument(
         "--atol",
         type=float,
         metavar="A",
@@ -829,6 +836,7 @@ def cmd_optimize(args) -> int:
         options = _options(
             args,
             check=not args.no_check,
+            check_inputs=args.check_inputs,
             input_shapes=args.input_shape,
             atol=args.atol,
             rtol=args.rtol,
@@ -1010,7 +1018,9 @@ def _mismatch(args, done, src: Path, start: float) -> int:
     if not args.quiet:
         from frontends.onnx.api import Options
 
-        _print_summary(report, done.diffs, Options(atol=args.atol, rtol=args.rtol), False)
+        given = getattr(args, "check_inputs", None)
+        options = Options(atol=args.atol, rtol=args.rtol, check_inputs=given)
+        _print_summary(report, done.diffs, options, False)
     _print_warning(report)
     if args.report:
         _write_report(Path(args.report), report, done.diffs)
@@ -1390,6 +1400,8 @@ def _print_summary(report, diffs, options, verbose: bool = False) -> None:
     if diffs:
         executors = ", ".join(sorted({d.executor for d in diffs}))
         checked_on = report.extra.get("quantize", {}).get("checked_on")
+        if options.check_inputs is not None:
+            checked_on = "--check-inputs"
         inputs = f"the {checked_on} inputs" if checked_on else "random inputs"
         check = Table(title=f"output check ({executors}, {inputs})", title_justify="left")
         for col in ("output", "dtype", "max abs err", "max err / max|b|", "status"):

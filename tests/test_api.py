@@ -78,6 +78,7 @@ def test_unknown_keyword_is_a_type_error_naming_it():
         ({"max_iterations": 2.5}, "max-iterations must be a positive integer, not 2.5"),
         ({"timeout": "10"}, "timeout must be a positive number of seconds, not '10'"),
         ({"atol": "big"}, "atol must be a number >= 0, not 'big'"),
+        ({"check": False, "check_inputs": "x.npz"}, "check-inputs are for the output check"),
         ({"quantize": "dynamic", "smooth": "0.5"}, "smooth must be a number, not '0.5'"),
         ({"quantize": "dynamic", "error_budget": "5%"}, "error-budget must be a number, not '5%'"),
         ({"quantize": "weight-only", "bits": "4"}, "bits: mode weight-only takes 4 or 8, not '4'"),

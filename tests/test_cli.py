@@ -613,3 +613,33 @@ def test_an_original_that_cannot_run_on_the_checks_inputs_is_said_so_and_not_bis
     )
     assert err[0].endswith("; --no-check writes the output unchecked") and "bisect" not in err[0]
     assert not dst.exists()
+
+
+def test_check_inputs_are_the_inputs_the_output_check_runs_on(tmp_path, capsys):
+    """A model whose integer input is an axis cannot run on the check's random draws (0 or
+    1); --check-inputs gives the check inputs it can run on, and a bad file is one line."""
+    text = """
+    <ir_version: 9, opset_import: ["" : 17]>
+    g (float[1, 3] x, int64[1] axes) => (float[3] y) {
+        s = Squeeze (x, axes)
+        r = Relu (s)
+        y = Relu (r)
+    }"""
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+    assert main(["optimize", str(src), str(dst), "-q"]) == 1
+    assert "the original model does not run on the check's random inputs" in capsys.readouterr().err
+    inputs = tmp_path / "in.npz"
+    rng = np.random.default_rng(0)
+    np.savez(
+        inputs, x=rng.standard_normal((4, 1, 3)).astype(np.float32), axes=np.zeros((4, 1), np.int64)
+    )
+    assert main(["optimize", str(src), str(dst), "--check-inputs", str(inputs)]) == 0
+    out = capsys.readouterr().out
+    assert "output check (onnxruntime, the --check-inputs inputs)" in out
+    assert [n.op_type for n in onnx.load(dst).graph.node] == ["Squeeze", "Relu"]
+    np.savez(inputs, x=rng.standard_normal((4, 1, 3)).astype(np.float32))
+    assert main(["optimize", str(src), str(dst), "--check-inputs", str(inputs)]) == 1
+    err = capsys.readouterr().err
+    assert "check-inputs file" in err and "no array for input 'axes'" in err
+    assert len(err.splitlines()) == 1

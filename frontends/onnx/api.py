@@ -196,6 +196,9 @@ class Options:
         `rewrite quantize`).
     skip/only: rule names, globs (`cast-*`) or `ruleset:NAME` (`engine.selection.pick_rules`).
     check: run both models under onnxruntime on random inputs and compare every output.
+    check_inputs: an `.npz` path of the inputs the check runs on instead (one array per graph
+        input, named as the input, its first axis the samples, as `calibration`): for a model
+        whose integer inputs are shapes or axes, which the random draws (0 or 1) cannot be.
     input_shapes: input name -> dims (ints), or `"name:1,128"` strings; fixes those inputs'
         dimensions (`fix_input_shapes`).
     atol/rtol: the output check's tolerance for float outputs, |a-b| <= atol + rtol*max|b|;
@@ -280,6 +283,7 @@ class Options:
     skip: tuple[str, ...] = ()
     only: tuple[str, ...] = ()
     check: bool = True
+    check_inputs: str | None = None
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     atol: float | None = None
     rtol: float | None = None
@@ -509,6 +513,8 @@ class Options:
         unknown = [op for op in self.op_types if op not in OPS]
         if unknown:
             raise OptionError(f"op-types: {unknown[0]!r} is not an ONNX op")
+        if self.check_inputs is not None and not self.check:
+            raise OptionError("check-inputs are for the output check, which no-check skips")
         problem = option_problem(
             self.allow, self.max_iterations, self.max_nodes, self.timeout, self.atol, self.rtol
         )
@@ -780,6 +786,12 @@ def run(
         external_input = any(True for _ in external.external_tensors(model))  # (read below)
         if options.input_shapes:
             model = fix_input_shapes(model, options.input_shapes)
+        given_feeds = None
+        if options.check_inputs is not None:
+            try:
+                given_feeds = load_calibration(options.check_inputs, model, "check-inputs")
+            except CalibrationError as e:
+                raise OptionError(str(e)) from None
     t_load = time.perf_counter() - clock - t_rules
     if (
         options.quantize == "weight-only"
@@ -1037,8 +1049,8 @@ def run(
     # inputs, all of them (the budget is defined on them), or the first CHECK_FEEDS calibration
     # inputs (every output of both models is held in memory)
     given = choose is not None and (options.error_budget is not None or bool(options.calibration))
-    check_feeds = None
-    if given:
+    check_feeds = given_feeds
+    if given and given_feeds is None:
         budget = options.error_budget is not None
         check_feeds = choose.calibration if budget else choose.calibration[:CHECK_FEEDS]
         if options.check:
