@@ -591,20 +591,28 @@ def test_sequence_inputs_and_outputs_are_drawn_and_compared(tmp_path, capsys):
     assert [n.op_type for n in onnx.load(dst).graph.node].count("Relu") == 1
 
 
+def _squeeze_by_input(tmp_path, rows: int):
+    """m.onnx in `tmp_path`: y = Relu(Relu(Squeeze(x[rows, 3], axes))), axes a graph input
+    (y as a valid squeeze gives it: x's shape when no axis has size 1)."""
+    y = "3" if rows == 1 else f"{rows}, 3"
+    text = f"""
+    <ir_version: 9, opset_import: ["" : 17]>
+    g (float[{rows}, 3] x, int64[1] axes) => (float[{y}] y) {{
+        s = Squeeze (x, axes)
+        r = Relu (s)
+        y = Relu (r)
+    }}"""
+    src = tmp_path / "m.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+    return src
+
+
 def test_an_original_that_cannot_run_on_the_checks_inputs_is_said_so_and_not_bisected(
     tmp_path, capsys
 ):
     """An input of axes (or a shape) drawn as 0 or 1 can make the given model fail before
     any rewrite: the error named the fallback executor alone and bisected the rules."""
-    text = """
-    <ir_version: 9, opset_import: ["" : 17]>
-    g (float[3, 3] x, int64[1] axes) => (float[3, 3] y) {
-        s = Squeeze (x, axes)
-        r = Relu (s)
-        y = Relu (r)
-    }"""
-    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
-    onnx.save(onnx.parser.parse_model(text), src)
+    src, dst = _squeeze_by_input(tmp_path, rows=3), tmp_path / "o.onnx"  # no axis has size 1
     assert main(["optimize", str(src), str(dst)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(
@@ -618,15 +626,7 @@ def test_an_original_that_cannot_run_on_the_checks_inputs_is_said_so_and_not_bis
 def test_check_inputs_are_the_inputs_the_output_check_runs_on(tmp_path, capsys):
     """A model whose integer input is an axis cannot run on the check's random draws (0 or
     1); --check-inputs gives the check inputs it can run on, and a bad file is one line."""
-    text = """
-    <ir_version: 9, opset_import: ["" : 17]>
-    g (float[1, 3] x, int64[1] axes) => (float[3] y) {
-        s = Squeeze (x, axes)
-        r = Relu (s)
-        y = Relu (r)
-    }"""
-    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
-    onnx.save(onnx.parser.parse_model(text), src)
+    src, dst = _squeeze_by_input(tmp_path, rows=1), tmp_path / "o.onnx"
     assert main(["optimize", str(src), str(dst), "-q"]) == 1
     assert "the original model does not run on the check's random inputs" in capsys.readouterr().err
     inputs = tmp_path / "in.npz"
