@@ -940,13 +940,11 @@ def _path_problem(src: Path, dst: Path, report: str | None) -> str:
             return f"--report {r} is a directory"
         if not r.parent.is_dir():
             return f"--report {r}: directory {r.parent} does not exist"
-        if r.exists() and any(r.resolve() == p.resolve() for p in (src, dst) if p.exists()):
-            return f"--report {r} is the model {'IN' if r.resolve() == src.resolve() else 'OUT'}"
-        if r.resolve() == dst.resolve():
-            return f"--report {r} is the model OUT"
+        for name, model in (("IN", src), ("OUT", dst)):
+            if r.resolve() == model.resolve():
+                return f"--report {r} is the model {name}"
     data = dst.parent / external.data_name(dst)
-    same = src.exists() and dst.exists() and src.resolve() == dst.resolve()
-    if data.exists() and not same and src.is_file():
+    if data.exists() and src.resolve() != dst.resolve() and src.is_file():
         for location in external.data_files(src):
             if location.resolve() == data.resolve():
                 return (

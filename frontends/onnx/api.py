@@ -1008,12 +1008,18 @@ def run(
                 "run on them" + (f" ({note})" if note else "")
             )
             add_warning(choose.record, warning)
-    if choose is not None and not choose.record.get("sites"):  # not one product matched
-        ops = quantized_ops(r for r in rules.rules if r.ruleset in options.quant_rulesets)
-        add_warning(
-            choose.record,
-            f"nothing was quantized: {nothing_quantized(model, ops, options.quantize)}",
-        )
+    if choose is not None:
+        quant = [r for r in rules.rules if r.ruleset in options.quant_rulesets]
+        ops = quantized_ops(quant)
+        if not choose.record.get("sites"):  # not one product matched
+            add_warning(
+                choose.record,
+                f"nothing was quantized: {nothing_quantized(model, ops, options.quantize)}",
+            )
+        elif refused := refused_products(
+            result, ops, report.rejected, {r.name for r in quant if r.bound}
+        ):
+            add_note(choose.record, refused)
     clipped = choose is not None and options.quantize == "weight-only" and options.target == "onnx"
     if clipped and (count := clipped_block_products(result)):
         warning = (
@@ -1089,12 +1095,6 @@ def run(
     extra = {**report.extra, "check": [d.__dict__ for d in diffs]} if diffs else report.extra
     if choose is not None:
         extra = {**extra, "quantize": choose.finish(report.extra.get("quantized_sites"))}
-        quant = [r for r in rules.rules if r.ruleset in options.quant_rulesets]
-        refused = refused_products(
-            result, quantized_ops(quant), report.rejected, {r.name for r in quant if r.bound}
-        )
-        if refused and choose.record.get("sites"):  # (else the nothing-quantized warning)
-            add_note(choose.record, refused)
     elif "quant" in options.allow and not _has_quantization(model):
         extra = {**extra, "warning": LOWERS_NOTHING}
     report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped}, extra=extra)
