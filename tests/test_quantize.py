@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import onnx
+import onnx.parser
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -1862,23 +1863,14 @@ def test_a_vnni_cpu_gets_a_note_pointing_to_cpu_vnni(monkeypatch, tmp_path, caps
 def _argmax_model(shift: float) -> onnx.ModelProto:
     """scores = x + [0, shift] (float [16, 2]), label = ArgMax(scores, axis 1) (int64 [16, 1]),
     and n = Shape(scores): a classifier's scores, its label and a shape-only integer output."""
-    nodes = [
-        helper.make_node("Add", ["x", "shift"], ["scores"]),
-        helper.make_node("ArgMax", ["scores"], ["label"], axis=1),
-        helper.make_node("Shape", ["scores"], ["n"]),
-    ]
-    g = helper.make_graph(
-        nodes,
-        "argmax",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 2])],
-        [
-            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [16, 2]),
-            helper.make_tensor_value_info("label", TensorProto.INT64, [16, 1]),
-            helper.make_tensor_value_info("n", TensorProto.INT64, [2]),
-        ],
-        [numpy_helper.from_array(np.array([0.0, shift], np.float32), "shift")],
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    return onnx.parser.parse_model(f"""
+    <ir_version: 9, opset_import: ["" : 17]>
+    g (float[16, 2] x) => (float[16, 2] scores, int64[16, 1] label, int64[2] n)
+      <float[2] shift = {{0.0, {float(shift)!r}}}> {{
+        scores = Add (x, shift)
+        label = ArgMax <axis = 1> (scores)
+        n = Shape (scores)
+    }}""")
 
 
 def test_an_integer_output_computed_from_floats_may_differ_in_a_share_of_its_elements():
