@@ -31,10 +31,12 @@ RNG = np.random.default_rng(11)
 VNNI = int8_sums_in_int32()  # onnxruntime's uint8-by-int8 kernels sum in int32 on this CPU
 
 
-def _conv(name: str, cin: int, cout: int, k: int = 3) -> list:
-    """A Conv's weight (He-scaled, as trained layers are) and a nonzero bias."""
-    w = RNG.normal(0, np.sqrt(2 / (cin * k * k)), (cout, cin, k, k)).astype(np.float32)
-    b = RNG.normal(0, 0.2, cout).astype(np.float32)
+def _conv(name: str, cin: int, cout: int, k: int = 3, rng=None) -> list:
+    """A Conv's weight (He-scaled, as trained layers are) and a nonzero bias, drawn from `rng`
+    (the module's RNG, looked up when called: tests replace it)."""
+    rng = RNG if rng is None else rng
+    w = rng.normal(0, np.sqrt(2 / (cin * k * k)), (cout, cin, k, k)).astype(np.float32)
+    b = rng.normal(0, 0.2, cout).astype(np.float32)
     return [numpy_helper.from_array(w, f"{name}.w"), numpy_helper.from_array(b, f"{name}.b")]
 
 
@@ -232,7 +234,7 @@ def test_cpu_vnni_gives_each_conv_channel_its_full_range(calibration, monkeypatc
         MODEL, quantize="static", calibration=str(calibration), cpu="vnni"
     )
     assert ops(vnni) == ops(default) and ops(vnni).count("QLinearConv") == 3
-    fired = {r.removesuffix("-alt1") for r in report.fired}  # alt1: the Conv with a bias
+    fired = {r.removesuffix("-with-bias") for r in report.fired}  # the Conv with a bias
     assert "quantize-conv-static-full-range" in fired and "quantize-conv-static" not in fired
     assert "warning" not in report.extra["quantize"]
 
@@ -856,20 +858,26 @@ def test_static_mode_quantizes_1d_convs_as_their_2d_form(tmp_path, cpu):
     assert 0 < max(errors) < 0.05
 
 
-def _bn_cnn(bias2: float = 0.2) -> onnx.ModelProto:
-    """conv1 -> bn1 (BatchNormalization, trained-like statistics) -> relu1 -> conv2 (its bias
-    `bias2` times a standard normal) -> relu2 -> conv3 -> y: static mode folds bn1 into conv1
-    before it calibrates (conv3, whose output is the graph's, stays float by design)."""
+def _bn_cnn(dead: int | None = None, rng=None) -> onnx.ModelProto:
+    """conv1 -> bn1 (BatchNormalization, trained-like statistics) -> relu1 -> conv2 -> relu2 ->
+    conv3 -> y: static mode folds bn1 into conv1 before it calibrates (conv3, whose output is
+    the graph's, stays float by design). With `dead`, bn1's channel `dead` has gamma 1e-6 (a
+    channel training switched off) and beta 0.5: folded, conv1's weights in that channel are
+    tiny beside its bias."""
+    rng = RNG if rng is None else rng
     c = 8
+    gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    beta = rng.normal(0, 0.2, c).astype(np.float32)
+    if dead is not None:
+        gamma[dead], beta[dead] = 1e-6, 0.5
     bn = [
-        numpy_helper.from_array(RNG.uniform(0.5, 1.5, c).astype(np.float32), "bn1.scale"),
-        numpy_helper.from_array(RNG.normal(0, 0.2, c).astype(np.float32), "bn1.bias"),
-        numpy_helper.from_array(RNG.normal(0, 0.3, c).astype(np.float32), "bn1.mean"),
-        numpy_helper.from_array(RNG.uniform(0.5, 2.0, c).astype(np.float32), "bn1.var"),
+        numpy_helper.from_array(gamma, "bn1.scale"),
+        numpy_helper.from_array(beta, "bn1.bias"),
+        numpy_helper.from_array(rng.normal(0, 0.3, c).astype(np.float32), "bn1.mean"),
+        numpy_helper.from_array(rng.uniform(0.5, 2.0, c).astype(np.float32), "bn1.var"),
     ]
-    inits = _conv("conv1", 3, c) + bn + _conv("conv2", c, c) + _conv("conv3", c, c)
-    b2 = numpy_helper.to_array(inits[-3]) / 0.2 * bias2
-    inits[-3] = numpy_helper.from_array(b2.astype(np.float32), "conv2.b")
+    inits = _conv("conv1", 3, c, rng=rng) + bn + _conv("conv2", c, c, rng=rng)
+    inits += _conv("conv3", c, c, rng=rng)
     nodes = [
         helper.make_node("Conv", ["x", "conv1.w", "conv1.b"], ["c1"], pads=[1] * 4, name="conv1"),
         helper.make_node(
@@ -928,11 +936,53 @@ def test_every_site_kept_in_float_is_warned_of_with_its_reasons(calibration):
     )
 
 
+def test_a_conv_with_a_dead_batchnorm_channel_is_quantized_with_that_channels_step_raised(
+    calibration,
+):
+    """A BatchNormalization channel with gamma near 0, folded into its Conv, leaves weights of
+    1e-6 beside a bias of 0.5: in units of s_x * s_w that bias is ~1e9, beyond the 2^24 the
+    bias may count, and the whole Conv stayed float. Now that channel's step is raised until
+    its bias counts 2^23 (onnxruntime's quantizer raises such a scale too); the other
+    channels keep theirs, and the output check passes."""
+    model = _bn_cnn(dead=3, rng=np.random.default_rng(0))
+    q, report = rewrite.optimize_model(model, quantize="static", calibration=str(calibration))
+    assert ops(q).count("QLinearConv") == 2 and ops(q).count("Conv") == 1  # conv3: by design
+    assert "guards refused" not in report.extra["quantize"].get("note", "")
+    inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    conv1 = next(n for n in q.graph.node if n.op_type == "QLinearConv" and n.input[0] != "r1")
+    sx, sw = inits[conv1.input[1]], inits[conv1.input[4]]
+    bias = inits[conv1.input[8]].astype(np.int64)
+    assert 2**23 - 2 <= abs(bias[3]) <= 2**23 and np.abs(np.delete(bias, 3)).max() < 2**20
+    w = inits[conv1.input[3]].astype(np.int64)
+    assert np.abs(w[3]).max() <= 1 and np.abs(np.delete(w, 3, axis=0)).max() >= 100
+    # the raised step: |b| / (s_x 2^23), b = beta + (conv1's bias - mean) gamma / sqrt(var)
+    # folded, 0.5 to within 1e-5
+    np.testing.assert_allclose(sw[3], 0.5 / (float(sx) * 2**23), rtol=1e-4)
+    # held out: 4.9% (seed 0; its sibling with bn1's channel 3 alive, 4.5%)
+    for x in held_out():
+        ref = run(model, x)
+        assert np.abs(run(q, x) - ref).max() < 0.06 * np.abs(ref).max()
+
+
+def _big_kernel_cnn() -> onnx.ModelProto:
+    """conv1 (3 -> 64) -> relu1 -> conv2 (64 -> 2, kernel 33 x 33, pads 16: K = 69,696 terms a
+    sum, more than int32 holds of uint8-by-int8 products) -> relu2 -> conv3 (1 x 1) -> y."""
+    inits = _conv("conv1", 3, 64) + _conv("conv2", 64, 2, k=33) + _conv("conv3", 2, 2, k=1)
+    nodes = [
+        helper.make_node("Conv", ["x", "conv1.w", "conv1.b"], ["c1"], pads=[1] * 4, name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "conv2.w", "conv2.b"], ["c2"], pads=[16] * 4, name="conv2"),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "conv3.w", "conv3.b"], ["y"], name="conv3"),
+    ]
+    return _image_model(nodes, "big_kernel_cnn", inits, [1, 2, 16, 16])
+
+
 def test_a_conv_a_guard_refused_is_named_in_a_note(calibration):
-    """A bias of 3e5 does not fit 24 bits in units of conv2's step (s_x * s_w): the static
-    rule's guard refuses it, and the run says so instead of counting only what it matched."""
+    """conv2's 69,696 products a sum could overflow int32: the static rule's guard refuses
+    it, and the run says so instead of counting only what it matched."""
     q, report = rewrite.optimize_model(
-        _bn_cnn(bias2=3e5), quantize="static", calibration=str(calibration), check=False
+        _big_kernel_cnn(), quantize="static", calibration=str(calibration), check=False
     )
     assert ops(q).count("QLinearConv") == 1 and ops(q).count("Conv") == 2  # conv2, conv3
     note = report.extra["quantize"]["note"]
@@ -940,4 +990,4 @@ def test_a_conv_a_guard_refused_is_named_in_a_note(calibration):
         "the output has 2 Conv in float (kept by options, by design, or refused); the quant "
         in note
     )
-    assert "(bias-fits-int24 @b @sx @w)" in note
+    assert "quantize-conv-static-with-bias's guard (conv-accumulates-in-int32 @w)" in note

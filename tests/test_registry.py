@@ -986,6 +986,77 @@ def test_conv_static_bound_holds_on_a_quantized_convolution(kind):
     assert covers("one-level").fn(np.zeros((1, 4)), np.zeros((3, 1))).tolist() == [[1.0] * 4] * 3
 
 
+def test_bias_floored_steps_raise_only_the_channels_whose_bias_does_not_fit():
+    # channel 0: s_w = 0.1, a bias of 1.0 is 20 units of s_x s_w; channel 1: weights of 1e-6 (a
+    # dead BatchNormalization channel folded in), s_w = 1e-6 / 127, its bias of 0.5 ~1.3e8 units
+    w = np.array([12.7, 1e-6], np.float32).reshape(2, 1, 1, 1)
+    sx, b = _q(0.5, np.float32), c(np.array([1.0, 0.5], np.float32))
+    for kind, how in (
+        ("", registry.conv_pair_steps),
+        ("-full-range", registry.conv_full_range_steps),
+    ):
+        kind_steps = "conv" + kind + "-bias-floored-steps"
+        steps = np.array(covers(kind_steps).fn(c(w), b, sx), np.float32)
+        plain = how(w)
+        assert steps[0] == plain[0] and steps[1] > 10 * plain[1]
+        units = np.float64(0.5) * steps.astype(np.float64)
+        assert 2**23 * (1 - 2**-20) <= 0.5 / units[1] <= 2**23  # raised to count 2^23
+        assert not covers("bias-fits-int24" + kind).fn(b, sx, c(w))
+        assert covers("bias-fits-int24" + kind + "-bias-floored").fn(b, sx, c(w))
+        # a bias that fits everywhere leaves the steps as they were (the file is unchanged)
+        small = c(np.array([1.0, 1e-9], np.float32))
+        assert covers(kind_steps).fn(c(w), small, sx) == tuple(plain.astype(float).tolist())
+        for bad in (np.array([1.0, np.inf], np.float32), np.ones(3, np.float32)):
+            assert covers(kind_steps).fn(c(w), c(bad), sx) is None
+            assert not covers("bias-fits-int24" + kind + "-bias-floored").fn(c(bad), sx, c(w))
+        assert covers(kind_steps).fn(c(w), b, _q(0.0, np.float32)) is None  # no unit
+        assert covers(kind_steps).fn(t(2, 1, 1, 1), b, sx) is None  # not a constant
+        # the rescale guard reads the raised steps: a bias of 1e6 raises channel 1 to 0.238
+        big = c(np.array([1.0, 1e6], np.float32))
+        top = 1 * 255 * 127 + 2**24
+        sy = _q(0.5 * 0.15 * top / 2.0**30, np.float32)  # between the steps 0.1 and 0.238
+        req = covers("requantizes-in-range" + kind + "-bias-floored").fn
+        assert covers("requantizes-in-range" + kind).fn(sx, c(w), sy) and not req(sx, c(w), big, sy)
+        assert req(sx, c(w), b, sy)
+
+
+@pytest.mark.parametrize("kind", STEP_KINDS)
+def test_bias_floored_conv_bound_holds_with_a_dead_channel(kind):
+    suffix, conv_steps, _ = STEP_KINDS[kind]
+    f = covers("conv-static-8bit" + suffix + "-bias-floored").fn
+    rng = np.random.default_rng(8)
+    xq = rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)
+    w = rng.normal(0, 0.2, (4, 3, 3, 3)).astype(np.float32)
+    w[2] *= np.float32(1e-6)  # dead: its bias, 0.5, is ~1e9 of its pair steps' units
+    bias = np.array([0.1, -0.2, 0.5, 0.3], np.float32)
+    sx, zx, sy = np.float32(0.05), np.uint8(128), np.float32(0.1)  # zp_y 120
+    x = (xq.astype(np.float32) - 128) * sx
+    sw = registry.bias_floored_steps(conv_steps(w), bias, float(sx))
+    assert sw[2] > 100 * conv_steps(w)[2] and np.array_equal(
+        sw[[0, 1, 3]], conv_steps(w)[[0, 1, 3]]
+    )
+    wq = np.clip(np.rint(w / sw[:, None, None, None]), -127, 127)
+    bq = np.rint(bias.astype(np.float64) / (float(sx) * sw.astype(np.float64)))
+    assert np.abs(bq).max() <= 2**24
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    g = helper.make_graph(
+        [conv],
+        "g",
+        [helper.make_tensor_value_info(n, TP.FLOAT, None) for n in ("x", "w", "b")],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+    )
+    ref = ReferenceEvaluator(helper.make_model(g))
+    exact = ref.run(None, {"x": x, "w": w, "b": bias})[0]
+    wdq = (wq * sw[:, None, None, None]).astype(np.float32)
+    quantized = ref.run(None, {"x": x, "w": wdq, "b": (bq * sx * sw).astype(np.float32)})[0]
+    lhs = np.clip(np.rint(exact / sy) + 120, 0, 255)
+    rhs = np.clip(np.rint(quantized / sy) + 120, 0, 255)
+    bound = f(xq, np.array(sx), np.array(zx), w, c(bias).value, np.array(sy))
+    assert np.abs(lhs - rhs).max() >= 1 and np.all(np.abs(lhs - rhs) <= bound)
+    plain = covers("conv-static-8bit" + suffix).fn(xq, np.array(sx), np.array(zx), w, np.array(sy))
+    assert bound[2] > plain[2] and np.array_equal(bound[[0, 1, 3]], plain[[0, 1, 3]])
+
+
 U8, S8 = TP.UINT8, TP.INT8
 
 

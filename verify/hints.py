@@ -31,6 +31,7 @@ Requests:
 | `Fill(x, v)`             | x is a constant whose every element is v                      |
 | `Positive(x)`            | x's elements are drawn > 0 (a scale: a 0 would be refused)    |
 | `Wide(x)`                | x's elements are drawn up to 2^9 in magnitude (a bias)        |
+| `DeadChannel(w)`         | half the draws: one channel of w (axis 0) scaled by 2^-24     |
 | `OneElement(x)`          | x is a constant of shape (1, ..., 1) or ()                    |
 | `Many(x)`                | x has more than one element                                   |
 | `Within(z, x)`           | z's shape broadcasts into x's (`broadcasts-into z x`)         |
@@ -141,6 +142,13 @@ class Wide(Request):
     """`name`'s elements are drawn over a wider range than the others', up to 2^9 in
     magnitude: a bias that outweighs the products it is added to, so that an error in the
     bias (wrong units) stands out of the products' rounding bound."""
+
+
+@dataclass(frozen=True)
+class DeadChannel(Request):
+    """`name`, a Conv weight [C_out, ...], has in half the draws one output channel (drawn)
+    scaled by 2^-24: a BatchNormalization channel with gamma near 0 folded into the Conv,
+    whose bias then outweighs its weights' steps."""
 
 
 @dataclass(frozen=True)
@@ -446,10 +454,20 @@ def _bias_fits(b: Arg, sx: Arg, w: Arg) -> list[Request]:
     return [Const(b.name), Wide(b.name)]
 
 
+@hint("bias-fits-int24-bias-floored")
+@hint("bias-fits-int24-full-range-bias-floored")
+def _bias_fits_raised(b: Arg, sx: Arg, w: Arg) -> list[Request]:
+    # wide biases, and in half the draws a weight channel of tiny values beside its bias, whose
+    # step the rule raises
+    return [Const(b.name), Wide(b.name), Const(w.name), DeadChannel(w.name)]
+
+
 @hint("nonempty")
 @hint("conv-accumulates-in-int32")
 @hint("requantizes-in-range")
 @hint("requantizes-in-range-full-range")
+@hint("requantizes-in-range-bias-floored")
+@hint("requantizes-in-range-full-range-bias-floored")
 @hint("static-matmul-requantizes")
 @hint("static-matmul-requantizes-full-range")
 @hint("scale-ratio")

@@ -86,6 +86,8 @@ class Steer:
             leaf.domains = ("positive",)
         if H.Wide in mine:
             leaf.domains = (*leaf.domains, "wide")
+        if H.DeadChannel in mine:
+            leaf.domains = (*leaf.domains, "dead-channel")
         if H.Const in mine or H.Fill in mine or leaf.copy_of:
             leaf.const = True
         if H.Input in mine and leaf.value is None:

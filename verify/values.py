@@ -11,7 +11,9 @@ so that quantization meets rounding ties. Integers: the whole range of the dtype
 favours small values and the bounds). A leaf a hint asks to be positive (`hints.Positive`, a
 quantization scale) has its drawn zeros replaced by 1 and its negatives by their magnitudes:
 with the 1 in 8 zeros of `finite`, a rule of five scales had half its draws refused. A leaf a
-hint asks to be wide (`hints.Wide`, a bias) draws half its `finite` elements up to 2^9. Every
+hint asks to be wide (`hints.Wide`, a bias) draws half its `finite` elements up to 2^9; one with
+a dead channel (`hints.DeadChannel`, a Conv weight) has, in half the draws, one output channel
+scaled by 2^-24. Every
 element is drawn on its own, so a counterexample shrinks element by element.
 """
 
@@ -93,7 +95,19 @@ def _arrays(dtype: int, shape: tuple, mode: str, domains: frozenset):
     # fill=nothing: every element is drawn on its own (a fill value would make most of the
     # array one value)
     el = elements(dtype, mode, domains)
-    return hnp.arrays(np_type(dtype), shape, elements=el, fill=st.nothing())
+    arrays = hnp.arrays(np_type(dtype), shape, elements=el, fill=st.nothing())
+    if "dead-channel" in domains and dtype in FLOATS and shape and shape[0] >= 1:
+        # a Conv weight with a dead channel (`hints.DeadChannel`), in half the draws (shrinking
+        # towards none): one output channel, drawn, scaled by 2^-24
+        return st.one_of(arrays, st.tuples(arrays, ints(0, shape[0] - 1)).map(_dead_channel))
+    return arrays
+
+
+def _dead_channel(drawn: tuple) -> np.ndarray:
+    w, c = drawn
+    w = w.copy()
+    w[c] = w[c] * w.dtype.type(2.0**-24)
+    return w
 
 
 @cache

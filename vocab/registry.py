@@ -993,6 +993,30 @@ def conv_full_range_steps(w: np.ndarray) -> np.ndarray:
     return full_range_steps(w.reshape(w.shape[0], -1).T)
 
 
+BIAS_UNITS = 2**24  # the largest |bias| in units of s_x * s_w (exact in float32 before the cast)
+BIAS_FLOOR_UNITS = 2**23  # a raised channel's |bias| in units of s_x * s_w (half of 2^24)
+
+
+def bias_floored_steps(steps: np.ndarray, b: np.ndarray, sx: float) -> np.ndarray:
+    """Per-channel weight `steps` ([C_out], float32) raised where the bias `b` ([C_out]) would
+    count more than 2^24 (`BIAS_UNITS`) units of s_x * s_w[c]: to |b[c]| / (s_x 2^23), rounded
+    up to float32, so that it counts 2^23, with room for the float32 rounding of s_x * s_w
+    and of the division. A channel whose weights are tiny beside its bias (a dead
+    BatchNormalization channel, gamma near 0, folded into the Conv) then has a coarser step,
+    and its weights round to few levels or to 0; onnxruntime's quantizer raises such a
+    channel's weight scale too (its bias is otherwise out of int32). Channels whose bias fits
+    keep their steps, so a Conv whose every bias fits keeps `steps` exactly. Shape [C_out],
+    float32."""
+    b64 = np.abs(b.astype(np.float64))
+    units = np.float64(sx) * steps.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = ~(b64 / units <= BIAS_UNITS)  # as `bias-fits-int24` counts (NaN counts over)
+    floor = b64 / (np.float64(sx) * BIAS_FLOOR_UNITS)
+    up = floor.astype(np.float32)
+    up = np.where(up.astype(np.float64) < floor, np.nextafter(up, np.float32(np.inf)), up)
+    return np.where(over, np.maximum(steps, up), steps).astype(np.float32)
+
+
 _STEPS: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to it, steps)
 
 
@@ -1077,6 +1101,46 @@ def conv_full_range_steps_builder(w: ClassInfo) -> tuple[float, ...] | None:
     """One step per output channel (`conv_full_range_steps`) of a constant float Conv weight
     [C_out, C_in / group, k...] (rank >= 3), as `conv-pair-steps`."""
     return _conv_steps_value(w, ("conv-full",))
+
+
+@builder("conv-bias-floored-steps", TERM, TERM, TERM)
+def conv_bias_floored_steps_builder(
+    w: ClassInfo, b: ClassInfo, sx: ClassInfo
+) -> tuple[float, ...] | None:
+    """`conv-pair-steps` of a constant Conv weight, each raised to fit the constant bias `b`
+    ([C_out]) in units of s_x * s_w (`bias_floored_steps`; `sx` the one-element input
+    scale): a float32 list of C_out; None when the weight, bias or scale is not such a
+    constant or a step is not finite and positive."""
+    return _floored_steps_value(w, b, sx, ("conv",))
+
+
+@builder("conv-full-range-bias-floored-steps", TERM, TERM, TERM)
+def conv_full_range_bias_floored_steps_builder(
+    w: ClassInfo, b: ClassInfo, sx: ClassInfo
+) -> tuple[float, ...] | None:
+    """`conv-full-range-steps`, each raised to fit the bias, as `conv-bias-floored-steps`."""
+    return _floored_steps_value(w, b, sx, ("conv-full",))
+
+
+def _floored_steps(w, b, sx, how: tuple) -> np.ndarray | None:
+    """`bias_floored_steps` of the steps `how` (`_weight_steps`) of the Conv weight `w` for the
+    bias `b` and input scale `sx` (numpy arrays, or None): None unless w has rank >= 3 and
+    channels, b is one value per channel and sx one positive finite value."""
+    if w is None or b is None or sx is None or w.ndim < 3 or w.size == 0 or sx.size != 1:
+        return None
+    if b.ndim != 1 or b.shape[0] != w.shape[0]:
+        return None
+    scale = float(sx.reshape(()))
+    if not (np.isfinite(scale) and scale > 0) or not np.all(np.isfinite(b)):
+        return None
+    return bias_floored_steps(_weight_steps(w, how), b, scale)
+
+
+def _floored_steps_value(w: ClassInfo, b: ClassInfo, sx: ClassInfo, how: tuple):
+    steps = _floored_steps(w.value, b.value, sx.value, how)
+    if steps is None or not _finite_positive(steps):
+        return None
+    return tuple(steps.astype(float).tolist())
 
 
 def _conv_steps_value(w: ClassInfo, how: tuple) -> tuple[float, ...] | None:
@@ -1475,9 +1539,6 @@ def dequantized_within(
     return float(lo.value.reshape(())) <= ends[0] and ends[1] <= float(hi.value.reshape(()))
 
 
-BIAS_UNITS = 2**24  # the largest |bias| in units of s_x * s_w (exact in float32 before the cast)
-
-
 @guard("conv-accumulates-in-int32", TERM)
 def conv_accumulates_in_int32(w: ClassInfo) -> bool:
     """True if a QLinearConv with this weight ([C_out, C_in / group, k...], static) sums its
@@ -1506,14 +1567,33 @@ def bias_fits_int24_full_range(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> boo
     return _bias_fits(b, sx, w, ("conv-full",))
 
 
+@guard("bias-fits-int24-bias-floored", TERM, TERM, TERM)
+def bias_fits_int24_bias_floored(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> bool:
+    """`bias-fits-int24` with the weight's steps raised for the bias (`conv-bias-floored-steps`):
+    true by construction for a finite bias and scale, unless a raised step overflows."""
+    return _bias_fits_steps(b, sx, _floored_steps(w.value, b.value, sx.value, ("conv",)))
+
+
+@guard("bias-fits-int24-full-range-bias-floored", TERM, TERM, TERM)
+def bias_fits_int24_full_range_bias_floored(b: ClassInfo, sx: ClassInfo, w: ClassInfo) -> bool:
+    """`bias-fits-int24-bias-floored` with full-range steps
+    (`conv-full-range-bias-floored-steps`)."""
+    return _bias_fits_steps(b, sx, _floored_steps(w.value, b.value, sx.value, ("conv-full",)))
+
+
 def _bias_fits(b: ClassInfo, sx: ClassInfo, w: ClassInfo, how: tuple) -> bool:
-    if b.value is None or sx.value is None or w.value is None or sx.value.size != 1:
+    if w.value is None or w.value.ndim < 3 or w.value.size == 0:
         return False
-    if b.value.ndim != 1 or w.value.ndim < 3 or w.value.size == 0:
+    return _bias_fits_steps(b, sx, _weight_steps(w.value, how))
+
+
+def _bias_fits_steps(b: ClassInfo, sx: ClassInfo, steps: np.ndarray | None) -> bool:
+    """Whether the constant bias `b` is at most 2^24 in units of s_x * `steps` (per channel)."""
+    if steps is None or b.value is None or sx.value is None or sx.value.size != 1:
         return False
-    if b.value.shape[0] != w.value.shape[0]:
+    if b.value.ndim != 1 or b.value.shape[0] != steps.shape[0]:
         return False
-    units = np.float64(sx.value.reshape(())) * _weight_steps(w.value, how).astype(np.float64)
+    units = np.float64(sx.value.reshape(())) * steps.astype(np.float64)
     if not np.all(np.isfinite(units) & (units > 0)):
         return False
     ratio = np.abs(b.value.astype(np.float64)) / units
@@ -1535,13 +1615,40 @@ def requantizes_in_range_full_range(sx: ClassInfo, w: ClassInfo, sy: ClassInfo) 
     return _conv_requantizes(sx, w, sy, ("conv-full",))
 
 
-def _conv_requantizes(sx: ClassInfo, w: ClassInfo, sy: ClassInfo, how: tuple) -> bool:
+@guard("requantizes-in-range-bias-floored", TERM, TERM, TERM, TERM)
+def requantizes_in_range_bias_floored(
+    sx: ClassInfo, w: ClassInfo, b: ClassInfo, sy: ClassInfo
+) -> bool:
+    """`requantizes-in-range` with the weight's steps raised for the bias `b`
+    (`conv-bias-floored-steps`)."""
+    return _conv_requantizes(sx, w, sy, ("conv",), b)
+
+
+@guard("requantizes-in-range-full-range-bias-floored", TERM, TERM, TERM, TERM)
+def requantizes_in_range_full_range_bias_floored(
+    sx: ClassInfo, w: ClassInfo, b: ClassInfo, sy: ClassInfo
+) -> bool:
+    """`requantizes-in-range-bias-floored` with full-range steps
+    (`conv-full-range-bias-floored-steps`)."""
+    return _conv_requantizes(sx, w, sy, ("conv-full",), b)
+
+
+def _conv_requantizes(
+    sx: ClassInfo, w: ClassInfo, sy: ClassInfo, how: tuple, b: ClassInfo | None = None
+) -> bool:
+    """`requantizes-in-range` for the steps `how` of `w`, raised for the bias `b` if given."""
     if not (positive_scale(sx) and positive_scale(sy)) or w.value is None or w.value.ndim < 3:
         return False
     if w.value.size == 0:  # no channel to step
         return False
+    if b is None:
+        steps = _weight_steps(w.value, how)
+    else:
+        steps = _floored_steps(w.value, b.value, sx.value, how)
+        if steps is None:
+            return False
     k = int(np.prod(w.value.shape[1:]))
-    ratio = float(sx.value.reshape(())) * float(_weight_steps(w.value, how).max(initial=0.0))
+    ratio = float(sx.value.reshape(())) * float(steps.max(initial=0.0))
     ratio /= float(sy.value.reshape(()))
     return (k * U8_TIMES_S8 + BIAS_UNITS) * ratio <= 2.0**30
 
@@ -1598,6 +1705,21 @@ def conv_static_8bit_full_range(
 ) -> np.ndarray:
     """`conv-static-8bit` with full-range weight steps, `conv_full_range_steps(w)`."""
     return _conv_static_bound(xq, sx, zx, w, sy, conv_full_range_steps(w))
+
+
+@bound("conv-static-8bit-bias-floored", TERM, TERM, TERM, TERM, TERM, TERM)
+def conv_static_8bit_bias_floored(xq, sx, zx, w, b, sy) -> np.ndarray:
+    """`conv-static-8bit` with the weight's steps raised for the bias `b`
+    (`bias_floored_steps` of `conv_pair_steps(w)`)."""
+    steps = bias_floored_steps(conv_pair_steps(w), b, float(np.asarray(sx).reshape(())))
+    return _conv_static_bound(xq, sx, zx, w, sy, steps)
+
+
+@bound("conv-static-8bit-full-range-bias-floored", TERM, TERM, TERM, TERM, TERM, TERM)
+def conv_static_8bit_full_range_bias_floored(xq, sx, zx, w, b, sy) -> np.ndarray:
+    """`conv-static-8bit-full-range` with the weight's steps raised for the bias `b`."""
+    steps = bias_floored_steps(conv_full_range_steps(w), b, float(np.asarray(sx).reshape(())))
+    return _conv_static_bound(xq, sx, zx, w, sy, steps)
 
 
 @bound("conv-static-8bit-rounded", TERM, TERM, TERM, TERM, TERM, TERM)
