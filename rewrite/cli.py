@@ -1405,6 +1405,9 @@ def _print_summary(report, diffs, options, verbose: bool = False) -> None:
         for col in ("output", "dtype", "max abs err", "max err / max|b|", "status"):
             check.add_column(col)
         for d in diffs:
+            if d.random:
+                check.add_row(d.name, d.dtype, "-", "-", "not compared: random draws")
+                continue
             check.add_row(
                 d.name,
                 d.dtype,
@@ -1414,7 +1417,7 @@ def _print_summary(report, diffs, options, verbose: bool = False) -> None:
             )
         out.print(check)
         for dtype, rtol, atol, shares in sorted(
-            {(d.dtype, d.rtol, d.atol, d.shares) for d in diffs}
+            {(d.dtype, d.rtol, d.atol, d.shares) for d in diffs if not d.random}
         ):
             if shares:
                 rule = f"computed from floats: at most a share rtol {rtol:g} of elements differ"
@@ -1464,9 +1467,11 @@ def _print_rejected(report) -> None:
 
 
 def _write_report(path: Path, report, diffs) -> None:
-    """The JSON report: `Report.to_json()` and the output check."""
+    """The JSON report: `Report.to_json()` and the output check (an output not compared,
+    computed from random draws: its errors and tolerances null)."""
     data = report.to_json()
-    data["check"] = [d.__dict__ for d in diffs]
+    nan = lambda v: isinstance(v, float) and v != v  # noqa: E731
+    data["check"] = [{k: None if nan(v) else v for k, v in d.__dict__.items()} for d in diffs]
     path.write_text(json.dumps(data, indent=2, default=float) + "\n")
 
 

@@ -13,6 +13,8 @@ next to an output element that happens to be near zero. Integer and bool outputs
 except where they are computed from float values (an ArgMax, a TopK's indices, a comparison): where
 the floats may move by rtol a near-tie may flip, so at most a share rtol of such an output's
 elements may differ (the float tolerance of the least precise float type it is computed from).
+Outputs computed from a random op's draws (RandomNormal, Bernoulli, ...) are not compared: two runs
+of one model differ there.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from onnx import TensorProto
 
 from engine.optimize import TOLERANCES  # per numeric class and dtype, shared with frontends.fx
 from engine.runtime import cpu_session
+from vocab.ops import FAMILIES
 
 EXACT = (0.0, 0.0)
 DIM_DEFAULT = 2  # size given to symbolic or unknown input dimensions
@@ -59,6 +62,7 @@ class OutputDiff:
     executor: str = ORT
     shares: bool = False  # an integer output computed from floats: max_rel and rtol are shares
     nan: bool = False  # a NaN in one model's output where the other has a number
+    random: bool = False  # computed from a random op's draws: not compared (ok, errors NaN)
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
@@ -200,12 +204,15 @@ def compare(
     each taken apart (max|a - b| of one run, max|a - b| / max|b| of another, where b's scale
     differs from run to run), and it is ok only if every run is; an integer output computed
     from floats is ok when the share of its elements that differ, over all runs together, is
-    within its tolerance (one flipped label of 20 single-label runs is 5%).
+    within its tolerance (one flipped label of 20 single-label runs is 5%). An output computed
+    from a random op's draws (`random_outputs`) is not compared: its OutputDiff is ok, its
+    errors NaN, `random` set.
     """
     worst: dict[str, OutputDiff] = {}
     given_feeds = feeds is not None
     elem = {o.name: _elem_type(o.type) for o in original.graph.output}
     tol = tolerance_types(original)
+    drawn = random_outputs(original)
     if feeds is None:
         feeds = [random_inputs(original, seed + r) for r in range(runs)]
     executor = ORT
@@ -231,6 +238,12 @@ def compare(
     counted: dict[str, list[float]] = {}  # an integer output's differing elements, and all
     for outs_a, outs_b in zip(want, got):
         for name, a, b in zip(elem, outs_a, outs_b):
+            if name in drawn:  # each run draws anew (onnx.reference; onnxruntime unseeded)
+                dtype, nan = TensorProto.DataType.Name(elem[name]).lower(), float("nan")
+                worst[name] = OutputDiff(
+                    name, dtype, nan, nan, nan, nan, True, executor, random=True
+                )
+                continue
             if isinstance(a, list) or isinstance(b, list):  # a sequence: its tensors in order
                 d = _sequence_diff(name, elem[name], b, a, TOLERANCES[fp], tol[name], rtol, atol)
                 d = replace(d, executor=executor)
@@ -381,6 +394,29 @@ def upstream(
 
 
 _SHAPE_ONLY = ("Shape", "Size")  # ops whose output depends on their input's shape alone
+
+
+def random_outputs(model: onnx.ModelProto) -> set[str]:
+    """The outputs of `model`'s main graph computed from a random op's draws (the op table's
+    RANDOM family: RandomNormal, Bernoulli, ...; in a node's subgraph too, an If branch or a
+    Loop body), through values (a Shape of a draw is not random). Two runs of one model differ
+    there (onnx.reference draws anew on each run, onnxruntime without a seed), so the output
+    check cannot compare them."""
+    g = model.graph
+    out = set()
+    for o in g.output:
+        _, nodes = upstream(g, o.name, values_only=True)
+        if any(_draws(n) for n in nodes):
+            out.add(o.name)
+    return out
+
+
+def _draws(node: onnx.NodeProto) -> bool:
+    if node.domain in ("", "ai.onnx") and node.op_type in FAMILIES["RANDOM"]:
+        return True
+    graphs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    graphs += [g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
+    return any(_draws(n) for g in graphs for n in g.node)
 
 
 def tolerance_types(model: onnx.ModelProto) -> dict[str, int]:
