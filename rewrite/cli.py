@@ -888,6 +888,11 @@ def cmd_optimize(args) -> int:
     except CheckError as e:
         _discard(staged)
         done = e.run
+        if e.original and options.input_shapes:  # the shapes the user fixed, most likely
+            return _fail(
+                f"output check: with the input shapes given (--input-shape), {e}; the model may "
+                "not take these shapes"
+            )
         if e.original or not done.report.fired:  # no rule to blame: nothing to bisect
             return _fail(f"output check: {e}; --no-check writes the output unchecked")
         culprit = _bisect_failure(args, done.original, done.rules, done.report, done.folder, start)

@@ -623,6 +623,53 @@ def test_outputs_of_random_draws_are_not_compared(tmp_path, capsys, opset):
     assert random_outputs(onnx.parser.parse_model(shaped)) == set()
 
 
+_TAKES_4 = {
+    # the fixed shape fails onnx's strict shape inference of the input itself
+    "inferred": (
+        "float[1, n] y",
+        """p = Constant <value = float[1, 4] {1.0, 2.0, 3.0, 4.0}> ()
+        s = Shape (x)
+        e = Expand (p, s)
+        y = Add (x, e)""",
+        "error: the model does not take the input shapes given (--input-shape x:1,6): onnx's",
+    ),
+    # ... or only the run: a Gather of position rows 0..n-1 from a table of 4
+    "run": (
+        "float[1, n, 2] y",
+        """table = Constant <value = float[4, 2] {1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0}> ()
+        s = Shape <start = 1> (x)
+        n = Squeeze (s)
+        zero = Constant <value = int64 {0}> ()
+        one = Constant <value = int64 {1}> ()
+        pos = Range (zero, n, one)
+        rows = Gather (table, pos)
+        xu = Unsqueeze (x, one)
+        xt = Transpose <perm = [0, 2, 1]> (xu)
+        y = Mul (xt, rows)""",
+        "error: output check: with the input shapes given (--input-shape), the original model "
+        "does not run on the check's random inputs",
+    ),
+}
+
+
+@pytest.mark.parametrize("where", _TAKES_4)
+def test_an_input_shape_the_model_does_not_take_is_named(tmp_path, capsys, where):
+    """An --input-shape beyond what the model's own shapes allow (a sequence longer than
+    BERT's position table) failed with onnx's raw InferenceError as "optimization failed", or
+    as a model that does not run on the check's random inputs."""
+    out, body, said = _TAKES_4[where]
+    text = f"""
+    <ir_version: 10, opset_import: ["" : 18]>
+    g (float[1, n] x) => ({out}) {{
+        {body}
+    }}"""
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+    assert main(["optimize", str(src), str(dst), "--input-shape", "x:1,6"]) == 1
+    assert capsys.readouterr().err.replace("\n", " ").startswith(said) and not dst.exists()
+    assert main(["optimize", str(src), str(dst), "--input-shape", "x:1,4"]) == 0
+
+
 def _squeeze_by_input(tmp_path, rows: int):
     """m.onnx in `tmp_path`: y = Relu(Relu(Squeeze(x[rows, 3], axes))), axes a graph input
     (y as a valid squeeze gives it: x's shape when no axis has size 1)."""

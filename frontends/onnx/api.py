@@ -35,7 +35,7 @@ from engine.selection import pick_rules
 from frontends.onnx import ModelError, external, import_model, load_model, onnx_counts, structure
 from frontends.onnx import optimize_model as optimize_engine
 from frontends.onnx.check import CheckError, compare
-from frontends.onnx.importer import constants_by_name, default_opset
+from frontends.onnx.importer import constants_by_name, default_opset, skeleton
 from frontends.onnx.opset import auto_target
 from frontends.onnx.quantize import (
     CALIBRATION_METHODS,
@@ -620,6 +620,35 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
     return out
 
 
+def _check_shapes_taken(
+    model: onnx.ModelProto, fixed: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]
+) -> None:
+    """Raise ModelError when `fixed` (`model` with the input `shapes`) fails onnx's full check
+    (strict shape inference, on the weight-free skeleton) where `model` passes: the model's
+    shapes do not take those. A `model` failing it too is reported later, as without shapes."""
+    bad = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
+    try:
+        onnx.checker.check_model(skeleton(fixed), full_check=True)
+    except bad as e:
+        try:
+            onnx.checker.check_model(skeleton(model), full_check=True)
+        except bad:
+            return
+        raise ModelError(_shapes_refused(shapes, e)) from None
+
+
+def _shapes_refused(shapes: dict[str, tuple[int, ...]], e: Exception) -> str:
+    """The error for a result that fails onnx's strict shape inference when input shapes were
+    fixed: a dimension beyond what the model's own shapes allow (a sequence longer than BERT's
+    position table: its Expand of the position ids, once folded, meets 512 and 600)."""
+    given = " ".join(f"{k}:{','.join(map(str, v))}" for k, v in shapes.items())
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return (
+        f"the model does not take the input shapes given (--input-shape {given}): onnx's "
+        f"shape inference finds {first}"
+    )
+
+
 def load(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, Path | None]:
     """(model, folder of its external data): a path is read with `load_model` (raises
     ModelError), a ModelProto is taken as it is (its external data, if any, is read already or
@@ -785,7 +814,10 @@ def run(
         model, folder = load(model)
         external_input = any(True for _ in external.external_tensors(model))  # (read below)
         if options.input_shapes:
-            model = fix_input_shapes(model, options.input_shapes)
+            fixed = fix_input_shapes(model, options.input_shapes)
+            _check_shapes_taken(model, fixed, options.input_shapes)
+            model = fixed
+            del fixed
         given_feeds = None
         if options.check_inputs is not None:
             try:
@@ -945,18 +977,23 @@ def run(
             model = engine_input = structure(model, constants_by_name(graph))
             kw["graph"] = replace(graph, meta=model)
             del graph
-        result, report = optimize_engine(
-            engine_input,
-            rules,
-            limits=options.limits(start),
-            fp=options.fp,
-            folder=folder,
-            provenance=options.provenance,
-            opset=options.opset,
-            target=options.target,
-            sums=options.sums,
-            **kw,
-        )
+        try:
+            result, report = optimize_engine(
+                engine_input,
+                rules,
+                limits=options.limits(start),
+                fp=options.fp,
+                folder=folder,
+                provenance=options.provenance,
+                opset=options.opset,
+                target=options.target,
+                sums=options.sums,
+                **kw,
+            )
+        except onnx.shape_inference.InferenceError as e:
+            if options.input_shapes:  # a size the model's own shapes cannot take, most likely
+                raise ModelError(_shapes_refused(options.input_shapes, e)) from None
+            raise
         kw.clear()  # the imported graph's arrays: the result holds the weights now
     if options.rounding != "nearest":  # weights kept in float read their own values again
         result, _ = strip_marks(result, ROUNDED)
