@@ -122,14 +122,23 @@ def run() -> NoReturn:
     object (0.4 s of quantizing DistilBERT's 3.4 s, measured). Every file a command writes is
     in place and closed when `main` returns; stdout and stderr are flushed first. Nor do
     atexit handlers run (a profiler's or coverage's report): `python -m rewrite.cli` exits
-    the usual way."""
+    the usual way. A run interrupted (130) or terminated (143) ends by the signal itself,
+    once its output is cleaned up, as a shell's or a supervisor's `wait` expects of it."""
     status = main()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except OSError:  # a closed pipe (`rewrite ... | head`): nothing more to say there
             pass
+    stop = _SIGNAL_OF.get(status)
+    if stop is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(stop, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {stop})
+        os.kill(os.getpid(), stop)
     os._exit(status)
+
+
+_SIGNAL_OF = {130: signal.SIGINT, 143: signal.SIGTERM}  # exit status -> the signal it stands for
 
 
 class _UsageError(Exception):

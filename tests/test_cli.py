@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -722,3 +723,35 @@ def test_check_inputs_are_the_inputs_the_output_check_runs_on(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "check-inputs file" in err and "no array for input 'axes'" in err
     assert len(err.splitlines()) == 1
+
+
+_INTERRUPTED_IMPORT = """
+import sys
+class Stop:  # the user's Ctrl-C while the CLI's modules load
+    def find_spec(self, name, path=None, target=None):
+        if name == "rewrite.cli":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Stop())
+from rewrite.launch import main
+main()
+"""
+
+
+def test_ctrl_c_while_the_cli_loads_is_one_line_and_a_death_by_sigint():
+    """Ctrl-C in the command's first tenths of a second (its imports) printed a traceback of
+    the import under way."""
+    p = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_IMPORT], capture_output=True, text=True, timeout=60
+    )
+    assert p.stderr == "error: interrupted\n" and p.returncode == -signal.SIGINT
+
+
+@pytest.mark.parametrize(
+    "status, returncode", [(130, -signal.SIGINT), (143, -signal.SIGTERM), (1, 1), (0, 0)]
+)
+def test_an_interrupted_or_terminated_command_ends_by_its_signal(status, returncode):
+    """The console script exited 143 after SIGTERM (130 after Ctrl-C): a parent's wait saw an
+    exit, not the signal; the output's cleanup is done by then (main returned)."""
+    code = f"import rewrite.cli as c; c.main = lambda: {status}; c.run()"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert p.returncode == returncode
