@@ -79,6 +79,10 @@ def test_unknown_keyword_is_a_type_error_naming_it():
         ({"timeout": "10"}, "timeout must be a positive number of seconds, not '10'"),
         ({"atol": "big"}, "atol must be a number >= 0, not 'big'"),
         ({"check": False, "check_inputs": "x.npz"}, "check-inputs are for the output check"),
+        (
+            {"quantize": "dynamic", "calibration": "x.npz", "check": False},
+            "calibration inputs are used in mode dynamic .* by the output check only",
+        ),
         ({"quantize": "dynamic", "smooth": "0.5"}, "smooth must be a number, not '0.5'"),
         ({"quantize": "dynamic", "error_budget": "5%"}, "error-budget must be a number, not '5%'"),
         ({"quantize": "weight-only", "bits": "4"}, "bits: mode weight-only takes 4 or 8, not '4'"),

@@ -515,6 +515,16 @@ class Options:
             raise OptionError(f"op-types: {unknown[0]!r} is not an ONNX op")
         if self.check_inputs is not None and not self.check:
             raise OptionError("check-inputs are for the output check, which no-check skips")
+        if (
+            self.calibration is not None
+            and not self.check
+            and not self.runs_model
+            and self.error_budget is None
+        ):
+            raise OptionError(
+                f"calibration inputs are used in mode {self.quantize} (without smooth, rounding "
+                "gptq or error-budget) by the output check only, which no-check skips"
+            )
         problem = option_problem(
             self.allow, self.max_iterations, self.max_nodes, self.timeout, self.atol, self.rtol
         )
