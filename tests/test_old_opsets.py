@@ -302,3 +302,37 @@ def test_zoo_cnn_quantizes_statically():
     assert np.std(want) > 1e-3 * np.max(np.abs(want))  # not a degenerate output
     err = np.abs(got - want).max() / np.abs(want).max()
     assert 0 < err < 0.5
+
+
+def test_an_ir3_model_with_initializers_it_does_not_list_as_inputs_is_read(tmp_path, capsys):
+    """onnxruntime's quantizers add scales and zero points to an IR 3 model (the ONNX model
+    zoo's) without listing them as graph inputs, as IR 3 asks: onnxruntime runs such a file,
+    onnx.checker refused it ("r0_zero_point in initializer but not in graph input"). It is
+    read as IR 4 now, where an initializer may be a constant alone."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.normal(0, 1, (4, 4)).astype(np.float32), "w")
+    c = numpy_helper.from_array(rng.normal(0, 1, (4,)).astype(np.float32), "c")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Mul", ["m", "c"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    listed = helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 4])  # c is not listed
+    g = helper.make_graph(
+        nodes,
+        "ir3",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]), listed],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [w, c],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], ir_version=3)
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, src)
+    with pytest.raises(onnx.checker.ValidationError, match="c in initializer but not in graph"):
+        onnx.checker.check_model(model)
+    assert main(["optimize", str(src), str(dst)]) == 0
+    out = onnx.load(dst)
+    onnx.checker.check_model(out)
+    assert out.ir_version >= 4 and [n.op_type for n in out.graph.node].count("Relu") == 1
+    assert "ok" in capsys.readouterr().out  # the output check ran on both

@@ -63,7 +63,8 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     External data is not read: its locations are checked first (inside the model's folder,
     not through a symlink out of it, see `frontends.onnx.external`), then the main graph's
     initializers stay in their files, to be mapped by `optimize_model(..., folder=)`; other
-    external tensors (subgraphs, attributes) are read into the model."""
+    external tensors (subgraphs, attributes) are read into the model. An IR 3 model whose
+    initializers are not all graph inputs is read as IR 4 (`_lift_unlisted_initializers`)."""
     p = Path(path)
     if not p.exists():
         raise ModelError(f"{p}: no such file")
@@ -79,6 +80,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         check_locations(model, p.parent)
     except ExternalDataError as e:
         raise ModelError(f"{p}: {e}") from None
+    _lift_unlisted_initializers(model)
     try:
         # weights in the file: the weight-free skeleton (the weights as typed inputs), since
         # checking by path made the C++ checker read and parse the whole file again beside
@@ -98,6 +100,19 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise ModelError(f"{p}: opset {opset} is newer than onnxruntime supports (<= {MAX_OPSET})")
     load_small_tensors(model, p.parent)
     return model
+
+
+def _lift_unlisted_initializers(model: onnx.ModelProto) -> None:
+    """An IR 3 model with initializers its graph does not list as inputs gets IR 4 (in place):
+    IR 3 requires every initializer to be an input too (a default a caller may override), IR 4
+    lets an initializer be a constant alone, which is what an unlisted one is to a runtime.
+    onnxruntime's own quantizers write such files (the zero points and scales they add to an
+    IR 3 model of the ONNX model zoo); onnx.checker refuses them, onnxruntime runs them."""
+    if model.ir_version >= 4:
+        return
+    inputs = {i.name for i in model.graph.input}
+    if any(t.name not in inputs for t in model.graph.initializer):
+        model.ir_version = 4
 
 
 def _check_weights(model: onnx.ModelProto) -> None:
