@@ -91,13 +91,13 @@ def saturate(
     seen_rows = None
     start = time.perf_counter()
     deadline = limits.deadline if limits.deadline is not None else start + limits.timeout
-    report.enodes = before = eg.enode_count()
+    report.enodes = imported = eg.enode_count()
     while True:
-        stop = _budget_left(report, limits, deadline, report.enodes / max(before, 1))
+        stop = _budget_left(report, limits, deadline, _next_growth(imported, report.history))
         if stop:
             report.stop_reason = stop
             break
-        clock, before = time.perf_counter(), report.enodes
+        clock = time.perf_counter()
         run = eg.run(f"(run {COMBINED} 1)")[-1].report
         report.iterations += 1
         for name, n in run.num_matches_per_rule.items():
@@ -130,11 +130,27 @@ def saturate(
 EXTRACT_SECONDS_PER_ENODE = 5e-5
 
 
+def _next_growth(imported: int, history: list[tuple[float, int]]) -> float:
+    """The next iteration's predicted growth of the e-graph (e-nodes after / before): the last
+    iteration's, times its own growth over the one before when that rose (associative and
+    commutative rules grow an e-graph faster each iteration: 15 Adds by assoc and comm went
+    1.8x, 2.6x, 3.6x, ...; the last growth alone let `--max-nodes 20000` reach 33,709).
+    `imported`: the e-nodes before the first iteration; `history`: (seconds, e-nodes after)
+    per iteration."""
+    sizes = [imported, *(n for _, n in history)]
+    if len(sizes) < 2:
+        return 1.0
+    last = sizes[-1] / max(sizes[-2], 1)
+    if len(sizes) < 3:
+        return last
+    before = sizes[-2] / max(sizes[-3], 1)
+    return last * max(1.0, last / max(before, 1e-9))
+
+
 def _budget_left(report: SaturationReport, limits: Limits, deadline: float, growth: float) -> str:
     """Why no further iteration may start ("" if it may): a limit reached, or one the next
-    iteration would cross if it grew the e-graph by `growth` (the last one's e-nodes after /
-    before) and took `growth` times as long as the last one, counting the extraction of the
-    e-graph it leaves."""
+    iteration would cross if it grew the e-graph by `growth` (`_next_growth`) and took `growth`
+    times as long as the last one, counting the extraction of the e-graph it leaves."""
     if report.iterations >= limits.max_iterations:
         return "iteration-limit"
     if report.enodes > limits.max_nodes or report.enodes * growth > limits.max_nodes:
