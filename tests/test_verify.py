@@ -92,10 +92,15 @@ def test_every_shipped_guard_has_a_hint():
 # ---- comparison ---------------------------------------------------------------------------
 
 
-def test_exact_comparison_equates_nans_and_signed_zeros_only():
+def test_exact_comparison_equates_nans_only_and_keeps_the_sign_of_zero():
+    """-0.0 was taken for +0.0, so `x + (+0.0) -> x` (class exact) passed `verify` and
+    `optimize` wrote models whose zeros changed sign (1 / x: -inf against +inf)."""
     a = np.array([np.nan, -0.0, 1.0], np.float32)
-    assert compare(a, np.array([np.nan, 0.0, 1.0], np.float32), Tolerance()).ok
-    assert not compare(a, np.array([np.nan, 0.0, np.nextafter(np.float32(1), 2)]), Tolerance()).ok
+    assert compare(a, np.array([np.nan, -0.0, 1.0], np.float32), Tolerance()).ok
+    d = compare(a, np.array([np.nan, 0.0, 1.0], np.float32), Tolerance())
+    assert not d.ok and d.reason == "the sign of a zero differs (-0.0 against +0.0)"
+    assert compare(a, np.array([np.nan, 0.0, 1.0], np.float32), Tolerance(1e-6, 1e-6)).ok
+    assert not compare(a, np.array([np.nan, -0.0, np.nextafter(np.float32(1), 2)]), Tolerance()).ok
     assert not compare(np.array([np.inf]), np.array([np.nan]), Tolerance()).ok
 
 

@@ -3,8 +3,10 @@
 - Integers and bools: exactly.
 - Floats, for an `exact` rule whose ops all compute each element on its own (no sums whose
   order a kernel may choose: the op table's cost classes `matmul`, `gemm`, `conv`, `reduce`,
-  `normalize`, `pool`): exactly, bit for bit, except that every NaN equals every NaN and
-  -0.0 equals +0.0 (the sign-of-zero convention of patterns/algebra/arith.rules).
+  `normalize`, `pool`): exactly, bit for bit, except that every NaN equals every NaN; a zero
+  must keep its sign (-0.0 against +0.0 fails: 1 / x tells them apart, and
+  patterns/algebra/arith.rules keeps the rules that change it, such as x + 0.0 -> x, in class
+  `reassoc`, as GCC's -fno-signed-zeros).
 - Other floats: the numeric class's tolerance from `engine.optimize.TOLERANCES` (the
   optimizer's own output check), scaled by the magnitude of the computation:
   `|a - b| <= atol + rtol * max(|b|, S)`, S the largest finite magnitude among the example's
@@ -50,7 +52,7 @@ class Tolerance:
         if self.limit is not None:
             return "|a-b| <= the rule's bound, per element"
         if not self.rtol and not self.atol:
-            return "exact (NaN == NaN, -0.0 == +0.0)"
+            return "exact (NaN == NaN; -0.0 != +0.0)"
         return f"|a-b| <= {self.atol:g} + {self.rtol:g} * max(|b|, S)"
 
 
@@ -93,6 +95,9 @@ def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance, scale: float = 0.
             ok = all(float(e) <= b for e, b in zip(errs, bound))
         return Diff(ok, float(max(errs)), float(rel), "" if ok else "values differ")
     g, w = got.astype(np.float64), want.astype(np.float64)
+    exact = tol.limit is None and not tol.rtol and not tol.atol
+    if exact and np.any((g == 0) & (w == 0) & (np.signbit(g) != np.signbit(w))):
+        return Diff(False, 0.0, 0.0, "the sign of a zero differs (-0.0 against +0.0)")
     with np.errstate(invalid="ignore", over="ignore"):
         equal = (g == w) | (np.isnan(g) & np.isnan(w))
         err = np.where(equal, 0.0, np.abs(g - w))
