@@ -252,6 +252,14 @@ def test_a_rule_the_engine_never_applies_fails_the_engine_check():
     assert "did not apply the rule" in res.failure.reason
 
 
+def test_a_rule_of_a_ruleset_with_an_opset_is_drawn_at_that_opset_or_later():
+    """The engine check drew opset 13 under `(ruleset r :opset 18)`, the engine rightly did
+    not run the rule there, and verify blamed the rule (a tester's two correct rules)."""
+    r = rule("(ruleset r18 :opset 18) (simplify neg-neg-18 (Neg (Neg @x)) @x)")
+    res = verify_rule(r, examples=20)
+    assert res.status == "pass", res.failure and res.failure.text
+
+
 def test_a_rule_without_a_generator_is_unsupported():
     r = rule("(simplify range-identity (Identity (Range @a @b @c)) (Range @a @b @c))")
     res = verify_rule(r)

@@ -252,8 +252,10 @@ def op_names(t) -> set[str]:
 def lowest_opset(rule: Rule) -> int:
     """The lowest default-domain opset at which every op of both sides is in the op table, in
     a form with every input slot and non-default attribute the rule writes
-    (`engine.optimize.form_lacks`: Reshape's allowzero is opset 14's)."""
-    first = max([13, *(OPS.first_opset(op) for op in op_names(rule.lhs) | op_names(rule.rhs))])
+    (`engine.optimize.form_lacks`: Reshape's allowzero is opset 14's), and the engine runs the
+    rule: at or above its ruleset's `:opset` (`Rule.opset`)."""
+    ops = op_names(rule.lhs) | op_names(rule.rhs)
+    first = max([13, rule.opset, *(OPS.first_opset(op) for op in ops)])
     for opset in range(first, MAX_OPSET + 1):
         if not form_lacks(rule.lhs, opset) and not form_lacks(rule.rhs, opset):
             return opset
