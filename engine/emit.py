@@ -162,7 +162,7 @@ def emit_rule(r: Rule, provenance: bool = False, most: dict[str, int] | None = N
             [
                 head + f"  host: {guards or 'builders'}",
                 f"(relation {h.relation} ({sig}))",
-                f"(rule ({_query(r.lhs, r.roots)})",
+                f"(rule ({_query(r.lhs, r.roots, needed_inputs(r.results_all))})",
                 f"      (({h.relation} {cols}))",
                 f'      :ruleset {r.ruleset} :name "{egg_rule_name(r)}")',
             ]
@@ -205,31 +205,58 @@ def _plain(name: str, lhs: Term, rhs: Term, ruleset: str, head: str, provenance:
         lines.append(f"(relation {rel} ({sig}))")
         action += f" ({' '.join([rel, 'root', *(_var(c) for c in terms + attrs)])})"
     lines += [
-        f"(rule ({_query(lhs)})",
+        f"(rule ({_query(lhs, needed=needed_inputs((rhs,)))})",
         f"      ({action})",
         f'      :ruleset {ruleset} :name "{name}")',
     ]
     return "\n".join(lines)
 
 
-def _query(lhs: Term, roots: tuple[Term, ...] = ()) -> str:
+def _query(lhs: Term, roots: tuple[Term, ...] = (), needed: frozenset[str] = frozenset()) -> str:
     """Query atoms binding `root` to the left side; `Op@name` binds become extra atoms, and so
-    do a multi-root rule's other roots (each binds its `Op@name`)."""
+    do a multi-root rule's other roots (each binds its `Op@name`). `needed`: captures that
+    must not bind an absent input (`needed_inputs`)."""
     atoms: list[str] = []
-    atoms.insert(0, f"(= root {_pattern(lhs, atoms)})")
+    atoms.insert(0, f"(= root {_pattern(lhs, atoms, needed)})")
     for t in roots:  # matches whose roots are one value are dropped by the host step
-        _pattern(t, atoms)  # (engine.apply), which reports them: `verify` reads that
+        _pattern(t, atoms, needed)  # (engine.apply), which reports them: `verify` reads that
     return " ".join(atoms)
 
 
-def _pattern(t: Term, atoms: list[str]) -> str:
+def _pattern(t: Term, atoms: list[str], needed: frozenset[str] = frozenset()) -> str:
     if isinstance(t, OpNode):
-        text = _apply(t, lambda a: _pattern(a, atoms), _attr_pattern)
+        spec = OPS.get(t.op)
+        for i, a in enumerate(t.args):  # an optional slot's capture that a result needs
+            if isinstance(a, Capture) and i >= spec.n_required and a.name in needed:
+                atoms.append(f"(!= {_var(a.name)} (Absent))")  # present: not an absent input
+        text = _apply(t, lambda a: _pattern(a, atoms, needed), _attr_pattern)
         if t.bind:
             atoms.append(f"(= {_var(t.bind)} {text})")
             return _var(t.bind)
         return text
     return _leaf(t, _var)
+
+
+def needed_inputs(results: tuple[Term, ...]) -> frozenset[str]:
+    """The captures the `results` use as values: a result itself, or an op's required input.
+    Such a capture bound in an optional input slot of the pattern must be a present input
+    there: `(Mean @a @b) -> @b` or `(Sum @a @b) -> (Add @a @b)` on a one-input Mean or Sum
+    would bind @b to the absent second input (the root made equal to `Absent`; an Add of one
+    input). A capture the results pass on in optional slots only (`(Conv @x @w @b)` to a Conv
+    with @b) still matches an absent input, which the result leaves absent."""
+    out: set[str] = set()
+
+    def walk(t: Term, required: bool) -> None:
+        if isinstance(t, Capture) and required:
+            out.add(t.name)
+        elif isinstance(t, OpNode):
+            spec = OPS.get(t.op)
+            for i, a in enumerate(t.args):
+                walk(a, i < spec.n_required)
+
+    for r in results:
+        walk(r, True)
+    return frozenset(out)
 
 
 def term_text(t: Term, var, attr) -> str:

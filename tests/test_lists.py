@@ -183,3 +183,26 @@ def test_shipped_list_rules_verify():
     results = verify_rules(rules, examples=30)
     assert [r.status for r in results] == ["pass"] * len(rules.rules)
     assert all(r.examples >= 30 for r in results)
+
+
+def test_a_capture_a_result_needs_does_not_bind_an_absent_variadic_input():
+    """A pattern names the inputs of the application it matches: (Mean @a @b) matched a
+    one-input Mean with @b the absent second slot, so `-> @b` made the Mean equal to `Absent`
+    (optimize crashed: 'NoneType' object has no attribute 'attrs'), and (Sum @a @b) -> (Add @a
+    @b) fired on a one-input Sum (an Add of one input, extracted were it cheaper)."""
+    text = (
+        "(simplify mean-second (Mean @a @b) @b) (simplify sum-two-as-add (Sum @a @b) (Add @a @b))"
+    )
+    rules = dsl.RuleSet(tuple(_rules(text)), ("t.rules",))
+    for op in ("Mean", "Sum"):
+        nodes = [helper.make_node(op, ["x0"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+        model = _model(nodes, [("x0", (2, 3))], "y", (2, 3))
+        out, report = optimize_model(model, rules)
+        assert _ops(out) == [op, "Relu"] and not report.fired
+    # with two inputs both fire; a capture passed on in an optional slot still takes an
+    # absent input (pad-into-conv's Conv with or without a bias)
+    nodes = [helper.make_node("Sum", ["x0", "x1"], ["y"])]
+    model = _model(nodes, [("x0", (2, 3)), ("x1", (2, 3))], "y", (2, 3))
+    out, report = optimize_model(model, rules)
+    assert report.fired["sum-two-as-add"] == 1  # (not cheaper than the Sum: not extracted)
+    _same(model, out)
