@@ -40,7 +40,7 @@ from dsl.errors import (
     UnknownGuardError,
     UnknownOperatorError,
 )
-from dsl.ir import RuleSet
+from dsl.ir import RuleSet, Span
 from dsl.parse import parse
 from dsl.printer import format_file
 from vocab.declared import declaration
@@ -97,6 +97,19 @@ def rule_files(paths: Iterable[str | Path]) -> list[tuple[Path, str]]:
     return out
 
 
+def _read_text(f: Path, label: str) -> str:
+    """The UTF-8 text of rules file `f`; RulesError at the first byte that is not UTF-8."""
+    data = f.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise RulesError(
+            Span(label, line, col), f"not UTF-8 text: byte 0x{data[e.start]:02x} ({e.reason})"
+        ) from None
+
+
 def load_rules(paths: Iterable[str | Path] | str | Path | None = None) -> RuleSet:
     """Parse and check `.rules` files together (rule names unique across all of them).
 
@@ -111,7 +124,7 @@ def load_rules(paths: Iterable[str | Path] | str | Path | None = None) -> RuleSe
         paths = [shipped_rules_dir()]
     elif isinstance(paths, (str, Path)):
         paths = [paths]
-    texts = [(label, f.read_text(encoding="utf-8")) for f, label in rule_files(paths)]
+    texts = [(label, _read_text(f, label)) for f, label in rule_files(paths)]
 
     def load() -> tuple[RuleSet, list]:
         trees = [parse(text, file=label) for label, text in texts]

@@ -144,6 +144,6 @@ def _write(path: Path, entry: tuple) -> None:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
-        return
+    except (OSError, pickle.PicklingError, TypeError, AttributeError, RecursionError):
+        return  # (RecursionError: a rule nested hundreds deep, deeper than pickle recurses)
     STATS["stores"] += 1

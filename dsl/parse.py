@@ -7,6 +7,7 @@ builds the frozen `dsl.ast` nodes, each with its `Span`. Lark's UnexpectedInput 
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -298,7 +299,13 @@ class _ToAst(Transformer):
         return ast.Wild(span=self._at(meta))
 
     def number(self, meta, c):
-        return ast.Number(_number(str(c[0])), span=self._at(c[0]))
+        text = str(c[0])
+        value = _number(text)
+        if isinstance(value, float) and math.isinf(value) and "inf" not in text:
+            raise RulesSyntaxError(
+                self._at(c[0]), f"{text} is beyond a float's range (inf writes an infinity)"
+            )
+        return ast.Number(value, span=self._at(c[0]))
 
     def string(self, meta, c):
         return ast.String(str(c[0])[1:-1], span=self._at(c[0]))

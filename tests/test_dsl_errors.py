@@ -28,6 +28,13 @@ EXPECTED = {
         "      (LeakyRelu @x :alpha 1e39)\n"
         "                           ^",
     ),
+    "number_beyond_float": (  # it was read as inf, silently
+        dsl.RulesSyntaxError,
+        "number_beyond_float.rules:2:24: error: 1e400 is beyond a float's range "
+        "(inf writes an infinity)\n"
+        "      (LeakyRelu @x :alpha 1e400)\n"
+        "                           ^",
+    ),
     "attribute_range": (
         dsl.AttributeTypeError,
         "attribute_range.rules:2:21: error: "
@@ -312,3 +319,16 @@ def test_unclosed_paren_names_the_innermost_open_one_not_the_end():
         "      (Relu (Relu @x)",
         "      ^",
     ]
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_first_bad_byte(tmp_path):
+    """A non-UTF-8 rules file gave lint a UnicodeDecodeError traceback, and check an error
+    naming the list of paths it was given, not the file."""
+    bad = tmp_path / "rules" / "latin1.rules"
+    bad.parent.mkdir()
+    bad.write_bytes(b"(simplify r\n  (Neg (Neg @x)) @x) ; caf\xe9\n")
+    with pytest.raises(dsl.RulesError) as e:
+        dsl.load_rules([tmp_path / "rules"])
+    assert str(e.value) == (
+        f"{bad}:2:27: error: not UTF-8 text: byte 0xe9 (invalid continuation byte)"
+    )

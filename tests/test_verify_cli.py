@@ -57,3 +57,18 @@ def test_a_rules_error_is_one_line_and_exit_1(tmp_path):
     assert (
         r.returncode == 1 and "unknown operator 'Nope'" in r.stderr and "Traceback" not in r.stderr
     )
+
+
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_no_rules_to_verify_is_one_line(tmp_path, what):
+    """An empty rules file crashed verify's worker pool ("max_workers must be greater than
+    0", a traceback); a folder without a .rules file ran on nothing."""
+    path = tmp_path / "empty.rules" if what == "file" else tmp_path / "none"
+    if what == "file":
+        path.write_text(";; nothing yet\n")
+        said = f"error: no rules in {path}: nothing to verify\n"
+    else:
+        path.mkdir()
+        said = f"error: rules: {path}: no .rules file in it\n"
+    r = run_cli(str(path))
+    assert r.returncode == 1 and r.stderr == said

@@ -85,6 +85,9 @@ def cmd_verify(args) -> int:
     rules = load_rules(args.paths, err)
     if rules is None:
         return EXIT_FAIL
+    if not rules.rules:
+        err.print(f"error: no rules in {', '.join(rules.files)}: nothing to verify", markup=False)
+        return EXIT_FAIL
     names = select(rules, args.rule)
     if names is None:
         return _usage(

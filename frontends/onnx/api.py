@@ -678,7 +678,8 @@ def _shipped(folder: Path):
 
 def load_rules(rules):
     """A RuleSet from `Options.rules`: a RuleSet as it is, paths parsed, None the shipped
-    library. Raises `dsl.RulesError`, and OptionError for a path that does not exist."""
+    library. Raises `dsl.RulesError`, and OptionError for a path that does not exist or
+    paths that hold no `.rules` file (a directory without one)."""
     if rules is None:
         return _shipped(shipped_rules_dir())
     if not isinstance(rules, (str, os.PathLike, list, tuple)):
@@ -687,7 +688,10 @@ def load_rules(rules):
     for p in paths:
         if not p.exists():
             raise OptionError(f"rules: {p}: no such file or directory")
-    return parse_rules(paths)
+    loaded = parse_rules(paths)
+    if paths and not loaded.files:
+        raise OptionError(f"rules: {', '.join(map(str, paths))}: no .rules file in it")
+    return loaded
 
 
 def with_weights(model: onnx.ModelProto, folder: Path) -> onnx.ModelProto:
