@@ -260,6 +260,22 @@ def test_a_rule_of_a_ruleset_with_an_opset_is_drawn_at_that_opset_or_later():
     assert res.status == "pass", res.failure and res.failure.text
 
 
+def test_dimensions_past_a_rules_integer_constants_are_drawn_too():
+    from verify.draw import long_dims
+
+    r = rule(
+        "(simplify r (ReduceMax (Slice @x @s @e @ax) @ax :keepdims 1)"
+        " (if (all-equal @s 0) (all-equal @e 8)) (ReduceMax @x @ax :keepdims 1))"
+    )
+    assert long_dims(r) == (9,)
+    assert (
+        long_dims(rule("(simplify t (Transpose (Transpose @x :perm (1 0)) :perm (1 0)) @x)")) == ()
+    )
+    # a literal list's items count, and 64 is the longest
+    assert long_dims(rule("(simplify t (Transpose @x :perm (0 1 2 3 4 5 6)) @x)")) == (6, 7)
+    assert long_dims(rule("(simplify u (Relu @x) (if (all-equal @x 1000)) @x)")) == ()
+
+
 def test_a_rule_without_a_generator_is_unsupported():
     r = rule("(simplify range-identity (Identity (Range @a @b @c)) (Range @a @b @c))")
     res = verify_rule(r)

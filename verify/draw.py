@@ -44,6 +44,40 @@ OPSETS = (18, 19, 20, 21, 13, 14, 15, 16, 17)  # shrinking order: 18 first
 _DIMS = (1,) * 6 + (2,) * 6 + (3,) * 6 + (4,) * 4 + (5,) * 2 + (0,)
 
 
+LONGEST_DIM = 64  # the largest dimension `long_dims` draws (MAX_ELEMENTS cuts the others)
+
+
+def long_dims(rule) -> tuple[int, ...]:
+    """One past each integer constant of `rule` (its attributes' and guards' literals, a list's
+    items too) that lies beyond `_DIMS` and within LONGEST_DIM: a rule right for axes up to
+    its constants only (`ReduceMax(Slice(x, 0, 8)) -> ReduceMax(x)`) passed on the small
+    dimensions drawn otherwise."""
+    found: set[int] = set()
+
+    def take(v) -> None:
+        if isinstance(v, bool):
+            return
+        if isinstance(v, int) and max(_DIMS) <= v < LONGEST_DIM:
+            found.add(v + 1)
+        elif isinstance(v, tuple):
+            for x in v:
+                take(x)
+
+    def walk(t) -> None:
+        if isinstance(t, OpNode):
+            for _, a in t.attrs:
+                take(getattr(a, "value", None))
+            for a in t.args:
+                walk(a)
+
+    for t in (rule.lhs, rule.rhs, *rule.roots, *rule.results):
+        walk(t)
+    for g in rule.guards:
+        for a in g.args:
+            take(getattr(a, "value", None))
+    return tuple(sorted(found))
+
+
 @dataclass(frozen=True)
 class DrawnNode:
     """One drawn op node: input names ("" for absent), output name, canonical attributes
@@ -78,13 +112,26 @@ class Gen(Steer, Values):
     NaN, infinities, -0.0 and subnormals included) or `bounded` (finite |v| <= 8, plus NaN and
     signed zeros; for comparisons with a tolerance, where huge values make any regrouping of
     sums overflow or cancel). lo_opset: the lowest opset every op of the rule exists at.
+    long_dims: dimension sizes beyond `_DIMS` to draw too (`long_dims`: one past each integer
+    constant of the rule, so that a Slice to 8 meets an axis of 9).
     What the draws depend on is only `data`, never state learnt while running (such as
     onnxruntime's missing kernels), so that a seed always replays the same examples. Calls
     `hypothesis.assume(False)` when the drawn choices make an invalid node.
     """
 
-    def __init__(self, data, lhs: Term, reqs, values: str = "full", lo_opset: int = 13, roots=()):
+    def __init__(
+        self,
+        data,
+        lhs: Term,
+        reqs,
+        values: str = "full",
+        lo_opset: int = 13,
+        roots=(),
+        long_dims: tuple[int, ...] = (),
+    ):
         self.data, self.lhs, self.values_mode = data, lhs, values
+        # `_DIMS` and, drawn rarely (shrinking last), sizes past the rule's own constants
+        self.dims = _DIMS + tuple(d for d in long_dims if d not in _DIMS for _ in range(6))
         self.roots = tuple(roots)  # a multi-root rule's other roots, drawn after `lhs`
         self.lo_opset = lo_opset
         self.reqs: dict[str, list[H.Request]] = {}
@@ -188,8 +235,9 @@ class Gen(Steer, Values):
     # ---- shapes ------------------------------------------------------------------------------
 
     def dim(self) -> int:
-        """A dimension size from `_DIMS` (0 to 5, mostly 1 to 3; shrinks towards 1)."""
-        return self.pick(_DIMS, "dim")
+        """A dimension size from `_DIMS` (0 to 5, mostly 1 to 3; shrinks towards 1), or, about
+        1 in 5 draws, one of the rule's `long_dims`."""
+        return self.pick(self.dims, "dim")
 
     def new_shape(self, rank: int) -> tuple[int, ...]:
         """A drawn shape of `rank` dims, its largest dims cut to 1 or 2 until it has at most

@@ -51,7 +51,7 @@ from dsl.lists import concrete, max_items
 from verify.check import run_both, unjudged
 from verify.compare import mode_of
 from verify.defaults import DEFAULT_EXAMPLES  # re-exported
-from verify.draw import Gen
+from verify.draw import Gen, long_dims
 from verify.dtypes import FOUR_BIT
 from verify.engine import commuted_positions, family, run_engine
 from verify.hints import requests
@@ -366,7 +366,7 @@ class _Checker:
             if rule is None:  # more inputs than the op's slots, or too few for it
                 reject()
         reqs = requests(rule.guards, violate)
-        gen = Gen(data, rule.lhs, reqs, self.values, self.lo, rule.roots)
+        gen = Gen(data, rule.lhs, reqs, self.values, self.lo, rule.roots, long_dims(rule))
         try:
             example = gen.example()
             if self._enough():
