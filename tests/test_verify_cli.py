@@ -72,3 +72,23 @@ def test_no_rules_to_verify_is_one_line(tmp_path, what):
         said = f"error: rules: {path}: no .rules file in it\n"
     r = run_cli(str(path))
     assert r.returncode == 1 and r.stderr == said
+
+
+def test_a_rule_only_onnxruntime_sees_differ_is_not_a_plain_pass():
+    """A rule whose sides differ on onnxruntime alone (its Clip ignores a NaN bound, which the
+    spec's Min and Max propagate) was listed `pass` beside an error of inf; optimize's output
+    check, on onnxruntime, then refused its model and named it."""
+    from collections import Counter
+
+    from rich.console import Console
+
+    from dsl import check, parse
+    from verify.cli import _table
+    from verify.runner import CheckResult, RuleResult
+
+    rule = check(parse("(simplify r (Neg (Neg @x)) @x)", file="t.rules"))[0]
+    notes = Counter({"executors disagree: only onnxruntime sees the sides differ": 3})
+    result = RuleResult(rule, "pass", [CheckResult("numeric", 50, notes=notes)], 0.1)
+    console = Console(width=200, record=True)
+    console.print(_table([result]))
+    assert "pass (onnxruntime: the sides differ)" in console.export_text()
