@@ -224,7 +224,13 @@ class _Match:
                 return self.snap.info(self.binding[a.name])
             return decode_attr(self.kinds[a.name], self.binding[a.name])
         if isinstance(a, Call):
-            out = registry.BUILDERS[a.fn].fn(*(self.value(x) for x in a.args))
+            args = [self.value(x) for x in a.args]
+            try:
+                out = registry.BUILDERS[a.fn].fn(*args)
+            except (ArithmeticError, ValueError, TypeError, IndexError) as e:
+                # arguments the builder cannot take (a rule giving them in another order):
+                # it cannot build, as when it returns None, and the reason is kept
+                raise _Skip(f"{a.fn} ({type(e).__name__}: {e})") from None
             if out is None:
                 raise _Skip(a.fn)
             return out

@@ -63,3 +63,30 @@ def test_a_rule_with_a_builder_binding_in_its_guard_verifies():
     )
     (res,) = verify_rules(dsl.RuleSet(tuple(dsl.check(dsl.parse(text, "t.rules"))), ()), 30)
     assert res.status == "pass"
+
+
+def test_a_builder_that_raises_on_its_arguments_cannot_build(monkeypatch):
+    """A builder given arguments it cannot take (a rule writing them in another order) raised
+    out of the engine's match (verify printed its traceback as the rule's failure): it cannot
+    build, as when it returns None, and the report keeps why."""
+    import onnx.parser
+
+    from dsl import RuleSet, check, parse
+    from frontends.onnx import optimize_model
+    from vocab import registry
+
+    def raises(x):
+        raise ValueError("cannot convert float NaN to integer")
+
+    monkeypatch.setitem(
+        registry.BUILDERS, "shape-of", registry.HostFn("shape-of", raises, ("term",), "builder")
+    )
+    text = "(simplify r (Relu (Relu @x)) (Reshape (Relu @x) (Constant :value_ints (shape-of @x))))"
+    rules = RuleSet(tuple(check(parse(text, file="t.rules"))), ("t.rules",))
+    model = onnx.parser.parse_model(
+        """<ir_version: 10, opset_import: ["" : 18]>
+        g (float[2, 3] x) => (float[2, 3] y) { r = Relu (x) y = Relu (r) }"""
+    )
+    _, report = optimize_model(model, rules)
+    why = report.rejected["r"]
+    assert why == {"shape-of (ValueError: cannot convert float NaN to integer) could not build": 1}
