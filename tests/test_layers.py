@@ -20,6 +20,7 @@ LAYERS = ("patterns", "vocab", "dsl", "engine", "frontends", "verify", "rewrite"
 ENTRY_POINTS = {
     "rewrite",
     "rewrite.cli",
+    "rewrite.launch",
     "verify",
     "verify.cli",
     "verify.cli_common",
