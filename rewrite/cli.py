@@ -827,7 +827,7 @@ def cmd_optimize(args) -> int:
     from dsl import RulesError
     from engine.selection import UnknownRulePatternError
     from frontends.onnx import ModelError, OpsetError, prepare_output
-    from frontends.onnx.api import OptionError, OutputMismatch, run
+    from frontends.onnx.api import InvalidResult, OptionError, OutputMismatch, run
     from frontends.onnx.check import CheckError
 
     start = time.perf_counter()
@@ -904,8 +904,14 @@ def cmd_optimize(args) -> int:
             )
         if e.original or not done.report.fired:  # no rule to blame: nothing to bisect
             return _fail(f"output check: {e}; --no-check writes the output unchecked")
-        culprit = _bisect_failure(args, done.original, done.rules, done.report, done.folder, start)
+        culprit = _bisect_failure(
+            args, done.original, done.rules, done.report.fired, done.folder, start
+        )
         return _fail(f"output check: {e}{culprit}")
+    except InvalidResult as e:  # a rule wrote a graph that is not valid ONNX: which one?
+        _discard(staged)
+        culprit = _bisect_failure(args, e.original, e.rules, None, e.folder, start)
+        return _fail(f"the optimized model fails onnx's full check: {e}{culprit}")
     except UnicodeDecodeError as e:
         return _fail(f"rules: cannot read a rules file: {e}")
     except Exception as e:  # an engine bug: say so in one line, write nothing
@@ -1057,7 +1063,7 @@ def _mismatch(args, done, src: Path, start: float) -> int:
             "for quantized models (--rtol R to accept more, --error-budget E to keep nodes "
             "in float until it fits, --keep-float NAME to choose them); nothing written"
         )
-    culprit = _bisect_failure(args, done.original, done.rules, report, done.folder, start)
+    culprit = _bisect_failure(args, done.original, done.rules, report.fired, done.folder, start)
     return _fail(f"output check failed for {bad}; nothing written{culprit}")
 
 
@@ -1169,11 +1175,12 @@ def _progress(line: str) -> None:
     err.print(line, markup=False)
 
 
-def _bisect_failure(args, model, rules, report, folder, start: float) -> str:
+def _bisect_failure(args, model, rules, fired, folder, start: float) -> str:
     """After a failed output check of `optimize` (which began at `start`, a perf_counter
-    value): bisect for the culprit within what is left of --timeout, print the detailed
-    report on stderr, and return the end of the one-line error ("; culprit: rule R
-    (file:line)"), or "" with --no-bisect."""
+    value), or a result that is not valid ONNX: bisect for the culprit within what is left of
+    --timeout, print the detailed report on stderr, and return the end of the one-line error
+    ("; culprit: rule R (file:line)"), or "" with --no-bisect. fired: the failing run's
+    `report.fired` (None: the bisection finds out)."""
     from frontends.onnx.bisect import BisectError, bisect_model, format_report
 
     if args.no_bisect:
@@ -1186,7 +1193,7 @@ def _bisect_failure(args, model, rules, report, folder, start: float) -> str:
             fp=options.fp,
             limits=options.limits(start),
             folder=folder,
-            fired=report.fired,
+            fired=fired,
             progress=_progress,
         )
     except BisectError as e:

@@ -755,3 +755,27 @@ def test_an_interrupted_or_terminated_command_ends_by_its_signal(status, returnc
     code = f"import rewrite.cli as c; c.main = lambda: {status}; c.run()"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert p.returncode == returncode
+
+
+def test_a_rule_that_writes_invalid_onnx_is_bisected_and_named(tmp_path, capsys):
+    """A wrong rule whose result fails onnx's strict shape inference (a Reshape dropped whose
+    0 copied the intermediate's dimension) ended in "optimization failed: InferenceError",
+    no rule named."""
+    text = """
+    <ir_version: 10, opset_import: ["" : 18]>
+    g (float[2, 3] x) => (float[6, 1] y) <int64[2] s1 = {6, 1}, int64[2] s2 = {0, -1}> {
+        r = Reshape (x, s1)
+        y = Reshape (r, s2)
+    }"""
+    rules = tmp_path / "mine.rules"
+    rules.write_text(
+        "(simplify reshape-reshape-unguarded (Reshape (Reshape @x @s1) @s2) (Reshape @x @s2))\n"
+    )
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+    assert main(["optimize", str(src), str(dst), "--rules", str(rules)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(
+        "error: the optimized model fails onnx's full check: [ShapeInferenceError]"
+    )
+    assert err.endswith(f"culprit: rule reshape-reshape-unguarded ({rules}:1)") and not dst.exists()

@@ -185,6 +185,17 @@ class OutputMismatch(AssertionError):
         self.run = run
 
 
+class InvalidResult(RuntimeError):
+    """The optimized model fails onnx's full check (strict shape inference) where the input
+    passes it: a rule built a graph that is not valid ONNX (a Reshape dropped whose `0` copied
+    another dimension). original, rules, folder: the input (weights included), the rules after
+    skip/only and the folder of its external data, for a caller that bisects for the rule."""
+
+    def __init__(self, message: str, original: onnx.ModelProto, rules, folder: Path | None):
+        super().__init__(message)
+        self.original, self.rules, self.folder = original, rules, folder
+
+
 @dataclass(frozen=True)
 class Options:
     """The options of one optimization, by the names `rewrite optimize` gives them.
@@ -1004,10 +1015,14 @@ def run(
                 sums=options.sums,
                 **kw,
             )
-        except onnx.shape_inference.InferenceError as e:
+        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
             if options.input_shapes:  # a size the model's own shapes cannot take, most likely
                 raise ModelError(_shapes_refused(options.input_shapes, e)) from None
-            raise
+            if choose is not None:  # (a quantization run's engine input is not the model's)
+                raise
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            original = load_model(path) if lean else model
+            raise InvalidResult(first, original, rules, folder) from None
         kw.clear()  # the imported graph's arrays: the result holds the weights now
     if options.rounding != "nearest":  # weights kept in float read their own values again
         result, _ = strip_marks(result, ROUNDED)
@@ -1189,6 +1204,7 @@ class RewriteWarning(UserWarning):
 
 
 __all__ = [
+    "InvalidResult",
     "ModelError",
     "OptionError",
     "Options",

@@ -197,7 +197,9 @@ def bisect_model(
     rules: the RuleSet optimize ran with (skip/only already applied). fp, folder: as for
     `optimize_model`. limits: every optimize run's budgets; `limits.deadline` (or `timeout`
     from now) bounds the whole bisection. fired: the `report.fired` of a failing run already
-    made (saves one run). progress: called with one line per run (runs so far, candidates left).
+    made (saves one run); without it, the rules that fire in a first run with all of them, or
+    all of them where that run raises. progress: called with one line per run (runs so far,
+    candidates left).
     Returns a BisectReport. Raises BisectError when the original model cannot be run.
     """
     start = time.perf_counter()
@@ -221,7 +223,8 @@ def _bisect(trials: _Trials, rules: RuleSet, fired, say, start: float) -> Bisect
             return BisectReport(
                 False, rule_runs=trials.runs, note=note, seconds=time.perf_counter() - start
             )
-        fired = trials.last_report.fired
+        # (optimizing raised: no report says what fired, so every rule is a candidate)
+        fired = trials.last_report.fired if trials.last_report else dict.fromkeys(rules.names())
     names = {n.removesuffix(" (reverse)") for n in fired}
     candidates = [r for r in rules.rules if r.name in names]
     say(f"bisect: {len(candidates)} rules fired; checking that they alone fail")
