@@ -276,6 +276,15 @@ def test_dimensions_past_a_rules_integer_constants_are_drawn_too():
     assert long_dims(rule("(simplify u (Relu @x) (if (all-equal @x 1000)) @x)")) == ()
 
 
+@pytest.mark.parametrize(
+    "op", ["Elu", "Selu", "Celu", "ThresholdedRelu", "IsNaN", "Hardmax", "ArgMax", "ArgMin"]
+)
+def test_these_ops_have_example_generators(op):
+    """Rules over them came back `unsupported` (a tester's Elu(x) -> Elu(x, alpha=1.0))."""
+    res = verify_rule(rule(f"(simplify r (Identity ({op} @x)) ({op} @x))"), examples=10)
+    assert res.status == "pass", res.detail or (res.failure and res.failure.text)
+
+
 def test_a_rule_without_a_generator_is_unsupported():
     r = rule("(simplify range-identity (Identity (Range @a @b @c)) (Range @a @b @c))")
     res = verify_rule(r)

@@ -28,6 +28,11 @@ _UNARY = [
     "HardSigmoid",
     "Gelu",
     "Cast",
+    "Elu",
+    "Selu",
+    "Celu",
+    "ThresholdedRelu",
+    "IsNaN",
 ]
 _BROADCAST = [op for op in FAMILIES["BROADCASTING"] if op not in FAMILIES["VARIADIC_ELEMENTWISE"]]
 _SMALL_FLOATS = st.sampled_from([0.01, 0.2, 0.5, -0.5, 2.0, 1.0 / 6.0]) | st.floats(-3, 3, width=32)
@@ -40,6 +45,12 @@ def _attr_strategy(ctx, name: str, rank: int):
         ("HardSigmoid", "alpha"): _SMALL_FLOATS,
         ("HardSigmoid", "beta"): _SMALL_FLOATS,
         ("Gelu", "approximate"): st.sampled_from(["none", "tanh"]),
+        ("Elu", "alpha"): _SMALL_FLOATS,
+        ("Selu", "alpha"): _SMALL_FLOATS,
+        ("Selu", "gamma"): _SMALL_FLOATS,
+        ("Celu", "alpha"): _SMALL_FLOATS.filter(lambda a: a != 0),  # it divides by alpha
+        ("ThresholdedRelu", "alpha"): _SMALL_FLOATS,
+        ("Hardmax", "axis"): ints(-rank, rank - 1),
         ("Cast", "to"): st.just(ctx.out_dtype),
         # saturate only applies to float8 targets, which are never drawn; onnxruntime rejects
         # it on any other cast
@@ -61,11 +72,22 @@ def _unary(ctx) -> None:
         ctx.attr(a.name, lambda a=a: ctx.draw(_attr_strategy(ctx, a.name, x.rank), a.name))
 
 
-@sampler("Softmax", "LogSoftmax")
+@sampler("Softmax", "LogSoftmax", "Hardmax")
 def _softmax(ctx) -> None:
     shape = ctx.gen.sub_shape()
     x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
     ctx.attr("axis", lambda: ctx.draw(_attr_strategy(ctx, "axis", max(x.rank, 1)), "axis"))
+
+
+@sampler("ArgMax", "ArgMin")
+def _arg_extreme(ctx) -> None:
+    # one axis of a tensor of rank >= 1 (ONNX ArgMax: axis in [-r, r-1]), kept or not, ties
+    # to the first or the last index
+    shape = ctx.gen.sub_shape()
+    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    ctx.attr("axis", lambda: ctx.draw(ints(-x.rank, x.rank - 1), "axis"))
+    ctx.attr("keepdims", lambda: ctx.pick([1, 0], "keepdims"))
+    ctx.attr("select_last_index", lambda: ctx.pick([0, 1], "select_last_index"))
 
 
 @sampler(*_BROADCAST, *FAMILIES["VARIADIC_ELEMENTWISE"], fallback="broadcast")
