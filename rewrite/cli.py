@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+
     try:
         with _terminable() if args.func is cmd_optimize else contextlib.nullcontext():
             return args.func(args)
@@ -550,7 +551,15 @@ def _add_rule_options(p) -> None:
         action="extend",
         metavar="PATH[,PATH...]",
         help="rule files or directories, repeatable or comma-separated (default: the shipped "
-        "library)",
+        "library); they replace the library, --add-rules adds to it",
+    )
+    p.add_argument(
+        "--add-rules",
+        type=_names,
+        action="extend",
+        metavar="PATH[,PATH...]",
+        help="rule files or directories run beside --rules (by default beside the shipped "
+        "library): your own rules with the library's",
     )
     p.add_argument(
         "--allow",
@@ -617,7 +626,7 @@ def _options(args, **extra):
 
     return Options.from_keywords(
         dict(
-            rules=args.rules,
+            rules=_rule_paths(args),
             allow=args.allow,
             skip=args.skip,
             only=args.only,
@@ -627,6 +636,16 @@ def _options(args, **extra):
             **extra,
         )
     )
+
+
+def _rule_paths(args) -> list[str] | None:
+    """The rule paths a command runs: --rules (None: the shipped library) and, beside them,
+    --add-rules."""
+    if not getattr(args, "add_rules", None):
+        return args.rules
+    from dsl import shipped_rules_dir
+
+    return [*(args.rules or [str(shipped_rules_dir())]), *args.add_rules]
 
 
 def _load_rules(paths):
@@ -1165,7 +1184,13 @@ def cmd_bisect(args) -> int:
         )
     except (UnknownRulePatternError, ModelError, BisectError) as e:
         return _fail(str(e))
-    for line in format_report(report, model=args.input, rule_paths=args.rules, allow=args.allow):
+    for line in format_report(
+        report,
+        model=args.input,
+        rule_paths=args.rules,
+        added=getattr(args, "add_rules", None),
+        allow=args.allow,
+    ):
         out.print(line, markup=False)
     return EXIT_OK
 
@@ -1198,7 +1223,13 @@ def _bisect_failure(args, model, rules, fired, folder, start: float) -> str:
         )
     except BisectError as e:
         return f"; bisection failed: {e}"
-    for line in format_report(found, model=args.input, rule_paths=args.rules, allow=args.allow):
+    for line in format_report(
+        found,
+        model=args.input,
+        rule_paths=args.rules,
+        added=getattr(args, "add_rules", None),
+        allow=args.allow,
+    ):
         err.print(line, markup=False)
     if not found.culprits:
         return f"; bisection: {found.note}" if found.note else ""

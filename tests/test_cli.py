@@ -779,3 +779,29 @@ def test_a_rule_that_writes_invalid_onnx_is_bisected_and_named(tmp_path, capsys)
         "error: the optimized model fails onnx's full check: [ShapeInferenceError]"
     )
     assert err.endswith(f"culprit: rule reshape-reshape-unguarded ({rules}:1)") and not dst.exists()
+
+
+def test_add_rules_runs_a_users_rules_beside_the_library(tmp_path, capsys):
+    """--rules mine.rules replaces the library; adding to it needed the library's path
+    (`--rules patterns,mine.rules` works from the repository's root only)."""
+    text = """
+    <ir_version: 10, opset_import: ["" : 18]>
+    g (float[2, 3] x) => (float[2, 3] y) {
+        n = Neg (x)
+        m = Neg (n)
+        s = Softsign (m)
+        y = Softsign (s)
+    }"""
+    mine = tmp_path / "mine.rules"  # not in the library: Softsign(Softsign(x)) is not exact
+    mine.write_text("(simplify softsign-twice-sketch (Softsign (Softsign @x)) (Softsign @x))\n")
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+
+    def fired(*flags):
+        assert main(["optimize", str(src), str(dst), "--no-check", *flags]) == 0
+        return [n.op_type for n in onnx.load(dst).graph.node]
+
+    assert fired() == ["Softsign", "Softsign"]  # the library: the Negs cancel
+    assert fired("--rules", str(mine)) == ["Neg", "Neg", "Softsign"]  # mine alone
+    assert fired("--add-rules", str(mine)) == ["Softsign"]  # both
+    capsys.readouterr()

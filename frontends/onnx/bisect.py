@@ -360,10 +360,13 @@ def _report(trials, start, culprits, candidates, error, *, rule_runs=None, compl
     )
 
 
-def format_report(report: BisectReport, *, model: str, rule_paths=None, allow=()) -> list[str]:
+def format_report(
+    report: BisectReport, *, model: str, rule_paths=None, added=None, allow=()
+) -> list[str]:
     """The report as lines for a terminal: per culprit its rule, `file:line`, sites (node
     names), then the counterexample's inputs, the error, the commands that reproduce it, and
-    the runs it took. model, rule_paths, allow: what the reproduce commands pass on."""
+    the runs it took. model, rule_paths (--rules), added (--add-rules), allow: what the
+    reproduce commands pass on."""
     if not report.failing or not report.culprits:
         return [f"bisect: {report.note}"] if report.note else []
     lines = []
@@ -385,6 +388,7 @@ def format_report(report: BisectReport, *, model: str, rule_paths=None, allow=()
         lines.append(f"  counterexample input: {shapes} (check.random_inputs seed {report.seed})")
         lines.append(f"  error: {report.error}")
     rules = f" --rules {','.join(map(str, rule_paths))}" if rule_paths else ""
+    rules += f" --add-rules {','.join(map(str, added))}" if added else ""
     allowed = f" --allow {','.join(allow)}" if allow else ""
     names = ",".join(c.rule for c in report.culprits)
     lines.append(f"  reproduce: rewrite optimize {model} out.onnx{rules} --only {names}{allowed}")
