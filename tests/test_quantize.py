@@ -389,6 +389,25 @@ def test_a_run_that_quantizes_nothing_says_why(tmp_path, capsys):
         warnings.simplefilter("error", rewrite.RewriteWarning)
         _, report = rewrite.optimize_model(mlp(), quantize="dynamic")
     assert "warning" not in report.extra["quantize"]
+    # weights the guards refuse: the guard is named (K = 20 is no whole number of blocks)
+    odd = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"])],
+            "odd",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 20])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+            [numpy_helper.from_array(RNG.normal(0, 1, (20, 8)).astype(np.float32), "w")],
+        ),
+        opset_imports=[helper.make_opsetid("", 21)],
+        ir_version=10,
+    )
+    with pytest.warns(rewrite.RewriteWarning):
+        _, report = rewrite.optimize_model(odd, quantize="weight-only")
+    assert report.extra["quantize"]["warning"] == (
+        "nothing was quantized: 1 MatMul have a float32 constant weight the rules' guards did "
+        "not take; the quant rules' guards refused: quantize-matmul-weight-4bit-dq's guard "
+        "(whole-blocks @x @w 32) (1 matches)"
+    )
     src, dst = tmp_path / "half.onnx", tmp_path / "q.onnx"
     onnx.save(half, src)
     assert main(["quantize", str(src), str(dst), "-q"]) == 0 and dst.exists()

@@ -39,6 +39,7 @@ from frontends.onnx.importer import constants_by_name, default_opset, skeleton
 from frontends.onnx.opset import auto_target
 from frontends.onnx.quantize import (
     CALIBRATION_METHODS,
+    GUARDS_DID_NOT_TAKE,
     ROUNDED,
     ROUNDINGS,
     SMOOTH,
@@ -52,6 +53,7 @@ from frontends.onnx.quantize import (
     clipped_block_products,
     divided_products,
     drawn_calibration,
+    guard_refusals,
     held_out_feeds,
     load_calibration,
     nonfinite,
@@ -1077,14 +1079,14 @@ def run(
     if choose is not None:
         quant = [r for r in rules.rules if r.ruleset in options.quant_rulesets]
         ops = quantized_ops(quant)
+        bounded = {r.name for r in quant if r.bound}
         if not choose.record.get("sites"):  # not one product matched
-            add_warning(
-                choose.record,
-                f"nothing was quantized: {nothing_quantized(model, ops, options.quantize)}",
-            )
-        elif refused := refused_products(
-            result, ops, report.rejected, {r.name for r in quant if r.bound}
-        ):
+            why = nothing_quantized(model, ops, options.quantize)
+            refusals = guard_refusals(report.rejected, bounded)
+            if refusals and GUARDS_DID_NOT_TAKE in why:  # (not for a dtype already named)
+                why += f"; the quant rules' guards refused: {refusals}"
+            add_warning(choose.record, f"nothing was quantized: {why}")
+        elif refused := refused_products(result, ops, report.rejected, bounded):
             add_note(choose.record, refused)
     clipped = choose is not None and options.quantize == "weight-only" and options.target == "onnx"
     if clipped and (count := clipped_block_products(result)):

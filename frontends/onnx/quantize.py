@@ -879,22 +879,31 @@ def refused_products(
     failed (`Report.rejected`: rule -> "guard ... failed" -> matches) of the quantizing rules
     named in `quant` (those stating a bound), e.g. a static Conv whose bias, in units of its
     product's step, would not fit the 24 bits the rule allows it (`bias-fits-int24`)."""
+    refusals = guard_refusals(rejected, quant)
+    products = ops & (set(FAMILIES["CONV"]) | set(FAMILIES["MATMUL"]))
+    left = Counter(n.op_type for n in result.graph.node if n.op_type in products and not n.domain)
+    if not refusals or not left:
+        return ""
+    nodes = ", ".join(f"{n} {op}" for op, n in sorted(left.items()))
+    return (
+        f"the output has {nodes} in float (kept by options, by design, or refused); the quant "
+        f"rules' guards refused: {refusals}"
+    )
+
+
+GUARDS_DID_NOT_TAKE = "have a float32 constant weight the rules' guards did not take"
+
+
+def guard_refusals(rejected: dict[str, dict[str, int]], quant: set[str]) -> str:
+    """The guards that failed (`Report.rejected`: rule -> "guard ... failed" -> matches) of
+    the rules named in `quant`, as "RULE's guard (G ...) (N matches); ..." ("" when none)."""
     guards = {
         f"{rule}'s {why.removesuffix(' failed')}": n
         for rule, whys in rejected.items()
         if rule.removesuffix(" (reverse)") in quant
         for why, n in whys.items()
     }
-    products = ops & (set(FAMILIES["CONV"]) | set(FAMILIES["MATMUL"]))
-    left = Counter(n.op_type for n in result.graph.node if n.op_type in products and not n.domain)
-    if not guards or not left:
-        return ""
-    nodes = ", ".join(f"{n} {op}" for op, n in sorted(left.items()))
-    refusals = "; ".join(f"{g} ({n} matches)" for g, n in sorted(guards.items()))
-    return (
-        f"the output has {nodes} in float (kept by options, by design, or refused); the quant "
-        f"rules' guards refused: {refusals}"
-    )
+    return "; ".join(f"{g} ({n} matches)" for g, n in sorted(guards.items()))
 
 
 def nothing_quantized(model: onnx.ModelProto, ops: set[str], mode: str) -> str:
@@ -942,7 +951,7 @@ def nothing_quantized(model: onnx.ModelProto, ops: set[str], mode: str) -> str:
             dtype = onnx.TensorProto.DataType.Name(types[w]).lower()
             why = f"compute {dtype} (the rules take float32)"
         else:
-            why = "have a float32 constant weight the rules' guards did not take"
+            why = GUARDS_DID_NOT_TAKE
         reasons[(n.op_type, why)] = reasons.get((n.op_type, why), 0) + 1
     return "; ".join(f"{c} {op} {why}" for (op, why), c in sorted(reasons.items()))
 
