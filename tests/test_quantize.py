@@ -1954,3 +1954,43 @@ def test_calibration_inputs_alone_are_the_output_checks_inputs(tmp_path, capsys)
         assert main(args) == 0
         out = capsys.readouterr().out
         assert "output check (onnxruntime, the calibration inputs)" in out
+
+
+def test_products_inside_subgraphs_are_noted_as_left_float():
+    """The rules rewrite the main graph: a MatMul in an If branch stayed float, unmentioned
+    (the summary said 'quantized 1 of 1')."""
+    w = numpy_helper.from_array(RNG.normal(0, 1, (64, 64)).astype(np.float32), "w")
+
+    def branch(name):
+        return helper.make_graph(
+            [helper.make_node("MatMul", ["h", "w"], [f"{name}_y"])],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [2, 64])],
+        )
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node(
+            "If", ["c"], ["y"], then_branch=branch("then"), else_branch=branch("else")
+        ),
+    ]
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "if",
+            [
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64]),
+                helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            ],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
+            [w],
+        ),
+        opset_imports=[helper.make_opsetid("", 18)],
+        ir_version=10,
+    )
+    _, report = rewrite.optimize_model(model, quantize="dynamic")
+    assert (
+        "2 MatMul inside If, Loop or Scan bodies stay float: the quant rules rewrite the main "
+        "graph only" in report.extra["quantize"]["note"]
+    )

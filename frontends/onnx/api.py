@@ -65,6 +65,7 @@ from frontends.onnx.quantize import (
     smoothing_divisions,
     smoothing_marks,
     strip_marks,
+    subgraph_products,
 )
 from vocab.ops import FAMILIES, OPS, TARGETS
 from vocab.registry import int8_sums_in_int32
@@ -1088,6 +1089,12 @@ def run(
             add_warning(choose.record, f"nothing was quantized: {why}")
         elif refused := refused_products(result, ops, report.rejected, bounded):
             add_note(choose.record, refused)
+        if inside := subgraph_products(result, ops):
+            add_note(
+                choose.record,
+                f"{inside} inside If, Loop or Scan bodies stay float: the quant rules rewrite "
+                "the main graph only",
+            )
     clipped = choose is not None and options.quantize == "weight-only" and options.target == "onnx"
     if clipped and (count := clipped_block_products(result)):
         warning = (

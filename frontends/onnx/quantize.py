@@ -891,6 +891,26 @@ def refused_products(
     )
 
 
+def subgraph_products(model: onnx.ModelProto, ops: set[str]) -> str:
+    """The nodes of `ops` (the products the mode quantizes, families CONV and MATMUL) inside
+    the subgraphs of `model`'s nodes (If branches, Loop and Scan bodies), counted by op, as
+    "2 MatMul, 1 Conv" ("" when there are none): the engine rewrites the main graph only, so
+    those stay float."""
+    products = ops & (set(FAMILIES["CONV"]) | set(FAMILIES["MATMUL"]))
+    found: Counter = Counter()
+
+    def walk(graph: onnx.GraphProto, inside: bool) -> None:
+        for n in graph.node:
+            if inside and n.op_type in products and not n.domain:
+                found[n.op_type] += 1
+            for a in n.attribute:
+                for g in (a.g,) if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                    walk(g, True)
+
+    walk(model.graph, False)
+    return ", ".join(f"{c} {op}" for op, c in sorted(found.items()))
+
+
 GUARDS_DID_NOT_TAKE = "have a float32 constant weight the rules' guards did not take"
 
 
