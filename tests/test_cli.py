@@ -671,6 +671,28 @@ def test_an_input_shape_the_model_does_not_take_is_named(tmp_path, capsys, where
     assert main(["optimize", str(src), str(dst), "--input-shape", "x:1,4"]) == 0
 
 
+def test_a_rule_that_writes_invalid_onnx_is_named_with_input_shapes_given_too(tmp_path, capsys):
+    """With --input-shape, a result failing onnx's full check was put down to the shapes
+    (they passed the check at load), and no rule was bisected."""
+    text = """
+    <ir_version: 10, opset_import: ["" : 18]>
+    g (float[2, n] x) => (float[6, 1] y) <int64[2] s1 = {6, 1}, int64[2] s2 = {0, -1}> {
+        r = Reshape (x, s1)
+        y = Reshape (r, s2)
+    }"""
+    rules = tmp_path / "mine.rules"
+    rules.write_text(
+        "(simplify reshape-reshape-unguarded (Reshape (Reshape @x @s1) @s2) (Reshape @x @s2))\n"
+    )
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+    argv = ["optimize", str(src), str(dst), "--rules", str(rules), "--input-shape", "x:2,3"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: the optimized model fails onnx's full check: ")
+    assert err.endswith(f"culprit: rule reshape-reshape-unguarded ({rules}:1)")
+
+
 def _squeeze_by_input(tmp_path, rows: int):
     """m.onnx in `tmp_path`: y = Relu(Relu(Squeeze(x[rows, 3], axes))), axes a graph input
     (y as a valid squeeze gives it: x's shape when no axis has size 1)."""
@@ -805,3 +827,70 @@ def test_add_rules_runs_a_users_rules_beside_the_library(tmp_path, capsys):
     assert fired("--rules", str(mine)) == ["Neg", "Neg", "Softsign"]  # mine alone
     assert fired("--add-rules", str(mine)) == ["Softsign"]  # both
     capsys.readouterr()
+
+
+def test_bisection_does_not_compare_random_outputs_either(tmp_path, capsys):
+    """The output check left out the random output y, the bisection did not: each of its
+    runs failed on y, and it named the harmless rule it tried first (a reviewer's case)."""
+    text = """
+    <ir_version: 10, opset_import: ["" : 18]>
+    g (float[3, 4] x) => (float[3, 4] y, float[3, 4] z) {
+        a1 = Relu (x)
+        a = Relu (a1)
+        n1 = Neg (a)
+        z = Neg (n1)
+        y = RandomNormalLike (x)
+    }"""
+    rules = tmp_path / "two.rules"
+    rules.write_text(
+        "(simplify relu-relu (Relu (Relu @x)) (Relu @x))\n"
+        "(simplify neg-neg-wrong (Neg (Neg @x)) (Neg @x))\n"
+    )
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+    assert main(["optimize", str(src), str(dst), "--rules", str(rules)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: output check failed for z; nothing written; culprit: rule")
+    assert f"culprit: rule neg-neg-wrong ({rules}:2)" in err
+
+
+def test_a_check_that_compared_no_output_is_warned_of(tmp_path, capsys):
+    text = """
+    <ir_version: 10, opset_import: ["" : 18]>
+    g (float[3, 4] x) => (float[3, 4] y) {
+        n1 = Neg (x)
+        a = Neg (n1)
+        r = RandomNormalLike <scale: float = 0.001> (x)
+        y = Add (a, r)
+    }"""
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+    assert main(["optimize", str(src), str(dst), "-q"]) == 0
+    assert capsys.readouterr().err == (
+        "warning: the output check compared no output: each is computed from a random op's "
+        "draws, which differ from run to run, so the rewrites are unchecked\n"
+    )
+
+
+def test_a_random_value_a_branch_reads_from_outside_makes_its_output_random():
+    from frontends.onnx.check import random_outputs
+
+    then = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["r"], ["t"])],
+        "then",
+        [],
+        [onnx.helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [3])],
+    )
+    g = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("RandomNormalLike", ["x"], ["r"]),
+            onnx.helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=then),
+        ],
+        "g",
+        [
+            onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3]),
+            onnx.helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
+        ],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3])],
+    )
+    assert random_outputs(onnx.helper.make_model(g)) == {"y"}

@@ -1020,6 +1020,20 @@ def test_bias_floored_steps_raise_only_the_channels_whose_bias_does_not_fit():
         assert req(sx, c(w), b, sy)
 
 
+@pytest.mark.parametrize("bias", [0.0, 0.5])
+def test_bias_floored_steps_keep_the_units_a_normal_float32(bias):
+    """Weights of 1e-38 make s_x * s_w subnormal in the rule's float32 Mul (0 / 0 or b / 0 for
+    the bias, cast to INT_MIN, where the float64 guards passed): such a channel's step is
+    raised until the unit is normal, and the plain steps' guard refuses it."""
+    w = np.array([12.7, 7.3e-40], np.float32).reshape(2, 1, 1, 1)  # (subnormal itself)
+    sx, b = _q(0.02, np.float32), c(np.array([1.0, bias], np.float32))
+    steps = np.array(covers("conv-bias-floored-steps").fn(c(w), b, sx), np.float32)
+    units = np.float32(0.02) * steps
+    assert units[1] >= np.finfo(np.float32).tiny and steps[0] == registry.conv_pair_steps(w)[0]
+    assert covers("bias-fits-int24-bias-floored").fn(b, sx, c(w))
+    assert not covers("bias-fits-int24").fn(b, sx, c(w))
+
+
 @pytest.mark.parametrize("kind", STEP_KINDS)
 def test_bias_floored_conv_bound_holds_with_a_dead_channel(kind):
     suffix, conv_steps, _ = STEP_KINDS[kind]

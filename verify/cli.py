@@ -70,9 +70,10 @@ def add_parser(subparsers) -> None:
     v.add_argument(
         "--jobs",
         type=int,
-        default=os.cpu_count() or 1,
+        default=None,
         metavar="J",
-        help="worker processes (default: one per CPU)",
+        help="worker processes (default: one per CPU, and one per 16 rules at most: a worker's "
+        "start-up, a few seconds, outweighs a few rules)",
     )
     v.set_defaults(func=cmd_verify)
 
@@ -80,7 +81,7 @@ def add_parser(subparsers) -> None:
 def cmd_verify(args) -> int:
     """`rewrite verify`: verify the selected rules and print a table; exit 0 if every rule
     passes, 1 if one does not (or the rules do not load), 2 on bad arguments."""
-    if args.examples <= 0 or args.jobs <= 0:
+    if args.examples <= 0 or (args.jobs is not None and args.jobs <= 0):
         return _usage("--examples and --jobs must be positive")
     rules = load_rules(args.paths, err)
     if rules is None:
@@ -110,10 +111,13 @@ def select(rules, wanted: list[str] | None) -> list[str] | None:
     return names or None
 
 
-def run(paths, names: list[str], examples: int, seed: int, jobs: int) -> list:
+def run(paths, names: list[str], examples: int, seed: int, jobs: int | None) -> list:
     """`verify.runner.RuleResult`s of the rules `names` of the rules at `paths` (the shipped
-    library when empty), verified in `jobs` processes, with a progress bar on stderr."""
+    library when empty), verified in `jobs` processes (None: one per CPU, one per
+    RULES_PER_WORKER rules at most), with a progress bar on stderr."""
     paths = tuple(str(Path(p)) for p in paths)
+    if jobs is None:  # a worker pays off from about 16 rules on (its imports take seconds)
+        jobs = min(os.cpu_count() or 1, max(1, len(names) // RULES_PER_WORKER))
     jobs = min(jobs, len(names))
     results = {}
     columns = (
@@ -139,6 +143,8 @@ def run(paths, names: list[str], examples: int, seed: int, jobs: int) -> list:
                     bar.advance(task)
     return [results[n] for n in names]
 
+
+RULES_PER_WORKER = 16  # the default --jobs starts a worker per 16 rules at most
 
 _CACHE: dict = {}
 

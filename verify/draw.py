@@ -131,7 +131,8 @@ class Gen(Steer, Values):
     ):
         self.data, self.lhs, self.values_mode = data, lhs, values
         # `_DIMS` and, drawn rarely (shrinking last), sizes past the rule's own constants
-        self.dims = _DIMS + tuple(d for d in long_dims if d not in _DIMS for _ in range(6))
+        extra = [d for d in long_dims if d not in _DIMS]  # about 1 draw in 5 in all
+        self.dims = _DIMS + tuple(d for d in extra for _ in range(max(1, 6 // len(extra))))
         self.roots = tuple(roots)  # a multi-root rule's other roots, drawn after `lhs`
         self.lo_opset = lo_opset
         self.reqs: dict[str, list[H.Request]] = {}

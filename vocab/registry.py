@@ -1008,13 +1008,25 @@ def bias_floored_steps(steps: np.ndarray, b: np.ndarray, sx: float) -> np.ndarra
     keep their steps, so a Conv whose every bias fits keeps `steps` exactly. Shape [C_out],
     float32."""
     b64 = np.abs(b.astype(np.float64))
-    units = np.float64(sx) * steps.astype(np.float64)
+    units = _bias_units(sx, steps)
     with np.errstate(divide="ignore", invalid="ignore"):
         over = ~(b64 / units <= BIAS_UNITS)  # as `bias-fits-int24` counts (NaN counts over)
-    floor = b64 / (np.float64(sx) * BIAS_FLOOR_UNITS)
+    # (and at least a normal float32 unit: a subnormal s_x * s_w, which the rule's float32
+    # Mul makes of weights of 1e-38, rounds the bias's units, or makes them 0)
+    over |= ~(units >= FLOAT32_TINY)
+    floor = np.maximum(b64 / (np.float64(sx) * BIAS_FLOOR_UNITS), 2 * FLOAT32_TINY / sx)
     up = floor.astype(np.float32)
     up = np.where(up.astype(np.float64) < floor, np.nextafter(up, np.float32(np.inf)), up)
     return np.where(over, np.maximum(steps, up), steps).astype(np.float32)
+
+
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32, 2^-126
+
+
+def _bias_units(sx: float, steps: np.ndarray) -> np.ndarray:
+    """s_x * s_w[c] as the static Conv rules compute it, a float32 Mul (`Mul @sx @sw`), in
+    float64 ([C_out]): a product under 2^-126 is subnormal there, or 0."""
+    return (np.float32(sx) * steps.astype(np.float32)).astype(np.float64)
 
 
 _STEPS: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to it, steps)
@@ -1588,13 +1600,14 @@ def _bias_fits(b: ClassInfo, sx: ClassInfo, w: ClassInfo, how: tuple) -> bool:
 
 
 def _bias_fits_steps(b: ClassInfo, sx: ClassInfo, steps: np.ndarray | None) -> bool:
-    """Whether the constant bias `b` is at most 2^24 in units of s_x * `steps` (per channel)."""
+    """Whether the constant bias `b` is at most 2^24 in units of s_x * `steps` (per channel),
+    the units a normal float32 (`_bias_units`)."""
     if steps is None or b.value is None or sx.value is None or sx.value.size != 1:
         return False
     if b.value.ndim != 1 or b.value.shape[0] != steps.shape[0]:
         return False
-    units = np.float64(sx.value.reshape(())) * steps.astype(np.float64)
-    if not np.all(np.isfinite(units) & (units > 0)):
+    units = _bias_units(float(sx.value.reshape(())), steps)
+    if not np.all(np.isfinite(units) & (units >= FLOAT32_TINY)):
         return False
     ratio = np.abs(b.value.astype(np.float64)) / units
     return bool(np.all(np.isfinite(ratio)) and np.all(ratio <= BIAS_UNITS))

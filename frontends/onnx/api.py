@@ -146,6 +146,11 @@ LOWERS_NOTHING = (
     "--allow quant lowers the QuantizeLinear and DequantizeLinear groups of a quantized model, "
     "and this one has none; to quantize a float model: rewrite quantize"
 )
+# an output check with every output computed from a random op's draws (check.random_outputs)
+NOTHING_COMPARED = (
+    "the output check compared no output: each is computed from a random op's draws, which "
+    "differ from run to run, so the rewrites are unchecked"
+)
 # one weight scale per output channel unless the user asks for one per weight: measured with
 # bench/quant.py on BERT-base, GPT-2, a Llama-style decoder and ViT-B/16, the mean error per
 # input is onnxruntime's quantize_dynamic's or lower per channel and 16-38% above it per
@@ -661,6 +666,24 @@ def _check_shapes_taken(
         raise ModelError(_shapes_refused(shapes, e)) from None
 
 
+def _fails_without_rules(model: onnx.ModelProto, rules: RuleSet, options, folder) -> bool:
+    """Whether optimizing `model` with no rule at all (folding and the full check only) fails
+    onnx's full check too: the model, not a rule, is then to blame."""
+    try:
+        optimize_engine(
+            model,
+            RuleSet((), rules.files),
+            fp=options.fp,
+            folder=folder,
+            provenance=False,
+            opset=options.opset,
+            target=options.target,
+        )
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+        return True
+    return False
+
+
 def _shapes_refused(shapes: dict[str, tuple[int, ...]], e: Exception) -> str:
     """The error for a result that fails onnx's strict shape inference when input shapes were
     fixed: a dimension beyond what the model's own shapes allow (a sequence longer than BERT's
@@ -1019,10 +1042,12 @@ def run(
                 **kw,
             )
         except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
-            if options.input_shapes:  # a size the model's own shapes cannot take, most likely
-                raise ModelError(_shapes_refused(options.input_shapes, e)) from None
             if choose is not None:  # (a quantization run's engine input is not the model's)
                 raise
+            # a size the model's own shapes cannot take, where folding alone fails too (BERT's
+            # position ids expanded to more than its 512 positions); else a rule's doing
+            if options.input_shapes and _fails_without_rules(model, rules, options, folder):
+                raise ModelError(_shapes_refused(options.input_shapes, e)) from None
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             original = load_model(path) if lean else model
             raise InvalidResult(first, original, rules, folder) from None
@@ -1172,6 +1197,8 @@ def run(
         extra = {**extra, "quantize": choose.finish(report.extra.get("quantized_sites"))}
     elif "quant" in options.allow and not _has_quantization(model):
         extra = {**extra, "warning": LOWERS_NOTHING}
+    if diffs and all(d.random for d in diffs) and report.fired:
+        extra = {**extra, "warning": NOTHING_COMPARED}
     report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped}, extra=extra)
     done = Run(result, report, diffs, model, rules, folder)
     if not all(d.ok for d in diffs):
@@ -1195,9 +1222,11 @@ def optimize_model(model, **options) -> tuple[onnx.ModelProto, Report]:
     a bad value, ModelError for a path that is not a valid model, `dsl.RulesError` for a rules
     error, `engine.selection.UnknownRulePatternError` for a skip/only pattern matching no
     rule, OutputMismatch when the check fails, `check.CheckError` when a model cannot run.
-    What the CLI prints as a warning (a quantization that quantized nothing, calibration inputs
-    drawn at random, `allow="quant"` on a float model) is issued as a RewriteWarning too, and
-    is in the report (`extra["quantize"]["warning"]`, `extra["warning"]`).
+    `InvalidResult` when the optimized model fails onnx's full check (a rule wrote invalid
+    ONNX). What the CLI prints as a warning (a quantization that quantized nothing, calibration
+    inputs drawn at random, `allow="quant"` on a float model, an output check that compared no
+    output) is issued as a RewriteWarning too, and is in the report
+    (`extra["quantize"]["warning"]`, `extra["warning"]`).
     """
     done = run(model, Options.from_keywords(options))
     extra = done.report.extra

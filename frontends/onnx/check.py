@@ -374,8 +374,9 @@ def upstream(
     graph: onnx.GraphProto, name: str, values_only: bool = False
 ) -> tuple[set[str], list[onnx.NodeProto]]:
     """The values `name` is computed from in `graph` (itself included: graph inputs,
-    initializers and node outputs) and the nodes that compute them. `values_only`: not
-    through the input of a node that reads its input's shape alone (Shape, Size)."""
+    initializers and node outputs) and the nodes that compute them, through what a node's
+    subgraphs read from `graph` too. `values_only`: not through the input of a node that
+    reads its input's shape alone (Shape, Size)."""
     producer = {o: n for n in graph.node for o in n.output}
     seen: set[str] = set()
     nodes: list[onnx.NodeProto] = []
@@ -390,7 +391,22 @@ def upstream(
             nodes.append(n)
             if not (values_only and n.op_type in _SHAPE_ONLY and n.domain in ("", "ai.onnx")):
                 stack.extend(n.input)
+                stack.extend(_outer_reads(n))
     return seen, nodes
+
+
+def _outer_reads(node: onnx.NodeProto) -> set[str]:
+    """The values of the enclosing graph that `node`'s subgraphs (If branches, Loop and Scan
+    bodies, nested ones too) read by name without their being inputs of `node`."""
+    out: set[str] = set()
+    for a in node.attribute:
+        for g in (a.g,) if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+            local = {i.name for i in g.input} | {t.name for t in g.initializer}
+            local |= {o for n in g.node for o in n.output}
+            for n in g.node:
+                out |= {i for i in n.input if i and i not in local}
+                out |= _outer_reads(n) - local
+    return out
 
 
 _SHAPE_ONLY = ("Shape", "Size")  # ops whose output depends on their input's shape alone

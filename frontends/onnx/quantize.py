@@ -877,8 +877,8 @@ def refused_products(
     rule's guard refused ("" when none did): the float nodes of `ops` (the products the mode
     quantizes, families CONV and MATMUL) in its main graph counted by op, and the guards that
     failed (`Report.rejected`: rule -> "guard ... failed" -> matches) of the quantizing rules
-    named in `quant` (those stating a bound), e.g. a static Conv whose bias, in units of its
-    product's step, would not fit the 24 bits the rule allows it (`bias-fits-int24`)."""
+    named in `quant` (those stating a bound), e.g. a static Conv of more products a sum than
+    int32 holds (`conv-accumulates-in-int32`)."""
     refusals = guard_refusals(rejected, quant)
     products = ops & (set(FAMILIES["CONV"]) | set(FAMILIES["MATMUL"]))
     left = Counter(n.op_type for n in result.graph.node if n.op_type in products and not n.domain)
