@@ -305,6 +305,10 @@ class _ToAst(Transformer):
             raise RulesSyntaxError(
                 self._at(c[0]), f"{text} is beyond a float's range (inf writes an infinity)"
             )
+        if isinstance(value, float) and value == 0 and re.search(r"[1-9]", text.split("e")[0]):
+            raise RulesSyntaxError(
+                self._at(c[0]), f"{text} is below a float's range (it would be read as 0)"
+            )
         return ast.Number(value, span=self._at(c[0]))
 
     def string(self, meta, c):

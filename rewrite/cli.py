@@ -94,9 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     the subcommand, return the exit status (0 ok, 1 failure, 2 usage, 130 interrupted, 143
     terminated by SIGTERM). An optimize or quantize run interrupted or terminated before it
     put its output in place leaves nothing staged beside it, and the output as it was."""
-    parser = _parser()
     try:
+        parser = _parser()
         args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        err.print("error: interrupted", markup=False)
+        return 130
     except _UsageError as e:
         err.print(f"error: {e}", markup=False)
         return EXIT_USAGE

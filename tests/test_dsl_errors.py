@@ -35,6 +35,13 @@ EXPECTED = {
         "      (LeakyRelu @x :alpha 1e400)\n"
         "                           ^",
     ),
+    "number_below_float": (  # it was read as 0, silently
+        dsl.RulesSyntaxError,
+        "number_below_float.rules:2:24: error: 1e-400 is below a float's range "
+        "(it would be read as 0)\n"
+        "      (LeakyRelu @x :alpha 1e-400)\n"
+        "                           ^",
+    ),
     "attribute_range": (
         dsl.AttributeTypeError,
         "attribute_range.rules:2:21: error: "

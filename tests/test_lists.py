@@ -206,3 +206,9 @@ def test_a_capture_a_result_needs_does_not_bind_an_absent_variadic_input():
     out, report = optimize_model(model, rules)
     assert report.fired["sum-two-as-add"] == 1  # (not cheaper than the Sum: not extracted)
     _same(model, out)
+    # a capture a result passes on in an optional slot only still takes an absent input: Max's
+    # second input is optional, so (Sum @a @b) -> (Max @a @b) fires on a one-input Sum
+    text = "(simplify sum-as-max-sketch (Sum @a @b) (Max @a @b))"
+    one = _model([helper.make_node("Sum", ["x0"], ["y"])], [("x0", (2, 3))], "y", (2, 3))
+    _, report = optimize_model(one, dsl.RuleSet(tuple(_rules(text)), ("t.rules",)))
+    assert report.fired["sum-as-max-sketch"] == 1

@@ -216,6 +216,7 @@ def _print_failures(results) -> None:
 
 def _table(results) -> Table:
     """rule, file:line, examples, max abs/rel error, how compared, status, seconds."""
+    from verify.check import ALONE_SEES, ALONE_SEES_END
     from verify.compare import mode_of
 
     table = Table(title="rule verification", title_justify="left")
@@ -238,9 +239,9 @@ def _table(results) -> Table:
         examples = f"caught after {f.caught_after}" if f and f.caught_after else str(r.examples)
         style = "green" if r.status == "pass" else "red"
         status = r.status
-        alone = [t for t in r.notes if t.startswith(_ALONE)]
+        alone = [t for t in r.notes if t.startswith(ALONE_SEES)]
         if status == "pass" and alone:  # right by onnx.reference, not on onnxruntime
-            who = alone[0].removeprefix(_ALONE).removesuffix(" sees the sides differ")
+            who = alone[0].removeprefix(ALONE_SEES).removesuffix(ALONE_SEES_END)
             status, style = f"pass ({who}: the sides differ)", "yellow"
         errors = (f.max_abs, f.max_rel) if f else (r.max_abs, r.max_rel)
         abs_err, rel_err = ("-" if e is None else f"{e:.3g}" for e in errors)
@@ -259,10 +260,6 @@ def _table(results) -> Table:
             f"{r.seconds:.2f}",
         )
     return table
-
-
-# the note `verify.check` leaves where one executor alone sees the sides differ
-_ALONE = "executors disagree: only "
 
 
 def _usage(msg: str) -> int:

@@ -50,13 +50,13 @@ def _attr_strategy(ctx, name: str, rank: int):
         ("Selu", "gamma"): _SMALL_FLOATS,
         ("Celu", "alpha"): _SMALL_FLOATS.filter(lambda a: a != 0),  # it divides by alpha
         ("ThresholdedRelu", "alpha"): _SMALL_FLOATS,
-        ("Hardmax", "axis"): ints(-rank, rank - 1),
         ("Cast", "to"): st.just(ctx.out_dtype),
         # saturate only applies to float8 targets, which are never drawn; onnxruntime rejects
         # it on any other cast
         ("Cast", "saturate"): st.just(1),
         ("Softmax", "axis"): ints(-rank, rank - 1),
         ("LogSoftmax", "axis"): ints(-rank, rank - 1),
+        ("Hardmax", "axis"): ints(-rank, rank - 1),
     }
     if (ctx.op, name) not in table:  # an attribute the registry added (Cast-25's round_mode):
         return st.just(ctx.spec.attr_index[name].default)  # its default, nothing else is drawn
