@@ -1424,8 +1424,11 @@ def _print_summary(report, diffs, options, verbose: bool = False) -> None:
         stages.add_row(s, f"{t:.3f}", f"{100 * t / total:.0f}%")
     stages.add_row("[b]total[/b]", f"{total:.3f}", "")
     out.print(stages)
+    reason = report.stop_reason
+    if reason == "node-limit" and report.enodes <= options.max_nodes:  # a stop predicted
+        reason += f" (the next iteration would have grown it past {options.max_nodes:,})"
     out.print(
-        f"saturation: {report.stop_reason} after {report.iterations} iterations, "
+        f"saturation: {reason} after {report.iterations} iterations, "
         f"{report.enodes} e-nodes, {report.eclasses} e-classes; "
         f"cost {report.cost_before / 1e3:.1f} -> {report.cost_after / 1e3:.1f} us (model estimate)"
         + (f"; the budget ran out during {report.limit_stage}" if report.limit_stage else ""),

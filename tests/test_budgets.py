@@ -152,4 +152,6 @@ def test_cli_max_nodes(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "node-limit reached during saturate" in r.stdout
+    # stopped before an iteration predicted to cross it, under it: the summary says why
+    assert "saturation: node-limit (the next iteration would have grown it past 5,000)" in r.stdout
     onnx.checker.check_model(onnx.load(str(dst)), full_check=True)
