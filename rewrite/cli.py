@@ -1164,7 +1164,7 @@ def cmd_bisect(args) -> int:
     from engine.selection import UnknownRulePatternError, pick_rules
     from frontends.onnx import ModelError, load_model
     from frontends.onnx.api import OptionError
-    from frontends.onnx.bisect import BisectError, bisect_model, format_report
+    from frontends.onnx.bisect import BisectError, bisect_model
 
     start = time.perf_counter()
     try:
@@ -1187,13 +1187,7 @@ def cmd_bisect(args) -> int:
         )
     except (UnknownRulePatternError, ModelError, BisectError) as e:
         return _fail(str(e))
-    for line in format_report(
-        report,
-        model=args.input,
-        rule_paths=args.rules,
-        added=getattr(args, "add_rules", None),
-        allow=args.allow,
-    ):
+    for line in _bisect_lines(report, args):
         out.print(line, markup=False)
     return EXIT_OK
 
@@ -1209,7 +1203,7 @@ def _bisect_failure(args, model, rules, fired, folder, start: float) -> str:
     --timeout, print the detailed report on stderr, and return the end of the one-line error
     ("; culprit: rule R (file:line)"), or "" with --no-bisect. fired: the failing run's
     `report.fired` (None: the bisection finds out)."""
-    from frontends.onnx.bisect import BisectError, bisect_model, format_report
+    from frontends.onnx.bisect import BisectError, bisect_model
 
     if args.no_bisect:
         return ""
@@ -1226,13 +1220,7 @@ def _bisect_failure(args, model, rules, fired, folder, start: float) -> str:
         )
     except BisectError as e:
         return f"; bisection failed: {e}"
-    for line in format_report(
-        found,
-        model=args.input,
-        rule_paths=args.rules,
-        added=getattr(args, "add_rules", None),
-        allow=args.allow,
-    ):
+    for line in _bisect_lines(found, args):
         err.print(line, markup=False)
     if not found.culprits:
         return f"; bisection: {found.note}" if found.note else ""
@@ -1240,6 +1228,16 @@ def _bisect_failure(args, model, rules, fired, folder, start: float) -> str:
     sites = [n or s for c in found.culprits for s, n in zip(c.sites, c.nodes)]
     at = f" at {', '.join(sites)}" if sites else ""
     return f"; culprit: rule {names}{at}" + ("" if found.complete else " (bisection incomplete)")
+
+
+def _bisect_lines(found, args) -> list[str]:
+    """A bisection's report as lines, its reproduce commands with this command's rules."""
+    from frontends.onnx.bisect import format_report
+
+    added = getattr(args, "add_rules", None)
+    return format_report(
+        found, model=args.input, rule_paths=args.rules, added=added, allow=args.allow
+    )
 
 
 def _fail(msg: str) -> int:
