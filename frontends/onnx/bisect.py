@@ -34,6 +34,8 @@ from engine.sites import sited
 from frontends.onnx import external, optimize_model
 from frontends.onnx.check import (
     CheckError,
+    cut_draws,
+    draw_values,
     output_diff,
     random_inputs,
     random_outputs,
@@ -110,21 +112,33 @@ class _Trials:
             onnx.external_data_helper.load_external_data_for_model(model, str(folder))
         self.model, self.fp, self.limits, self.folder = model, fp, limits, folder
         self.feeds = [random_inputs(model, SEED + r) for r in range(RUNS)]
+        # a model with random nodes: every run reads the original's draws, as the check does
+        self.draws = draw_values(model, self.feeds) if random_outputs(model) else None
+        checked = model if self.draws is None else cut_draws(model, self.draws[0])
+        if checked is None:  # (cannot be: its own random nodes made the draws)
+            self.draws, checked = None, model
         try:
-            sess = session(model)
-            self.want = [run(sess, f) for f in self.feeds]
+            sess = session(checked)
+            self.want = [run(sess, f) for f in self._fed()]
         except CheckError as e:
             raise BisectError(f"the original model: {e}") from None
         self.elem = [o.type.tensor_type.elem_type for o in model.graph.output]
         tol = tolerance_types(model)
         self.tol = [tol[o.name] for o in model.graph.output]
         self.names = [o.name for o in model.graph.output]
-        self.drawn = random_outputs(model)  # not compared, as the output check does not
+        # outputs of draws the runs cannot share: not compared, as the output check does not
+        self.drawn = random_outputs(model) if self.draws is None else set()
         self.runs = 0
         self.failed_feed = 0
         self.last_report = None
         self.last_seconds = 0.0
         self.cache: dict[tuple, tuple[str | None, int]] = {}
+
+    def _fed(self) -> list[dict]:
+        """The check's feeds, with the original's draws where the model has random nodes."""
+        if self.draws is None:
+            return self.feeds
+        return [{**f, **d} for f, d in zip(self.feeds, self.draws)]
 
     def out_of_time(self) -> bool:
         """True when another run, as long as the last one, would end past the deadline."""
@@ -166,12 +180,19 @@ class _Trials:
             raise _OutOfTime
         if result is self.model:
             return None
+        fed, skip = self._fed(), self.drawn
+        if self.draws is not None:
+            cut = cut_draws(result, self.draws[0])
+            if cut is None:  # a rewrite moved a random node: its outputs are not compared
+                fed, skip = self.feeds, random_outputs(self.model)
+            else:
+                result = cut
         try:
             sess = session(result)
-            for k, feeds in enumerate(self.feeds):
+            for k, feeds in enumerate(fed):
                 got = run(sess, feeds)
                 for name, elem, t, a, b in zip(self.names, self.elem, self.tol, got, self.want[k]):
-                    if name in self.drawn:
+                    if name in skip:
                         continue
                     d = output_diff(name, elem, a, b, report.fp, t)
                     if not d.ok:

@@ -13,8 +13,9 @@ next to an output element that happens to be near zero. Integer and bool outputs
 except where they are computed from float values (an ArgMax, a TopK's indices, a comparison): where
 the floats may move by rtol a near-tie may flip, so at most a share rtol of such an output's
 elements may differ (the float tolerance of the least precise float type it is computed from).
-Outputs computed from a random op's draws (RandomNormal, Bernoulli, ...) are not compared: two runs
-of one model differ there.
+Outputs computed from a random op's draws (RandomNormal, Bernoulli, ...) differ from run to run:
+both models are fed the original's draws instead (its random nodes cut out), and where that cannot
+be done (a draw inside a subgraph) such outputs are not compared.
 """
 
 from __future__ import annotations
@@ -205,8 +206,9 @@ def compare(
     differs from run to run), and it is ok only if every run is; an integer output computed
     from floats is ok when the share of its elements that differ, over all runs together, is
     within its tolerance (one flipped label of 20 single-label runs is 5%). An output computed
-    from a random op's draws (`random_outputs`) is not compared: its OutputDiff is ok, its
-    errors NaN, `random` set.
+    from a random op's draws (`random_outputs`) is compared where both models can read the same
+    draws (`_shared_draws`: the original's, fed to both with the random nodes cut out), else
+    not: its OutputDiff is then ok, its errors NaN, `random` set.
     """
     worst: dict[str, OutputDiff] = {}
     given_feeds = feeds is not None
@@ -215,6 +217,11 @@ def compare(
     drawn = random_outputs(original)
     if feeds is None:
         feeds = [random_inputs(original, seed + r) for r in range(runs)]
+    shared = drawn and _shared_draws(original, optimized, original_source, optimized_source, feeds)
+    if shared:  # both models read the same draws: compare them all
+        original, optimized, feeds = shared
+        original_source = optimized_source = None
+        drawn = set()
     executor = ORT
     try:  # one session at a time: each holds a copy of the weights
         sess = session(original_source or original, full_optimization)
@@ -410,6 +417,75 @@ def _outer_reads(node: onnx.NodeProto) -> set[str]:
 
 
 _SHAPE_ONLY = ("Shape", "Size")  # ops whose output depends on their input's shape alone
+
+
+def _shared_draws(original, optimized, original_source, optimized_source, feeds):
+    """Both models with their main graph's random nodes cut out, their outputs made graph
+    inputs, and `feeds` with the draws the original made on each (`draw_values`), so that the
+    two models read the same draws and every output can be compared (a VAE's decoder, after
+    its randn_like). None where that cannot be done (`draw_values`, `cut_draws`)."""
+    try:
+        whole = _whole(original, original_source)
+        made = draw_values(whole, feeds)
+        if made is None:
+            return None
+        cut = [cut_draws(m, made[0]) for m in (whole, _whole(optimized, optimized_source))]
+    except (OSError, ValueError, onnx.checker.ValidationError):
+        return None
+    if None in cut:
+        return None
+    return cut[0], cut[1], [{**f, **d} for f, d in zip(feeds, made)]
+
+
+def draw_values(model: onnx.ModelProto, feeds: list[dict]) -> list[dict] | None:
+    """For each of `feeds`, the values the random nodes of `model`'s main graph draw (name ->
+    array), from one onnxruntime run of `model` with those values as extra outputs. None when
+    the main graph has no random node (a draw inside a subgraph only) or the run fails."""
+    draws = [
+        o
+        for n in model.graph.node
+        if n.op_type in FAMILIES["RANDOM"] and n.domain in ("", "ai.onnx")
+        for o in n.output
+    ]
+    if not draws:
+        return None
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(v) for v in draws)
+    try:
+        sess = session(probe)
+        k = len(model.graph.output)
+        return [dict(zip(draws, run(sess, f)[k:])) for f in feeds]
+    except CheckError:
+        return None
+
+
+def _whole(model: onnx.ModelProto, source) -> onnx.ModelProto:
+    """The model with its weights: read from `source` (a file path, external data beside it,
+    or serialized bytes) when given, else `model`."""
+    if isinstance(source, bytes):
+        return onnx.load_model_from_string(source)
+    if isinstance(source, str):
+        return onnx.load(source)
+    return model
+
+
+def cut_draws(model: onnx.ModelProto, drawn: dict[str, np.ndarray]) -> onnx.ModelProto | None:
+    """A copy of `model` whose random nodes producing the values `drawn` are gone and those
+    values graph inputs, typed as the arrays drawn for them; None when one of the values is
+    not the output of a random node of its main graph (a rewrite renamed or moved it)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    if any(v not in producer or producer[v].op_type not in FAMILIES["RANDOM"] for v in drawn):
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    keep = [n for n in out.graph.node if not set(n.output) & set(drawn)]
+    del out.graph.node[:]
+    out.graph.node.extend(keep)
+    for name, a in drawn.items():
+        elem = onnx.helper.np_dtype_to_tensor_dtype(a.dtype)
+        out.graph.input.append(onnx.helper.make_tensor_value_info(name, elem, a.shape))
+    return out
 
 
 def random_outputs(model: onnx.ModelProto) -> set[str]:
