@@ -90,6 +90,18 @@ def _arg_extreme(ctx) -> None:
     ctx.attr("select_last_index", lambda: ctx.pick([0, 1], "select_last_index"))
 
 
+@sampler("CumSum")
+def _cumsum(ctx) -> None:
+    # a tensor of rank >= 1 and one axis of it, a constant scalar (ONNX CumSum: axis in
+    # [-r, r-1]), exclusive or not, from either end
+    shape = ctx.gen.sub_shape()
+    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    if ctx.free(1):
+        ctx.put(1, (), ctx.draw(ints(-x.rank, x.rank - 1), "axis"))
+    ctx.attr("exclusive", lambda: ctx.pick([0, 1], "exclusive"))
+    ctx.attr("reverse", lambda: ctx.pick([0, 1], "reverse"))
+
+
 @sampler(*_BROADCAST, *FAMILIES["VARIADIC_ELEMENTWISE"], fallback="broadcast")
 def _broadcast(ctx) -> None:
     n = len(ctx.names)
