@@ -80,8 +80,28 @@ def _syntax_error(e: UnexpectedInput, text: str, file: str) -> RulesSyntaxError:
             more = f" ({n} parentheses are open there)" if n > 1 else ""
             msg = f"'(' is never closed: the file ends at {line}:{col}{more}"
             return RulesSyntaxError(Span(file, oline, ocol), msg, source_line(text, oline))
-    msg = f"unexpected {what}; expected {_describe(_expected(e))}"
+    expected = _expected(e)
+    msg = f"unexpected {what}; expected {_describe(expected)}"
+    if expected == {"RPAR"} and _form_head(text, line, col) == "equal":  # after a guard
+        msg += (
+            " (an `equal` rule is a pattern and a result, read both ways: a guarded rule is a"
+            " `simplify`)"
+        )
     return RulesSyntaxError(Span(file, line, col), msg, source_line(text, line))
+
+
+def _form_head(text: str, line: int, col: int) -> str:
+    """The first word of the top-level form open at `line`:`col` of `text` ("" if none)."""
+    lines = text.splitlines()
+    before = "\n".join(
+        [*lines[: line - 1], lines[line - 1][: col - 1] if line <= len(lines) else ""]
+    )
+    opened = _unclosed(before)
+    if not opened:
+        return ""
+    oline, ocol = opened[0]
+    m = re.match(r"\(\s*([A-Za-z_-]+)", lines[oline - 1][ocol - 1 :])
+    return m[1] if m else ""
 
 
 def _unclosed(text: str) -> list[tuple[int, int]]:

@@ -35,6 +35,13 @@ EXPECTED = {
         "      (LeakyRelu @x :alpha 1e400)\n"
         "                           ^",
     ),
+    "equal_with_guard": (  # the guard was read as the result, and the result was unexpected
+        dsl.RulesSyntaxError,
+        "equal_with_guard.rules:4:3: error: unexpected '@x'; expected ')' (an `equal` rule is a "
+        "pattern and a result, read both ways: a guarded rule is a `simplify`)\n"
+        "      @x)\n"
+        "      ^",
+    ),
     "number_below_float": (  # it was read as 0, silently
         dsl.RulesSyntaxError,
         "number_below_float.rules:2:24: error: 1e-400 is below a float's range "
