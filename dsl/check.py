@@ -77,6 +77,12 @@ def check(
             for r in new:
                 if r.name in first:
                     msg = f"duplicate rule name '{r.name}' (first defined at {first[r.name]})"
+                    if first[r.name] == r.span:  # one rule written once: a `for` made both
+                        msg = (
+                            f"duplicate rule name '{r.name}': the `for` around it makes one rule "
+                            "per operator, and {VAR} in its name (VAR the for's variable) tells "
+                            "them apart"
+                        )
                     errors.append(DuplicateRuleError(r.span, msg))
                 else:
                     first[r.name] = r.span

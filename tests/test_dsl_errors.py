@@ -42,6 +42,14 @@ EXPECTED = {
         "      @x)\n"
         "      ^",
     ),
+    "for_without_its_variable": (  # it said the rule was first defined where it stands
+        dsl.DuplicateRuleError,
+        "for_without_its_variable.rules:1:20: error: duplicate rule name 'same-name': the `for` "
+        "around it makes one rule per operator, and {VAR} in its name (VAR the for's variable) "
+        "tells them apart\n"
+        "    (for op (Relu Neg) (simplify same-name (op (op @x)) (op @x)))\n"
+        "                       ^",
+    ),
     "number_below_float": (  # it was read as 0, silently
         dsl.RulesSyntaxError,
         "number_below_float.rules:2:24: error: 1e-400 is below a float's range "
