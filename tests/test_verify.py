@@ -287,6 +287,15 @@ def test_these_ops_have_example_generators(op):
     assert res.status == "pass", res.detail or (res.failure and res.failure.text)
 
 
+def test_a_rule_over_a_dtype_verify_does_not_draw_is_unsupported_not_unsat():
+    """A bfloat16 round trip came back `unsat` ("no valid example"), as if its guards could
+    not hold."""
+    r = rule("(simplify r (Cast (Cast @x :to 16) :to 1) (if (has-dtype @x 1)) @x)")
+    res = verify_rule(r, examples=10)
+    assert res.status == "unsupported"
+    assert res.detail == "no example: the rule's types need bfloat16, which verify does not draw"
+
+
 def test_a_rule_without_a_generator_is_unsupported():
     r = rule("(simplify range-identity (Identity (Range @a @b @c)) (Range @a @b @c))")
     res = verify_rule(r)

@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable, UnsatisfiedAssumption
+from onnx import TensorProto
 
 try:  # Hypothesis's internals (`_no_local_constants`); absent in another version, left alone
     from hypothesis.internal.conjecture import providers as hypothesis_providers
@@ -46,13 +47,13 @@ except ImportError:  # pragma: no cover
     hypothesis_providers = None
 
 from dsl import shipped_rules_dir
-from dsl.ir import OpNode, Rule, RuleSet
+from dsl.ir import Literal, OpNode, Rule, RuleSet
 from dsl.lists import concrete, max_items
 from verify.check import run_both, unjudged
 from verify.compare import mode_of
 from verify.defaults import DEFAULT_EXAMPLES  # re-exported
 from verify.draw import Gen, long_dims
-from verify.dtypes import FOUR_BIT
+from verify.dtypes import CANDIDATES, FOUR_BIT
 from verify.engine import commuted_positions, family, run_engine
 from verify.hints import requests
 from verify.instance import NotAMatch, instantiate, lhs_model, lowest_opset, op_names, reversed_rule
@@ -169,7 +170,39 @@ def verify_rule(
     status = "FAIL" if any(c.failure for c in checks) else "pass"
     if status == "pass" and any(c.unsat for c in checks if c.name.startswith("numeric")):
         status = "unsat"
+        undrawn = undrawn_dtypes(rule)
+        if undrawn:  # no example for want of a dtype verify draws, not of the guards
+            need = ", ".join(undrawn)
+            detail = f"no example: the rule's types need {need}, which verify does not draw"
+            return RuleResult(
+                rule, "unsupported", checks, time.perf_counter() - start, repro, detail
+            )
     return RuleResult(rule, status, checks, time.perf_counter() - start, repro)
+
+
+def undrawn_dtypes(rule: Rule) -> list[str]:
+    """The ONNX element types a rule names (a Cast's `:to`, a `has-dtype` guard's literal) that
+    verify draws no example of (`verify.dtypes.CANDIDATES`, the 4-bit ones), by name."""
+    codes: set[int] = set()
+
+    def walk(t) -> None:
+        if isinstance(t, OpNode):
+            for name, a in t.attrs:
+                if name in ("to", "dtype") and isinstance(getattr(a, "value", None), int):
+                    codes.add(a.value)
+            for x in t.args:
+                walk(x)
+
+    for t in (rule.lhs, rule.rhs):
+        walk(t)
+    for g in rule.guards:
+        if g.fn == "has-dtype" and len(g.args) == 2 and isinstance(g.args[1], Literal):
+            codes.add(int(g.args[1].value))
+    drawn = set(CANDIDATES) | set(FOUR_BIT)
+    return sorted(TensorProto.DataType.Name(c).lower() for c in codes - drawn if c in _DTYPE_NAMES)
+
+
+_DTYPE_NAMES = set(TensorProto.DataType.values())
 
 
 def verify_rules(
