@@ -22,7 +22,8 @@ def find_provenance(model: onnx.ModelProto, name: str) -> tuple[str, dict | None
     node) for `name`: a node name, else the name of a node's output, else an initializer.
 
     Raises NoProvenance when nothing has that name, or when the model has no provenance at
-    all (written with --no-provenance, or not by `rewrite optimize`)."""
+    all (written with --no-provenance, not by `rewrite optimize`, or as its input unchanged).
+    """
     g = model.graph
     by_model = _model_trees(model)
     found = next((n for n in g.node if n.name == name), None)
@@ -40,7 +41,8 @@ def find_provenance(model: onnx.ModelProto, name: str) -> tuple[str, dict | None
     if tree is None and not by_model and not _any_own(g):
         raise NoProvenance(
             f"no provenance in this model ({KEY} metadata): written with "
-            "--no-provenance, or not by `rewrite optimize`"
+            "--no-provenance, not by `rewrite optimize`, or as its input unchanged (no "
+            "rewrite made it cheaper)"
         )
     return what, tree
 
