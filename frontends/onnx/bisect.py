@@ -314,6 +314,11 @@ def _sites(trials: _Trials, culprits, rule: Rule, files, say) -> Culprit:
             "it fails only as a plain egglog rule, not applied from Python; "
             "reporting the rule alone",
         )
+    if trials.last_report is None:  # optimizing raised: no report of where the rule fired
+        return _note(
+            base,
+            "optimizing raised, so the sites it fired at are not known; reporting the rule alone",
+        )
     if not sites:
         return _note(
             base,
