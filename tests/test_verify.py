@@ -278,11 +278,14 @@ def test_dimensions_past_a_rules_integer_constants_are_drawn_too():
 
 @pytest.mark.parametrize(
     "op",
-    ["Elu", "Selu", "Celu", "ThresholdedRelu", "IsNaN", "Hardmax", "ArgMax", "ArgMin", "CumSum"],
+    [
+        *("Elu", "Selu", "Celu", "ThresholdedRelu", "IsNaN", "Hardmax", "ArgMax", "ArgMin"),
+        *("CumSum", "TopK", "TopK#1"),
+    ],
 )
 def test_these_ops_have_example_generators(op):
     """Rules over them came back `unsupported` (a tester's Elu(x) -> Elu(x, alpha=1.0))."""
-    args = "@x @a" if op == "CumSum" else "@x"  # (CumSum's axis is an input)
+    args = "@x @a" if op in ("CumSum", "TopK", "TopK#1") else "@x"  # (an axis or k input)
     res = verify_rule(rule(f"(simplify r (Identity ({op} {args})) ({op} {args}))"), examples=10)
     assert res.status == "pass", res.detail or (res.failure and res.failure.text)
 

@@ -176,6 +176,23 @@ def _concat(ctx) -> None:
             ctx.put(i, tuple(shape))
 
 
+@sampler("TopK", "TopK#1")
+def _topk(ctx) -> None:
+    """The k largest (or smallest) along one axis of a tensor of rank >= 1, k a constant
+    [1] in [0, the axis' size] (ONNX TopK-11), sorted (unsorted, their order is the
+    runtime's: the executors would disagree)."""
+    shape = ctx.gen.sub_shape()
+    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    axis = ctx.attr("axis", lambda: ctx.draw(ints(-x.rank, x.rank - 1), "axis"))
+    if not -x.rank <= axis < x.rank:
+        return  # a pattern's axis beyond the input's rank: the example is rejected
+    d = x.shape[axis % x.rank]
+    if ctx.free(1):
+        ctx.put(1, (1,), [ctx.draw(ints(min(1, d), d), "k")])
+    ctx.attr("largest", lambda: ctx.pick([1, 0], "largest"))
+    ctx.attr("sorted", 1)
+
+
 @sampler("Split", *(f"Split#{k}" for k in range(1, VARIADIC_SLOTS)))
 def _split(ctx) -> None:
     """A split into more outputs than the projection's index, by `num_outputs` (equal
