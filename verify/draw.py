@@ -248,6 +248,11 @@ class Gen(Steer, Values):
             shape[shape.index(max(shape))] = 1 if max(shape) <= 2 else 2
         return tuple(shape)
 
+    def nonscalar_shape(self) -> tuple[int, ...]:
+        """`sub_shape()`, or one drawn dimension where that is a scalar: for an op over an
+        axis (Softmax, ArgMax, TopK, ...), whose input has rank 1 at least."""
+        return self.sub_shape() or (self.dim(),)
+
     def sub_shape(self, base: tuple[int, ...] | None = None) -> tuple[int, ...]:
         """A shape that broadcasts into `base` (the universe by default): a suffix of it,
         with some dimensions set to 1."""

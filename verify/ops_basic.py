@@ -74,8 +74,7 @@ def _unary(ctx) -> None:
 
 @sampler("Softmax", "LogSoftmax", "Hardmax")
 def _softmax(ctx) -> None:
-    shape = ctx.gen.sub_shape()
-    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    x = ctx.put(0, ctx.gen.nonscalar_shape())
     ctx.attr("axis", lambda: ctx.draw(_attr_strategy(ctx, "axis", max(x.rank, 1)), "axis"))
 
 
@@ -83,8 +82,7 @@ def _softmax(ctx) -> None:
 def _arg_extreme(ctx) -> None:
     # one axis of a tensor of rank >= 1 (ONNX ArgMax: axis in [-r, r-1]), kept or not, ties
     # to the first or the last index
-    shape = ctx.gen.sub_shape()
-    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    x = ctx.put(0, ctx.gen.nonscalar_shape())
     ctx.attr("axis", lambda: ctx.draw(ints(-x.rank, x.rank - 1), "axis"))
     ctx.attr("keepdims", lambda: ctx.pick([1, 0], "keepdims"))
     ctx.attr("select_last_index", lambda: ctx.pick([0, 1], "select_last_index"))
@@ -94,8 +92,7 @@ def _arg_extreme(ctx) -> None:
 def _cumsum(ctx) -> None:
     # a tensor of rank >= 1 and one axis of it, a constant scalar (ONNX CumSum: axis in
     # [-r, r-1]), exclusive or not, from either end
-    shape = ctx.gen.sub_shape()
-    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    x = ctx.put(0, ctx.gen.nonscalar_shape())
     if ctx.free(1):
         ctx.put(1, (), ctx.draw(ints(-x.rank, x.rank - 1), "axis"))
     ctx.attr("exclusive", lambda: ctx.pick([0, 1], "exclusive"))

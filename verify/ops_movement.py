@@ -22,8 +22,7 @@ BIG = 2**31 - 1  # an end past any axis (Slice clamps it), in int32 too
 
 @sampler("Slice")
 def _slice(ctx) -> None:
-    shape = ctx.gen.sub_shape()
-    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    x = ctx.put(0, ctx.gen.nonscalar_shape())
     if not any(ctx.free(i) for i in (1, 2, 3, 4)):
         return
     r = x.rank
@@ -100,8 +99,7 @@ def _pad(ctx) -> None:
     # "wrap" (Pad-19) is left out: onnxruntime 1.31 fails on it ("Unexpected mode of 3")
     modes = ["constant", "edge", "reflect"]
     mode = ctx.attr("mode", lambda: ctx.pick(modes, "mode"))
-    shape = ctx.gen.sub_shape()
-    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    x = ctx.put(0, ctx.gen.nonscalar_shape())
     r = x.rank
     if not r:
         return  # a scalar drawn below has nothing to pad: rejected
@@ -144,7 +142,7 @@ def _gather(ctx) -> None:
     """Data of rank >= 1 whose gathered axis has at least 2 entries, and indices of rank 0 to
     2, drawn in [-2, 1] (`verify.values.VALUE_DOMAINS`: valid on such an axis, negative
     indices included)."""
-    shape = list(ctx.gen.sub_shape() or (ctx.gen.dim(),))
+    shape = list(ctx.gen.nonscalar_shape())
     rank = len(shape)
     axis = ctx.attr("axis", lambda: ctx.draw(ints(-rank, rank - 1), "axis"))
     if not -rank <= axis < rank:
@@ -161,7 +159,7 @@ def _concat(ctx) -> None:
     """Inputs of one rank, equal but on the concatenated axis (ONNX Concat)."""
     slots = range(len(ctx.names))
     known = next((s for s in map(ctx.shape, slots) if s is not None), None)
-    base = known if known is not None else (ctx.gen.sub_shape() or (ctx.gen.dim(),))
+    base = known if known is not None else (ctx.gen.nonscalar_shape())
     rank = len(base)
     if not rank:  # a scalar drawn below cannot be concatenated: rejected
         ctx.attr("axis", 0)
@@ -181,8 +179,7 @@ def _topk(ctx) -> None:
     """The k largest (or smallest) along one axis of a tensor of rank >= 1, k a constant
     [1] in [0, the axis' size] (ONNX TopK-11), sorted (unsorted, their order is the
     runtime's: the executors would disagree)."""
-    shape = ctx.gen.sub_shape()
-    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    x = ctx.put(0, ctx.gen.nonscalar_shape())
     axis = ctx.attr("axis", lambda: ctx.draw(ints(-x.rank, x.rank - 1), "axis"))
     if not -x.rank <= axis < x.rank:
         return  # a pattern's axis beyond the input's rank: the example is rejected
@@ -198,7 +195,7 @@ def _split(ctx) -> None:
     """A split into more outputs than the projection's index, by `num_outputs` (equal
     chunks, the last one smaller: ONNX Split-18) or by a `split` input of sizes."""
     least = ctx.spec.output + 1
-    shape = list(ctx.gen.sub_shape() or (ctx.gen.dim(),))
+    shape = list(ctx.gen.nonscalar_shape())
     axis = ctx.attr("axis", lambda: ctx.draw(ints(-len(shape), len(shape) - 1), "axis"))
     if -len(shape) <= axis < len(shape):  # room for the output the projection reads
         shape[axis] = max(shape[axis], least)

@@ -141,8 +141,7 @@ def _reduce(ctx) -> None:
 
 @sampler("LayerNormalization")
 def _layernorm(ctx) -> None:
-    shape = ctx.gen.sub_shape()
-    x = ctx.put(0, shape if shape else (ctx.gen.dim(),))
+    x = ctx.put(0, ctx.gen.nonscalar_shape())
     r = x.rank
     axis = ctx.attr("axis", lambda: ctx.draw(ints(-r, r - 1), "axis"))
     norm = tuple(x.shape[axis % r :]) if isinstance(axis, int) and -r <= axis < r else ()
