@@ -113,13 +113,16 @@ class _Trials:
         self.model, self.fp, self.limits, self.folder = model, fp, limits, folder
         self.feeds = [random_inputs(model, SEED + r) for r in range(RUNS)]
         # a model with random nodes: every run reads the original's draws, as the check does
-        self.draws = draw_values(model, self.feeds) if random_outputs(model) else None
+        self.random = random_outputs(model)
+        self.draws = draw_values(model, self.feeds) if self.random else None
+        # (the original's own random nodes made the draws: cutting them out cannot fail)
         checked = model if self.draws is None else cut_draws(model, self.draws[0])
-        if checked is None:  # (cannot be: its own random nodes made the draws)
-            self.draws, checked = None, model
+        self.fed = self.feeds
+        if self.draws is not None:
+            self.fed = [{**f, **d} for f, d in zip(self.feeds, self.draws)]
         try:
             sess = session(checked)
-            self.want = [run(sess, f) for f in self._fed()]
+            self.want = [run(sess, f) for f in self.fed]
         except CheckError as e:
             raise BisectError(f"the original model: {e}") from None
         self.elem = [o.type.tensor_type.elem_type for o in model.graph.output]
@@ -127,18 +130,12 @@ class _Trials:
         self.tol = [tol[o.name] for o in model.graph.output]
         self.names = [o.name for o in model.graph.output]
         # outputs of draws the runs cannot share: not compared, as the output check does not
-        self.drawn = random_outputs(model) if self.draws is None else set()
+        self.drawn = self.random if self.draws is None else set()
         self.runs = 0
         self.failed_feed = 0
         self.last_report = None
         self.last_seconds = 0.0
         self.cache: dict[tuple, tuple[str | None, int]] = {}
-
-    def _fed(self) -> list[dict]:
-        """The check's feeds, with the original's draws where the model has random nodes."""
-        if self.draws is None:
-            return self.feeds
-        return [{**f, **d} for f, d in zip(self.feeds, self.draws)]
 
     def out_of_time(self) -> bool:
         """True when another run, as long as the last one, would end past the deadline."""
@@ -180,11 +177,11 @@ class _Trials:
             raise _OutOfTime
         if result is self.model:
             return None
-        fed, skip = self._fed(), self.drawn
+        fed, skip = self.fed, self.drawn
         if self.draws is not None:
             cut = cut_draws(result, self.draws[0])
             if cut is None:  # a rewrite moved a random node: its outputs are not compared
-                fed, skip = self.feeds, random_outputs(self.model)
+                fed, skip = self.feeds, self.random
             else:
                 result = cut
         try:

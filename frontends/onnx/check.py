@@ -406,14 +406,27 @@ def _outer_reads(node: onnx.NodeProto) -> set[str]:
     """The values of the enclosing graph that `node`'s subgraphs (If branches, Loop and Scan
     bodies, nested ones too) read by name without their being inputs of `node`."""
     out: set[str] = set()
-    for a in node.attribute:
-        for g in (a.g,) if a.type == onnx.AttributeProto.GRAPH else a.graphs:
-            local = {i.name for i in g.input} | {t.name for t in g.initializer}
-            local |= {o for n in g.node for o in n.output}
-            for n in g.node:
-                out |= {i for i in n.input if i and i not in local}
-                out |= _outer_reads(n) - local
+    for g in subgraphs(node):
+        local = {i.name for i in g.input} | {t.name for t in g.initializer}
+        local |= {o for n in g.node for o in n.output}
+        for n in g.node:
+            out |= {i for i in n.input if i and i not in local}
+            out |= _outer_reads(n) - local
     return out
+
+
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs `node` holds in its attributes: an If's branches, a Loop's or Scan's body."""
+    return [
+        g
+        for a in node.attribute
+        for g in ((a.g,) if a.type == onnx.AttributeProto.GRAPH else a.graphs)
+    ]
+
+
+def _is_draw(node: onnx.NodeProto) -> bool:
+    """Whether `node` is a random op (the op table's RANDOM family: RandomNormal, ...)."""
+    return node.op_type in FAMILIES["RANDOM"] and node.domain in ("", "ai.onnx")
 
 
 _SHAPE_ONLY = ("Shape", "Size")  # ops whose output depends on their input's shape alone
@@ -441,12 +454,7 @@ def draw_values(model: onnx.ModelProto, feeds: list[dict]) -> list[dict] | None:
     """For each of `feeds`, the values the random nodes of `model`'s main graph draw (name ->
     array), from one onnxruntime run of `model` with those values as extra outputs. None when
     the main graph has no random node (a draw inside a subgraph only) or the run fails."""
-    draws = [
-        o
-        for n in model.graph.node
-        if n.op_type in FAMILIES["RANDOM"] and n.domain in ("", "ai.onnx")
-        for o in n.output
-    ]
+    draws = [o for n in model.graph.node if _is_draw(n) for o in n.output]
     if not draws:
         return None
     probe = onnx.ModelProto()
@@ -475,7 +483,7 @@ def cut_draws(model: onnx.ModelProto, drawn: dict[str, np.ndarray]) -> onnx.Mode
     values graph inputs, typed as the arrays drawn for them; None when one of the values is
     not the output of a random node of its main graph (a rewrite renamed or moved it)."""
     producer = {o: n for n in model.graph.node for o in n.output}
-    if any(v not in producer or producer[v].op_type not in FAMILIES["RANDOM"] for v in drawn):
+    if any(v not in producer or not _is_draw(producer[v]) for v in drawn):
         return None
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -504,11 +512,8 @@ def random_outputs(model: onnx.ModelProto) -> set[str]:
 
 
 def _draws(node: onnx.NodeProto) -> bool:
-    if node.domain in ("", "ai.onnx") and node.op_type in FAMILIES["RANDOM"]:
-        return True
-    graphs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-    graphs += [g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
-    return any(_draws(n) for g in graphs for n in g.node)
+    """Whether `node` is a random op or holds one in a subgraph."""
+    return _is_draw(node) or any(_draws(n) for g in subgraphs(node) for n in g.node)
 
 
 def tolerance_types(model: onnx.ModelProto) -> dict[str, int]:

@@ -62,7 +62,7 @@ from onnx.external_data_helper import (
 
 from engine.quantize import Site
 from frontends.onnx import external
-from frontends.onnx.check import CheckError, random_inputs, run, session, upstream
+from frontends.onnx.check import CheckError, random_inputs, run, session, subgraphs, upstream
 from frontends.onnx.exporter import IN_MEMORY, export_model
 from frontends.onnx.importer import is_weight, skeleton
 from vocab.graph import TermGraph, unique_name
@@ -903,9 +903,8 @@ def subgraph_products(model: onnx.ModelProto, ops: set[str]) -> str:
         for n in graph.node:
             if inside and n.op_type in products and not n.domain:
                 found[n.op_type] += 1
-            for a in n.attribute:
-                for g in (a.g,) if a.type == onnx.AttributeProto.GRAPH else a.graphs:
-                    walk(g, True)
+            for g in subgraphs(n):
+                walk(g, True)
 
     walk(model.graph, False)
     return ", ".join(f"{c} {op}" for op, c in sorted(found.items()))
