@@ -210,8 +210,9 @@ def _split(nodes: list[Node], g: TermGraph) -> tuple[list[Node], list[Node]]:
     (a per-axis QuantizeLinear, an integer Div) go to the reference evaluator, the rest to
     onnxruntime. Measured on BERT-base's batches:
     onnxruntime 1.32's per-axis QuantizeLinear took 2.9 s for 73 weights (against the
-    reference's 0.3-0.5 s), while on the weight-only rules' TopK/Div/Round/Clip/Gather chains
-    onnxruntime took 2.5 s against the reference's 6.2 s, with the same values. A node with
+    reference's 0.3-0.5 s), while on the weight-only rules' block chains (then TopK, Div,
+    Round, Clip, Gather) onnxruntime took 2.5 s against the reference's 6.2 s, with the same
+    values. A node with
     no inputs (a Constant) joins nothing; it goes with each part that reads it (to
     onnxruntime's when none does: a Constant whose reader is not constant)."""
     made_by: dict[int, int] = {}
@@ -317,7 +318,7 @@ def _four_bit_tail(nodes: list[Node], g: TermGraph) -> tuple[list[Node], list[No
     """`nodes` (in graph order) in two: the Casts to int4 or uint4 and every node after them
     that reads what they make, and the rest. onnxruntime computes such a Cast but neither
     returns int4 to numpy nor moves it (no Reshape or Transpose kernel for int4: weight-only's
-    standard-ONNX packing, whose Casts the saturation moves before its Transpose and Reshape),
+    standard-ONNX packing, whose Cast the saturation moves before its Flatten),
     so `_evaluate` gives it the rest (the weights' rounding, most of the work: BERT-base's
     took 2.4 s in the reference evaluator) and the reference evaluator the tail."""
     made: set[int] = set()
