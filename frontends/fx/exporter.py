@@ -86,12 +86,14 @@ class _Exporter:
         self.names |= {g.values[v].name for v in (*g.inputs, *g.outputs, *g.constants)}
         self.copies: dict[tuple, fx.Node] = {}  # (source node, its new inputs) -> its copy
         self.tuples: dict[tuple, fx.Node] = {}  # multi-output application -> its torch call
+        self.copyable: dict[tuple, list] = {}  # application -> a group copying its source call
         self.projected = {_application(n) for n in g.nodes if "#" in n.op and not n.opaque}
 
     def run(self):
         for p in self.placeholders.values():
             self.copied[p] = self.graph.node_copy(p)
         groups = self._groups()
+        self.copyable = _copyable_items(groups)
         skip, fused = plan_linears(self, {id(n) for nodes in groups.values() for n in nodes})
         for n in self.g.nodes:
             origin = n.payload if isinstance(n.payload, Origin) else None
@@ -284,6 +286,12 @@ class _Exporter:
     def _item(self, n, key: tuple, k: int) -> fx.Node:
         """Output k of multi-output node `n` (`Op` or `Op#K`): item k of the one torch call
         (`raising.TUPLES`) written for all the outputs of its application `key`."""
+        if key not in self.tuples and key in self.copyable:
+            # the other items of the same application are copied from the source call (a
+            # chunk two of whose three items are untouched): read this one from that call too
+            self._copy_group(self.copyable[key])
+            head = next(p for p in self.copyable[key] if p.payload.head)
+            self.tuples[key] = self.env[head.outputs[0]].args[0]
         if key not in self.tuples:
             name, fn = TUPLES[key[0]]
             self.tuples[key] = fn(Builder(self, n, name))
@@ -466,6 +474,22 @@ class Builder:
         attrs = tuple(encode_attr(a.kind, self.node.attr(a.name)) for a in spec.attrs)
         value = constant_op_value(attrs)
         return self.ex.buffer(value, self.node.outputs[0], None)
+
+
+def _copyable_items(groups: dict[int, list]) -> dict[tuple, list]:
+    """Application (`_application`) -> a group of `groups` (untouched, copied as it is) whose
+    head is item k of that application (`Op#K`, or `Op` for item 0) and whose last copied fx
+    node is `operator.getitem(call, k)`: the call computes every item of the application."""
+    out = {}
+    for nodes in groups.values():
+        head = next(p for p in nodes if p.payload.head)
+        base, _, k = head.op.partition("#")
+        last = head.payload.fx[-1] if head.payload.fx else None
+        if base not in TUPLES or head.opaque or last is None:
+            continue
+        if last.target is operator.getitem and last.args[1:] == (int(k or 0),):
+            out.setdefault(_application(head), nodes)
+    return out
 
 
 def _application(n) -> tuple:
