@@ -1018,8 +1018,14 @@ def _print_excluded(report, kept, quiet: bool) -> None:
     )
     if names and not quiet:
         shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
-        total = len(kept.rules) + len(names)
-        err.print(f"--skip/--only excluded {len(names)} of {total} rules: {shown}", markup=False)
+        # every rule loaded: those kept and those the selection left out, for any reason (the
+        # other modes' rulesets and a runtime's sums too), so that the total is the same
+        # whatever the patterns (it was kept + these, which moved with the patterns)
+        total = len({r.name for r in kept.rules} | set(report.skipped))
+        err.print(
+            f"--skip/--only excluded {len(names)} of the {total} rules loaded: {shown}",
+            markup=False,
+        )
 
 
 def _discard(staged: list) -> None:

@@ -784,6 +784,14 @@ class Run:
     folder: Path | None
 
 
+def _left_out_reason(ruleset: str) -> str:
+    """Why `run` leaves out a rule of `ruleset` (UNSMOOTH_RULESETS, or MODE_RULESETS outside
+    `rewrite quantize`)."""
+    if ruleset in UNSMOOTH_RULESETS:
+        return f"ruleset {ruleset} runs in a pass of its own (quantize --smooth, after quantizing)"
+    return f"ruleset {ruleset} runs only when quantizing (rewrite quantize)"
+
+
 def _rulesets(rules: RuleSet, names: tuple[str, ...]) -> RuleSet:
     """The rules of `rules` in the rulesets `names` (a pass of its own: smoothing, unsmoothing)."""
     return RuleSet(tuple(r for r in rules.rules if r.ruleset in names), rules.files)
@@ -858,6 +866,11 @@ def run(
         )
         unsmoothing = _rulesets(rules, UNSMOOTH_RULESETS)
         left_out = UNSMOOTH_RULESETS + (() if options.quantize else MODE_RULESETS)
+        # said in the report like the rest (`rewrite optimize --explain`: why a rule did not run)
+        excluded = {
+            **{r.name: _left_out_reason(r.ruleset) for r in rules.rules if r.ruleset in left_out},
+            **excluded,
+        }
         rules = RuleSet(tuple(r for r in rules.rules if r.ruleset not in left_out), rules.files)
     t_rules = time.perf_counter() - clock
     with stage("loading the model"):
