@@ -249,3 +249,34 @@ def test_an_input_that_fails_the_full_check_is_named_as_the_cause():
         }"""
     )
     assert _fails_full_check(good, ValueError("the result's")) is None
+
+
+def test_a_loaded_model_keeps_its_weights_when_the_file_changes(tmp_path):
+    """`load_model` parses a memory map of the file (`_read_proto`): the model it returns is
+    the one `onnx.load` reads, and holds its own bytes, so a file overwritten or removed after
+    loading (OUT = IN) changes nothing of it. Text formats are read by `onnx.load`."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 64])
+    y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 32])
+    graph = oh.make_graph(
+        [oh.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [x],
+        [y],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=9)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    loaded = load_model(path)
+    assert loaded == onnx.load(str(path))
+    with open(path, "r+b") as f:  # every byte of the file changed in place, then removed
+        data = f.read()
+        f.seek(0)
+        f.write(bytes(b ^ 0xFF for b in data))
+    path.unlink()
+    np.testing.assert_array_equal(numpy_helper.to_array(loaded.graph.initializer[0]), w)
+    text = tmp_path / "m.textproto"
+    onnx.save(model, text, format="textproto")
+    assert load_model(text) == loaded

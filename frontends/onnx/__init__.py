@@ -6,6 +6,7 @@ shell around it.
 
 from __future__ import annotations
 
+import mmap
 import os
 import secrets
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx.external_data_helper import uses_external_data
+from onnx.serialization import registry
 
 from engine.optimize import FP_CLASSES, as_given, optimize
 from engine.saturate import Limits
@@ -71,7 +73,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     if not p.is_file():
         raise ModelError(f"{p}: not a file")
     try:
-        model = onnx.load(str(p), load_external_data=False)
+        model = _read_proto(p)
     except Exception as e:  # protobuf raises DecodeError and friends
         raise ModelError(f"{p}: not an ONNX model ({type(e).__name__})") from None
     if not model.HasField("graph") or not model.opset_import:
@@ -99,6 +101,25 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     if opset > MAX_OPSET:
         raise ModelError(f"{p}: opset {opset} is newer than onnxruntime supports (<= {MAX_OPSET})")
     load_small_tensors(model, p.parent)
+    return model
+
+
+def _read_proto(p: Path) -> onnx.ModelProto:
+    """The model in file `p`, its external data not read. A binary protobuf file (any name but
+    the text formats' `.textproto`, `.json`, ... that `onnx.load` tells by their extension) is
+    parsed from a read-only memory map of the file, not from a copy of it in a bytes object as
+    `onnx.load` reads it: the parsed message holds its own copy either way, and the read was a
+    third of loading (BERT-base's 438 MB: 0.85 s -> 0.40-0.52 s, beside another process).
+    Raises what reading and parsing raise."""
+    fmt = registry.get_format_from_file_extension(p.suffix)
+    if fmt not in (None, "protobuf"):
+        return onnx.load(str(p), format=fmt, load_external_data=False)
+    model = onnx.ModelProto()
+    with open(p, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:  # an empty file parses as an empty model
+            return model
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            model.ParseFromString(memoryview(mapped))
     return model
 
 
