@@ -442,8 +442,9 @@ def _add_optimize_options(o) -> None:
         "--target",
         choices=sorted(TARGETS),
         default="onnx",
-        help="the runtime the output is for: onnx (standard ops only, the default) or "
-        "onnxruntime (its contrib ops too: rulesets declaring :domain com.microsoft run)",
+        help="the runtime the output is for: onnx (standard ops only, the default; a model "
+        "that already has nodes of another domain may get more of them) or onnxruntime (its "
+        "contrib ops too: rulesets declaring :domain com.microsoft run)",
     )
     o.add_argument(
         "--opset",
@@ -1005,16 +1006,10 @@ def _missing(paths) -> str:
 
 
 def _print_excluded(report, kept, quiet: bool) -> None:
-    """How many rules --skip/--only left out (stderr), from the reasons in `report.skipped`
-    (not the other quantization modes' rulesets, which `rewrite quantize` skips itself);
+    """How many rules --skip/--only left out (stderr), from the reasons in `report.skipped`;
     `kept`: the RuleSet they left."""
-    from frontends.onnx.api import QUANT_RULESETS
-
-    mode = {f"--skip ruleset:{r}" for rs in QUANT_RULESETS.values() for r in rs}
     names = sorted(
-        r
-        for r, why in report.skipped.items()
-        if why.startswith(("--skip", "not in --only")) and why not in mode
+        r for r, why in report.skipped.items() if why.startswith(("--skip", "not in --only"))
     )
     if names and not quiet:
         shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")

@@ -368,17 +368,15 @@ class Options:
         return keep
 
     def quantized(self) -> Options:
-        """These options with `quantize` spelled out: the `quant` class allowed, the quant
-        rulesets of other modes skipped (no change when `quantize` is None)."""
+        """These options with `quantize` spelled out: the `quant` class allowed (no change
+        when `quantize` is None). `run` leaves the quant rulesets of other modes out."""
         if self.quantize is None:
             return self
-        keep = self.quant_rulesets
-        others = [f"ruleset:{r}" for r in MODE_RULESETS if r not in keep]
         # static mode folds BatchNormalization into the Conv before it (class reassoc), as
         # onnxruntime's quantization pre-processing does: a QuantizeLinear then meets the Conv
         wanted = ("quant", "reassoc") if self.quantize == "static" else ("quant",)
         allow = (*self.allow, *(c for c in wanted if c not in self.allow))
-        out = replace(self, allow=allow, skip=(*self.skip, *others))
+        out = replace(self, allow=allow)
         if self.error_budget is not None and self.rtol is None and self.atol is None:
             out = replace(out, rtol=self.error_budget, atol=0.0)  # the check holds the budget
         return out
@@ -784,12 +782,14 @@ class Run:
     folder: Path | None
 
 
-def _left_out_reason(ruleset: str) -> str:
-    """Why `run` leaves out a rule of `ruleset` (UNSMOOTH_RULESETS, or MODE_RULESETS outside
-    `rewrite quantize`)."""
+def _left_out_reason(ruleset: str, quantize: str | None) -> str:
+    """Why `run` leaves out a rule of `ruleset`: UNSMOOTH_RULESETS, or one of MODE_RULESETS
+    that the run (`quantize`: its mode, None outside `rewrite quantize`) does not use."""
     if ruleset in UNSMOOTH_RULESETS:
         return f"ruleset {ruleset} runs in a pass of its own (quantize --smooth, after quantizing)"
-    return f"ruleset {ruleset} runs only when quantizing (rewrite quantize)"
+    if quantize is None:
+        return f"ruleset {ruleset} runs only when quantizing (rewrite quantize)"
+    return f"ruleset {ruleset} is not one this --mode {quantize} run quantizes with"
 
 
 def _rulesets(rules: RuleSet, names: tuple[str, ...]) -> RuleSet:
@@ -865,10 +865,21 @@ def run(
             load_rules(options.rules), options.skip, options.only, options.sums
         )
         unsmoothing = _rulesets(rules, UNSMOOTH_RULESETS)
-        left_out = UNSMOOTH_RULESETS + (() if options.quantize else MODE_RULESETS)
+        keep = options.quant_rulesets
+        if keep and not any(r.ruleset in keep for r in rules.rules):
+            which = "--skip/--only leave" if options.skip or options.only else "the rules have"
+            raise OptionError(
+                f"{which} no rule of the rulesets --mode {options.quantize} quantizes with "
+                f"here ({', '.join(keep)})"
+            )
+        left_out = UNSMOOTH_RULESETS + tuple(r for r in MODE_RULESETS if r not in keep)
         # said in the report like the rest (`rewrite optimize --explain`: why a rule did not run)
         excluded = {
-            **{r.name: _left_out_reason(r.ruleset) for r in rules.rules if r.ruleset in left_out},
+            **{
+                r.name: _left_out_reason(r.ruleset, options.quantize)
+                for r in rules.rules
+                if r.ruleset in left_out
+            },
             **excluded,
         }
         rules = RuleSet(tuple(r for r in rules.rules if r.ruleset not in left_out), rules.files)

@@ -124,9 +124,10 @@ def session(
     Python). arrays: the initializers `model` holds as external data in memory
     (`exporter.export_model(g, arrays)`), by name; onnxruntime copies them in before any graph
     optimization (`SessionOptions.add_external_initializers`), so the session is the one the
-    whole model makes. Raises CheckError."""
+    whole model makes. onnxruntime logs nothing (a failure is the CheckError's message, and
+    the CLI's errors are one line). Raises CheckError."""
     try:  # (the arrays live on in the caller until the session has copied them)
-        return cpu_session(model, optimized=optimized, arrays=arrays, log_severity=3)
+        return cpu_session(model, optimized=optimized, arrays=arrays)
     except Exception as e:  # onnxruntime raises its own exception types
         raise CheckError(
             f"onnxruntime could not load the model: {str(e).splitlines()[0]}"
