@@ -178,7 +178,7 @@ def _info(name, shape, dtype=TensorProto.FLOAT):
 def test_a_rule_can_write_an_op_of_another_domain():
     """A rule whose result is `com.microsoft.Gelu` (onnxruntime's kernel) writes that node
     with its domain, adds the domain's opset import, and onnxruntime runs the result; it runs
-    only for a target that has the domain (or a model that imports it)."""
+    only for a target that has the domain (or a model with nodes of it)."""
     text = (
         "(ruleset ms :domain com.microsoft)(simplify to-ms-gelu (Gelu @x) (com.microsoft.Gelu @x))"
     )
@@ -198,6 +198,26 @@ def test_a_rule_can_write_an_op_of_another_domain():
     assert {i.domain: i.version for i in out.opset_import}["com.microsoft"] == 1
     x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
     np.testing.assert_allclose(run(out, {"x": x})[0], run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    # a model that only imports the domain (onnxruntime's quant_pre_process imports it into
+    # every file) is still a model of standard ops: the ruleset is skipped for target onnx
+    imports = _model(
+        model.graph.node,
+        [_info("x", [2, 8])],
+        [_info("y", [2, 8])],
+        opsets=[("", 20), ("com.microsoft", 1)],
+    )
+    same, report = optimize_model(imports, rules)
+    assert same is imports and "com.microsoft" in report.skipped["to-ms-gelu"]
+    # one whose nodes use it gets more of them
+    nodes = [
+        helper.make_node("Gelu", ["x"], ["g"]),
+        helper.make_node("Gelu", ["g"], ["y"], domain="com.microsoft"),
+    ]
+    uses = _model(
+        nodes, [_info("x", [2, 8])], [_info("y", [2, 8])], opsets=[("", 20), ("com.microsoft", 1)]
+    )
+    out, report = optimize_model(uses, rules)
+    assert [(n.domain, n.op_type) for n in out.graph.node] == [("com.microsoft", "Gelu")] * 2
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from onnx.serialization import registry
 from engine.optimize import FP_CLASSES, as_given, optimize
 from engine.saturate import Limits
 from frontends.onnx import external
-from frontends.onnx.check import compare
+from frontends.onnx.check import compare, subgraphs
 from frontends.onnx.exporter import export_model
 from frontends.onnx.external import ExternalDataError, check_locations, load_small_tensors
 from frontends.onnx.importer import (
@@ -104,6 +104,20 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     return model
 
 
+def used_domains(graph: onnx.GraphProto) -> set[str]:
+    """The domains other than the default one of the nodes of `graph` and its subgraphs. A
+    domain the model only imports does not count: onnxruntime's `quant_pre_process` imports
+    com.microsoft and six others into every model it writes, and a `--target onnx` run then
+    wrote com.microsoft.QLinearAdd into a model of standard ops."""
+    out: set[str] = set()
+    for n in graph.node:
+        if n.domain not in ("", "ai.onnx"):
+            out.add(n.domain)
+        for sub in subgraphs(n):
+            out |= used_domains(sub)
+    return out
+
+
 def _read_proto(p: Path) -> onnx.ModelProto:
     """The model in file `p`, its external data not read. A binary protobuf file (any name but
     the text formats' `.textproto`, `.json`, ... that `onnx.load` tells by their extension) is
@@ -168,7 +182,7 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
 
     target: the runtime the result is for, a key of `vocab.ops.TARGETS` (`onnx`: standard
     ONNX; `onnxruntime`: also its contrib domains): rules whose ruleset writes ops of a domain
-    that neither the model imports nor the target runs are skipped.
+    that neither the model's nodes use (`used_domains`) nor the target runs are skipped.
     opset: convert the model to this default-domain opset first (`frontends.onnx.opset`,
     `onnx.version_converter`), then optimize it with the rules whose ops exist at that opset;
     the result is at `opset` even when no rule made it cheaper. Raises OpsetError when it
@@ -310,9 +324,7 @@ def _optimize_model(model: onnx.ModelProto, rules, **kw):
     graph = kw.pop("graph", None)
     arrays = kw.pop("arrays", None)
     target = kw.pop("target", "onnx")
-    kw["domains"] = TARGETS[target] | {
-        i.domain for i in model.opset_import if i.domain not in ("", "ai.onnx")
-    }
+    kw["domains"] = TARGETS[target] | used_domains(model.graph)
     if clock > limits.deadline and graph is None:
         return model, onnx_counts(as_given(None, "time-limit", "load", {}), model, model)
     if graph is None:
