@@ -720,8 +720,17 @@ def cmd_ops(args) -> int:
     if args.opset is not None and not MIN_OPSET <= args.opset <= 26:
         err.print(f"error: --opset must be between {MIN_OPSET} and 26", markup=False)
         return EXIT_USAGE
+    entries = vocabulary(None)
+    if domains is not None:
+        known = {e.spec.domain for e in entries}
+        unknown = sorted(domains - known)
+        if unknown:
+            names = ", ".join(sorted(d or "ai.onnx" for d in known))
+            err.print(f"error: unknown domain {unknown[0]!r} (domains: {names})", markup=False)
+            return EXIT_USAGE
+        entries = [e for e in entries if e.spec.domain in domains]
     rows = []
-    for e in vocabulary(domains):
+    for e in entries:
         spec, reason = e.spec, e.reason
         if args.family and args.family not in spec.families:
             continue

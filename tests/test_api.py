@@ -146,6 +146,19 @@ def test_optimize_fx_takes_allow():
     assert same.ops_after == report.ops_after
     with pytest.raises(TypeError, match=r"'fp'.*accepted: allow, skip, only"):
         rewrite.optimize_fx(gm, (x,), fp=("exact", "reassoc"))
+    # the module itself, not traced: said so (it was an AttributeError: no attribute 'graph')
+    with pytest.raises(TypeError, match=r"GraphModule or a torch.export.ExportedProgram, not a"):
+        rewrite.optimize_fx(module, (x,))
+
+
+def test_calibration_takes_a_path():
+    """Arrays given where a path goes are a one-line OptionError, not "cannot read
+    calibration file {'x': array([...` with every value printed."""
+    arrays = {"pixel_values": np.zeros((4, 1, 3, 64, 64), np.float32)}
+    for name in ("calibration", "validation", "check_inputs"):
+        with pytest.raises(OptionError, match="takes the path of an .npz file, not a dict") as e:
+            rewrite.optimize_model(str(RESNET), quantize="static", **{name: arrays})
+        assert "array(" not in str(e.value)
 
 
 def test_progress_shows_a_stage_on_a_terminal_only():

@@ -219,6 +219,9 @@ def test_cli_exit_codes(tmp_path, capsys):
     code, _, err = cli(capsys, str(bad))
     assert code == 2 and err.count("\n") == 1 and "Nope" in err
     assert err.startswith(f"{bad}:1:") and err.count("error:") == 1  # located, said once
+    # a negative budget was taken, and every pair counted twice (also "over the budget")
+    code, out, err = cli(capsys, str(clean), "--max-pairs", "-1")
+    assert code == 2 and not out and err.startswith("error: lint: --max-pairs")
 
 
 def test_cli_bad_input_is_one_line(tmp_path):

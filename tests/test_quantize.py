@@ -336,6 +336,9 @@ def test_dynamic_mode_defaults_to_one_weight_scale_per_output_column():
     assert per_tensor.fired.get("quantize-matmul-dynamic") == 2
     with pytest.raises(OptionError, match="per-tensor does not apply to mode static"):
         rewrite.optimize_model(mlp(), quantize="static", per_channel=False)
+    # weight-only's blocks are finer than per-column: --per-tensor was silently ignored
+    with pytest.raises(OptionError, match="per-tensor does not apply to mode weight-only"):
+        rewrite.optimize_model(mlp(), quantize="weight-only", per_channel=False)
 
 
 def test_cli_quantize(tmp_path, capsys):

@@ -297,3 +297,7 @@ def test_rewrite_ops_lists_the_vocabulary(capsys):
     assert "ReduceLogSumExp" in text and "10 ops, 10 matchable" in text
     assert main(["ops", "--family", "NOPE"]) == 2
     assert "unknown op family" in capsys.readouterr().err
+    # a misspelt domain is said so (it listed "0 ops" and exited 0)
+    assert main(["ops", "--domain", "com.microsft"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown domain 'com.microsft'" in err and "com.microsoft" in err

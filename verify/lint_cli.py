@@ -64,6 +64,11 @@ def cmd_lint(args) -> int:
     from dsl import RulesError, shipped_rules_dir
     from verify.lint import LintInputError, lint
 
+    if args.max_pairs < 0 or args.examples < 1:
+        print(
+            "error: lint: --max-pairs must be 0 or more and --examples 1 or more", file=sys.stderr
+        )
+        return 2
     paths = args.paths or [shipped_rules_dir()]
     try:
         report = lint(

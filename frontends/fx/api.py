@@ -80,10 +80,10 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
         gets `node.meta["rewrite"]`, the tree of rules that justify it (`engine.provenance`).
     max_iterations, max_nodes, timeout (seconds): saturation limits.
     Returns (module, Report): a new GraphModule (ExportedProgram for one), or `gm` itself when
-    nothing cheaper was found. Raises TypeError for an unknown keyword (naming it and the
-    accepted ones), ValueError for a value no option takes (`engine.optimize.option_problem`:
-    an unknown numeric class, a limit that is not positive), FxCheckError when the check
-    fails, and
+    nothing cheaper was found. Raises TypeError for a `gm` of another type (an nn.Module) and
+    for an unknown keyword (naming it and the accepted ones), ValueError for a value no option
+    takes (`engine.optimize.option_problem`: an unknown numeric class, a limit that is not
+    positive), FxCheckError when the check fails, and
     `engine.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
     """
     unknown = sorted(set(options) - set(FX_OPTIONS))
@@ -91,6 +91,13 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
         raise TypeError(
             f"optimize_fx: unknown option {', '.join(map(repr, unknown))}; "
             f"accepted: {', '.join(FX_OPTIONS)}"
+        )
+    if not isinstance(gm, (torch.fx.GraphModule, torch.export.ExportedProgram)):
+        raise TypeError(
+            f"optimize_fx: takes a torch.fx.GraphModule or a torch.export.ExportedProgram, not "
+            f"a {type(gm).__name__} (torch.fx.symbolic_trace(module) or "
+            "torch.export.export(module, inputs) makes one; torch.compile(module, "
+            "backend='rewrite') takes a module)"
         )
     allow = _listed(options.get("allow", ()))
     limits = {k: options[k] for k in ("max_iterations", "max_nodes", "timeout") if k in options}

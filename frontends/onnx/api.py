@@ -432,6 +432,13 @@ class Options:
 
     def validate(self) -> None:
         """Raise OptionError for a value that cannot be used."""
+        for name in ("calibration", "validation", "check_inputs"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, (str, os.PathLike)):
+                raise OptionError(
+                    f"{name.replace('_', '-')} takes the path of an .npz file, not a "
+                    f"{type(v).__name__} (numpy.savez(FILE, INPUT_NAME=samples, ...))"
+                )
         for name in ("error_budget", "smooth", "over_budget_share"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
@@ -463,6 +470,11 @@ class Options:
             raise OptionError(
                 "per-tensor does not apply to mode static (QLinearConv and QLinearMatMul take "
                 "one weight scale per output channel)"
+            )
+        if self.per_channel is False and self.quantize == "weight-only":
+            raise OptionError(
+                "per-tensor does not apply to mode weight-only (one scale per block of 32 "
+                "weights of a column)"
             )
         if (
             self.quantize == "weight-only"
