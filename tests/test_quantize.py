@@ -2051,3 +2051,31 @@ def test_quantize_with_rules_given(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no rule of the rulesets --mode dynamic quantizes with" in err[0]
     assert not (tmp_path / "x.onnx").exists()
+
+
+@pytest.mark.parametrize("ir_version", [3, 7])
+def test_an_overridable_weight_read_as_a_constant_is_warned_of(ir_version):
+    """A weight that is also a graph input (a default the caller may override, from IR 4 on) is
+    quantized from the value it holds, and the output no longer takes it: a warning says so
+    (the black-box tester's model lost its input `w` silently). IR 3 lists every initializer
+    as an input: nothing to warn of there."""
+    w = numpy_helper.from_array(
+        (0.1 * np.random.default_rng(0).standard_normal((256, 256))).astype(np.float32), "w"
+    )
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])
+    wi = helper.make_tensor_value_info("w", TensorProto.FLOAT, [256, 256])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 256])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x, wi], [y], [w]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = ir_version
+    with warnings.catch_warnings(record=True) as issued:
+        warnings.simplefilter("always")
+        q, report = rewrite.optimize_model(model, quantize="dynamic")
+    assert "MatMulInteger" in ops(q) and [i.name for i in q.graph.input] == ["x"]
+    said = [str(m.message) for m in issued if "initializer default" in str(m.message)]
+    if ir_version < 4:
+        assert not said
+    else:
+        assert len(said) == 1 and "(w)" in said[0] and said[0] in report.extra["warning"]

@@ -1235,6 +1235,10 @@ def run(
         extra = {**extra, "warning": LOWERS_NOTHING}
     if diffs and all(d.random for d in diffs) and report.fired:
         extra = {**extra, "warning": NOTHING_COMPARED}
+    frozen = _frozen_inputs(model, result)
+    if frozen:
+        said = [extra["warning"]] if extra.get("warning") else []
+        extra = {**extra, "warning": "; ".join([*said, _frozen_warning(frozen)])}
     report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped}, extra=extra)
     done = Run(result, report, diffs, model, rules, folder)
     if not all(d.ok for d in diffs):
@@ -1242,6 +1246,27 @@ def run(
             done = replace(done, original=load_model(path))
         raise OutputMismatch(done)
     return done
+
+
+def _frozen_inputs(model: onnx.ModelProto, result: onnx.ModelProto) -> list[str]:
+    """The graph inputs of `model` with an initializer default (a caller may feed another
+    value: ONNX IR 4 and later) that `result` no longer takes: the rules read them as the
+    constants they hold (a weight quantized, a BatchNorm folded). IR 3 lists every
+    initializer as an input: none is counted there."""
+    if model.ir_version < 4:
+        return []
+    inits = {t.name for t in model.graph.initializer}
+    kept = {i.name for i in result.graph.input}
+    return [i.name for i in model.graph.input if i.name in inits and i.name not in kept]
+
+
+def _frozen_warning(frozen: list[str]) -> str:
+    names = ", ".join(frozen[:5]) + (f", ... ({len(frozen) - 5} more)" if len(frozen) > 5 else "")
+    return (
+        f"{len(frozen)} graph input(s) with an initializer default ({names}) were read as the "
+        "constants they hold and are no longer inputs of the output: a caller that fed them "
+        "other values cannot"
+    )
 
 
 def optimize_model(model, **options) -> tuple[onnx.ModelProto, Report]:
@@ -1261,7 +1286,8 @@ def optimize_model(model, **options) -> tuple[onnx.ModelProto, Report]:
     `InvalidResult` when the optimized model fails onnx's full check (a rule wrote invalid
     ONNX). What the CLI prints as a warning (a quantization that quantized nothing, calibration
     inputs drawn at random, `allow="quant"` on a float model, an output check that compared no
-    output) is issued as a RewriteWarning too, and is in the report
+    output, graph inputs with initializer defaults read as constants and dropped) is issued as
+    a RewriteWarning too, and is in the report
     (`extra["quantize"]["warning"]`, `extra["warning"]`).
     """
     done = run(model, Options.from_keywords(options))
