@@ -2079,3 +2079,31 @@ def test_an_overridable_weight_read_as_a_constant_is_warned_of(ir_version):
         assert not said
     else:
         assert len(said) == 1 and "(w)" in said[0] and said[0] in report.extra["warning"]
+
+
+def test_a_product_of_a_dequantized_weight_is_not_counted_in_float():
+    """weight-only's standard-ONNX form is a DequantizeLinear feeding a MatMul (or a Gemm,
+    after MatMul + Add): the note on products left in float counted those (the black-box
+    tester's "quantized 1 of 1" beside "the output has 1 MatMul in float")."""
+    w4 = helper.make_tensor("w", TensorProto.INT4, [64, 8], [1] * 512)
+    s = numpy_helper.from_array(np.ones((2, 8), np.float32), "s")
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w", "s"], ["wd"], axis=0, block_size=32),
+        helper.make_node("MatMul", ["x", "wd"], ["y"]),  # quantized
+        helper.make_node("MatMul", ["y", "y2"], ["z"]),  # two activations: float
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])
+    y2 = helper.make_tensor_value_info("y2", TensorProto.FLOAT, [8, 8])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [8, 8])
+    graph = helper.make_graph(nodes, "g", [x, y2], [z], [w4, s])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    rejected = {"quantize-matmul-weight-4bit-dq": {"guard (is-constant @w) failed": 2}}
+    note = quantize.refused_products(
+        model, {"MatMul"}, rejected, {"quantize-matmul-weight-4bit-dq"}
+    )
+    assert note.startswith("the output has 1 MatMul in float"), note
+    del model.graph.node[2]
+    assert (
+        quantize.refused_products(model, {"MatMul"}, rejected, {"quantize-matmul-weight-4bit-dq"})
+        == ""
+    )
