@@ -884,22 +884,24 @@ def refused_products(
 ) -> str:
     """What to tell a user whose quantized `result` still holds float products a quant
     rule's guard refused ("" when none did): the float nodes of `ops` (the products the mode
-    quantizes, families CONV and MATMUL, none reading a DequantizeLinear) in its main graph
-    counted by op, and the guards that
+    quantizes, families CONV and MATMUL, but not one whose weight a DequantizeLinear makes) in
+    its main graph counted by op, and the guards that
     failed (`Report.rejected`: rule -> "guard ... failed" -> matches) of the quantizing rules
     named in `quant` (those stating a bound), e.g. a static Conv of more products a sum than
     int32 holds (`conv-accumulates-in-int32`)."""
     refusals = guard_refusals(rejected, quant)
     products = ops & (set(FAMILIES["CONV"]) | set(FAMILIES["MATMUL"]))
-    # a product reading a DequantizeLinear's output is the quantized form (weight-only's
-    # standard-ONNX weights, a QDQ pair), not a float one
+    # a product whose weight (input 1) a DequantizeLinear makes is the quantized form
+    # (weight-only's standard-ONNX weights, a QDQ weight), not a float one
     dequantized = {
         o for n in result.graph.node if n.op_type == "DequantizeLinear" for o in n.output
     }
     left = Counter(
         n.op_type
         for n in result.graph.node
-        if n.op_type in products and not n.domain and not dequantized.intersection(n.input)
+        if n.op_type in products
+        and not n.domain
+        and not (len(n.input) > 1 and n.input[1] in dequantized)
     )
     if not refusals or not left:
         return ""
