@@ -265,8 +265,13 @@ def sites(
         for i in group:
             names_i = (*raw[i][2], *raw[i][3])
             site_names += [n for n in names_i if n not in site_names and not n.startswith("@")]
+        # the product's own name first: an activation the rules merged into its output's
+        # e-class (a Relu a symmetric int8 output clamps) holds a name there too, and named
+        # the site a Relu (`--keep-float` is written against the product's name)
+        site_names.sort(key=lambda n: n in marks or op_of.get(n) not in chosen)
         first = fs[0]
         imported = [op_of[n] for i in group for n in raw[i][3] if n in op_of]
+        imported.sort(key=lambda op: op not in chosen)
         products = dict.fromkeys(n for i in group for n in raw[i][3] if op_of.get(n) in chosen)
         float_ns = sum(graph_node_cost(snap.graph, node_of[n], cost) for n in products)
         lhs = matched(snap, first) or ()

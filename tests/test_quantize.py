@@ -1556,7 +1556,7 @@ def test_a_gemm_without_a_bias_is_quantized_as_its_matmul(mode, transposed, tmp_
         extra = {"bits": 8}  # (4-bit blocks err beyond the output check's 10% on this model)
     gemm = linear("Gemm", transB=1) if transposed else linear("Gemm", beta=0.5)
     q, report = rewrite.optimize_model(gemm, quantize=mode, **extra)
-    assert sites(report)["fc"]["quantized"] and "Gemm" not in ops(q)
+    assert sites(report)["fc"]["quantized"] and "Gemm" not in ops(q), sites(report)
     integer = {"dynamic": "MatMulInteger", "static": "QLinearMatMul"}.get(mode, "DequantizeLinear")
     assert ops(q).count(integer) >= 1
     as_matmul, _ = rewrite.optimize_model(linear("MatMul"), quantize=mode, **extra)

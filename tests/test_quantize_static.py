@@ -375,6 +375,10 @@ def test_symmetric_quantizes_activations_around_zero_and_percentile_clips_outlie
     assert report.extra["quantize"]["calibration"]["method"] == "percentile"
     x = held_out()[0]
     assert np.abs(run(q, x) - run(MODEL, x)).max() < 0.1 * np.abs(run(MODEL, x)).max()
+    # each site is named by its Conv, not by the Relu the symmetric output's clamp merged into
+    # its e-class (the black-box tester's sites "/Relu_1", op Relu, rule quantize-conv-static)
+    found = {s["node"]: s["op"] for s in report.extra["quantize"]["sites"]}
+    assert found == {"conv1": "Conv", "conv2": "Conv", "conv3": "Conv"}, found
 
 
 def test_without_calibration_inputs_static_draws_them_and_warns():
