@@ -1089,6 +1089,20 @@ def _mismatch(args, done, src: Path, start: float) -> int:
             )
             + "; nothing written"
         )
+    failed = [d for d in done.diffs if not d.ok]
+    if report.fp == "quant" and all(d.nan and d.nan_in == "original" for d in failed):
+        # not the quantization's error: the original gives NaN on the check's inputs (random
+        # ones: a fully masked attention row), which the new model, quantizing them, may not
+        given = getattr(args, "check_inputs", None) or getattr(args, "calibration", None)
+        why = (
+            "the inputs given; a quantized product turns a NaN into a number"
+            if given
+            else "random inputs; give inputs it takes with --check-inputs FILE.npz"
+        )
+        return _fail(
+            f"{measured}: the original model gives NaN on the check's inputs, where no error "
+            f"can be measured ({why}); nothing written"
+        )
     if report.fp == "quant":  # the quant rules' error, each within its verified bound
         return _fail(
             f"{measured} exceeds the output check's tolerance "
@@ -1104,9 +1118,14 @@ def _measured(failed) -> str:
     of the float outputs, and each integer output's share of elements that differ."""
     floats = [d for d in failed if not d.shares]
     parts = []
-    nan = [d.name for d in floats if d.nan]
-    if nan:
-        parts.append(f"a NaN where the other model has a number in {', '.join(nan)}")
+    for who, says in (
+        ("original", "a NaN in the original model's output where the new one has a number"),
+        ("optimized", "a NaN in the new model's output where the original has a number"),
+        ("both", "NaNs in each model's output where the other has a number"),
+    ):
+        nan = [d.name for d in floats if d.nan and (d.nan_in or "both") == who]
+        if nan:
+            parts.append(f"{says} in {', '.join(nan)}")
     floats = [d for d in floats if not d.nan]
     if floats:
         worst = max(d.max_rel for d in floats)

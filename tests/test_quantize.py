@@ -1331,7 +1331,11 @@ def test_calibration_inputs_with_nan_are_taken_and_warned_of(tmp_path, capsys):
         f"warning: {path} holds a NaN or an infinity (input 'x', sample 5): ranges are "
         "calibrated on the finite values, and a quantized product turns a NaN into a number"
     )
-    assert err[1].startswith("error: a NaN where the other model has a number in y")
+    assert err[1].startswith(
+        "error: a NaN in the original model's output where the new one has a number in y: the "
+        "original model gives NaN on the check's inputs, where no error can be measured (the "
+        "inputs given; a quantized product turns a NaN into a number)"
+    ), err[1]
     assert not dst.exists()
 
 
@@ -2107,3 +2111,24 @@ def test_a_product_of_a_dequantized_weight_is_not_counted_in_float():
         quantize.refused_products(model, {"MatMul"}, rejected, {"quantize-matmul-weight-4bit-dq"})
         == ""
     )
+
+
+def test_an_original_that_gives_nan_on_the_check_inputs_is_said_so(tmp_path, capsys):
+    """Sqrt of a random input gives NaN where it is negative, and DynamicQuantizeLinear makes a
+    number of a NaN: the check fails on the original's NaN, not on quantization error, and
+    the error says which model has it and the option that helps (--check-inputs), not
+    --rtol and --error-budget (the black-box tester's masked attention on random masks)."""
+    w = numpy_helper.from_array(
+        (0.1 * np.random.default_rng(0).standard_normal((256, 256))).astype(np.float32), "w"
+    )
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 256])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 256])
+    nodes = [helper.make_node("Sqrt", ["x"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [y], [w])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    assert main(["quantize", str(src), str(tmp_path / "q.onnx"), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a NaN in the original model's output" in err[0], err
+    assert "--check-inputs" in err[0] and "--rtol" not in err[0]
+    assert not (tmp_path / "q.onnx").exists()

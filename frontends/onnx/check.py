@@ -64,6 +64,8 @@ class OutputDiff:
     shares: bool = False  # an integer output computed from floats: max_rel and rtol are shares
     nan: bool = False  # a NaN in one model's output where the other has a number
     random: bool = False  # computed from a random op's draws: not compared (ok, errors NaN)
+    # which model has the NaN where the other has a number: "original", "optimized", "both"
+    nan_in: str = ""
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
@@ -271,6 +273,11 @@ def compare(
                 d = replace(
                     d,
                     nan=w.nan or d.nan,
+                    nan_in=w.nan_in
+                    if w.nan_in in (d.nan_in, "both") or not d.nan_in
+                    else d.nan_in
+                    if not w.nan_in
+                    else "both",
                     max_abs=max(w.max_abs, d.max_abs),
                     max_rel=d.max_rel if d.shares else max(w.max_rel, d.max_rel),
                     ok=(w.ok or d.shares) and d.ok,
@@ -345,14 +352,17 @@ def _diff(
         rel_err = abs_err / max(scale, np.finfo(np.float64).tiny)
     # NaN errors (NaN against a number, or inf against a different inf) never pass
     ok = bool(np.all(abs_err <= atol + rtol * scale))
-    nan = (
-        bool(np.isnan(g64).any() or np.isnan(w64).any())
-        and not ok
-        and bool(np.any(np.isnan(g64) != np.isnan(w64)))
+    only_want = bool(np.any(np.isnan(w64) & ~np.isnan(g64)))  # the original's NaN alone
+    only_got = bool(np.any(np.isnan(g64) & ~np.isnan(w64)))
+    nan = not ok and (only_want or only_got)
+    nan_in = {(True, True): "both", (True, False): "original", (False, True): "optimized"}.get(
+        (only_want, only_got), ""
     )
     with np.errstate(invalid="ignore"):  # (an all-NaN error: nanmax warns, and gives NaN)
         worst_abs, worst_rel = float(np.nanmax(abs_err)), float(np.nanmax(rel_err))
-    return OutputDiff(name, dtype, worst_abs, worst_rel, rtol, atol, ok, nan=nan)
+    return OutputDiff(
+        name, dtype, worst_abs, worst_rel, rtol, atol, ok, nan=nan, nan_in=nan_in if nan else ""
+    )
 
 
 def output_diff(
