@@ -1287,7 +1287,10 @@ def _print_quantized(record: dict, verbose: bool) -> None:
     and the warning about drawn calibration inputs."""
     sites = record.get("sites", [])
     done = sum(s["quantized"] for s in sites)
-    out.print(f"quantized {done} of {len(sites)} nodes the quant rules matched", markup=False)
+    if sites:  # (none: the warning after the summary says why nothing was quantized)
+        out.print(f"quantized {done} of {len(sites)} nodes the quant rules matched", markup=False)
+    else:
+        out.print("quantized nothing: no node matched a quantizing rule", markup=False)
     smooth = record.get("smoothing")
     if smooth:
         divisions = smooth.get("divisions", 0)
@@ -1510,7 +1513,11 @@ def _print_summary(report, diffs, options, verbose: bool = False) -> None:
                 rule = "exact"
             else:
                 rule = f"|a-b| <= atol + rtol*max|b| with rtol {rtol:g}, atol {atol:g}"
-            given = " (--atol/--rtol)" if (options.atol, options.rtol) != (None, None) else ""
+            given = ""
+            if options.error_budget is not None and options.rtol == options.error_budget:
+                given = " (--error-budget)"  # (`Options.quantized` sets it when no --rtol is)
+            elif (options.atol, options.rtol) != (None, None):
+                given = " (--atol/--rtol)"
             out.print(
                 f"tolerance for {dtype} ({report.fp} rules fired){given}: {rule}", markup=False
             )

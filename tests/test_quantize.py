@@ -451,6 +451,33 @@ def test_nothing_quantized_names_a_weight_read_through_views_by_its_constant():
     )
 
 
+def test_nothing_quantized_names_unusual_gemms_and_computed_weights():
+    """A Gemm no quant rule matches (transA = 1, alpha or beta other than 1) and a weight a
+    ConstantOfShape makes (onnx's light model zoo) are said so, not "the rules' guards did not
+    take" and "read no constant weight"."""
+    w = numpy_helper.from_array(np.ones((8, 4), np.float32), "w")
+    shape = numpy_helper.from_array(np.array([4, 3], np.int64), "shape")
+    nodes = [
+        helper.make_node("Gemm", ["x", "w"], ["a"], transA=1),
+        helper.make_node("Gemm", ["xt", "w", "c"], ["b"], alpha=0.5),
+        helper.make_node("Gemm", ["xt", "w", "c"], ["bb"], beta=2.0),
+        helper.make_node("Gemm", ["xt", "w", "c"], ["ok"]),
+        helper.make_node("ConstantOfShape", ["shape"], ["w2"]),
+        helper.make_node("MatMul", ["a", "w2"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 2])
+    xt = helper.make_tensor_value_info("xt", TensorProto.FLOAT, [2, 8])
+    c = helper.make_tensor_value_info("c", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph(nodes, "g", [x, xt, c], [y], [w, shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    assert quantize.nothing_quantized(model, {"Gemm", "MatMul"}, "dynamic") == (
+        f"1 Gemm {quantize.GUARDS_DID_NOT_TAKE}; 3 Gemm have transA = 1 or alpha or beta other "
+        "than 1, which no quant rule matched; 1 MatMul read a weight a ConstantOfShape node "
+        "computes, not a stored constant"
+    )
+
+
 def named_mlp() -> onnx.ModelProto:
     """`mlp()` with node names, as exporters give them (fc1/MatMul, fc1/Add, relu, fc2/MatMul)."""
     model = mlp()
@@ -882,6 +909,11 @@ def test_held_out_inputs_are_kept_from_the_search_and_reported_with_a_bound(tmp_
         f"budget's {100 * budget:.2f}%; none over it: at most 77.6% of inputs drawn like them "
         "would be (95% confidence, Clopper-Pearson)"
     ) in " ".join(said.split())
+    # the check's tolerance is the budget, and said so (it was put down to --atol/--rtol)
+    assert (
+        f"(quant rules fired) (--error-budget): |a-b| <= atol + rtol*max|b| with rtol {budget:g}"
+        in said
+    )
     # a budget the searched inputs meet and the held-out ones do not: refused, nothing written
     assert searched.max() < held.min() < everything[order][:-2].max()
     tight = (searched.max() + held.min()) / 2

@@ -985,7 +985,11 @@ def nothing_quantized(model: onnx.ModelProto, ops: set[str], mode: str) -> str:
     for n in found:
         k = WEIGHT_INPUT.get(n.op_type, 1)
         w = source(n.input[k]) if len(n.input) > k else ""
-        if w not in types:
+        if n.op_type == "Gemm" and _unusual_gemm(n):
+            why = "have transA = 1 or alpha or beta other than 1, which no quant rule matched"
+        elif w not in types and w in producer and producer[w].op_type in _MAKERS:
+            why = f"read a weight a {producer[w].op_type} node computes, not a stored constant"
+        elif w not in types:
             why = "read no constant weight"
         elif types[w] != onnx.TensorProto.FLOAT:
             dtype = onnx.TensorProto.DataType.Name(types[w]).lower()
@@ -994,6 +998,22 @@ def nothing_quantized(model: onnx.ModelProto, ops: set[str], mode: str) -> str:
             why = GUARDS_DID_NOT_TAKE
         reasons[(n.op_type, why)] = reasons.get((n.op_type, why), 0) + 1
     return "; ".join(f"{c} {op} {why}" for (op, why), c in sorted(reasons.items()))
+
+
+# ops that make a tensor from constants alone: a weight one computes (onnx's light model zoo
+# files make theirs with ConstantOfShape) is not a stored constant to the rules
+_MAKERS = {"ConstantOfShape", "RandomNormal", "RandomUniform", "EyeLike", "Range"}
+
+
+def _unusual_gemm(n: onnx.NodeProto) -> bool:
+    """Whether Gemm `n` has transA = 1, alpha other than 1, or beta other than 1 with a C."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+    has_c = len(n.input) > 2 and bool(n.input[2])
+    return (
+        attrs.get("transA", 0) == 1
+        or attrs.get("alpha", 1.0) != 1.0
+        or (has_c and attrs.get("beta", 1.0) != 1.0)
+    )
 
 
 def clipped_block_products(model: onnx.ModelProto) -> int:
