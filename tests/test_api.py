@@ -101,6 +101,13 @@ def test_input_shapes_keyword():
     dims = [d.dim_value for d in optimized.graph.input[0].type.tensor_type.shape.dim]
     assert dims == [5, 3]
     assert [d.dim_value for d in optimized.graph.output[0].type.tensor_type.shape.dim] == [5, 3]
+    # an output whose dims are symbols of their own (TorchScript names each one), which fixing
+    # the input's symbols leaves as they were: the analyzed sizes are written
+    model = onnx.parser.parse_model(CHAIN)
+    for d, name in zip(model.graph.output[0].type.tensor_type.shape.dim, ("out_0", "out_1")):
+        d.dim_param = name
+    optimized, _ = rewrite.optimize_model(model, input_shapes=["x:5,3"])
+    assert [d.dim_value for d in optimized.graph.output[0].type.tensor_type.shape.dim] == [5, 3]
 
 
 def test_failed_check_raises_output_mismatch(tmp_path):

@@ -79,6 +79,8 @@ def export_model(g: TermGraph, arrays: dict[str, np.ndarray] | None = None) -> o
         i for i in src.graph.input if i.name not in _init_names(src) or i.name in inits
     )
     graph.output.extend(src.graph.output)
+    for vid, vi in zip(g.outputs, graph.output):
+        _settle_dims(vi, g.values[vid].type.shape)
     model.opset_import.extend(src.opset_import)
     have = {i.domain for i in src.opset_import}
     for domain in sorted({n.domain for n in nodes if n.domain not in ("", "ai.onnx")} - have):
@@ -181,6 +183,21 @@ IN_MEMORY_BYTES = 1 << 16
 # ONNX element types whose numpy arrays onnxruntime takes as they are (not bfloat16, float8
 # or the packed 4-bit types, which numpy spells as void)
 _IN_MEMORY_TYPES = frozenset("fiub")
+
+
+def _settle_dims(vi: onnx.ValueInfoProto, shape) -> None:
+    """Each dimension of graph output `vi` declared symbolic (or not at all) that the shape
+    analysis found to be a number (`shape`, the output value's analyzed shape) is written as
+    that number: inputs fixed by `--input-shape` carry their sizes to the outputs, as onnxsim's
+    `--overwrite-input-shape` does (a TorchScript export names each output dimension a symbol
+    of its own, which fixing the inputs' symbols leaves as it was). A dimension declared as a
+    number, and a rank that differs, are left as they are."""
+    t = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+    if t is None or shape is None or not t.HasField("shape") or len(t.shape.dim) != len(shape):
+        return
+    for d, n in zip(t.shape.dim, shape):
+        if isinstance(n, int) and not d.HasField("dim_value"):
+            d.dim_value = n
 
 
 def _in_memory(arr: np.ndarray) -> bool:
