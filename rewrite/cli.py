@@ -1069,7 +1069,11 @@ def _mismatch(args, done, src: Path, start: float) -> int:
         from frontends.onnx.api import Options
 
         given = getattr(args, "check_inputs", None)
-        options = Options(atol=args.atol, rtol=args.rtol, check_inputs=given)
+        budget = getattr(args, "error_budget", None)
+        rtol, atol = args.rtol, args.atol
+        if budget is not None and (rtol, atol) == (None, None):  # as `Options.quantized` sets
+            rtol, atol = budget, 0.0
+        options = Options(atol=atol, rtol=rtol, check_inputs=given, error_budget=budget)
         _print_summary(report, done.diffs, options, False)
     _print_warning(report)
     if args.report:
@@ -1077,18 +1081,6 @@ def _mismatch(args, done, src: Path, start: float) -> int:
     bad = ", ".join(d.name for d in done.diffs if not d.ok)
     budget = getattr(args, "error_budget", None)
     measured = _measured([d for d in done.diffs if not d.ok])
-    if budget is not None:  # quantization error, not a wrong rule: nothing to bisect
-        held = report.extra.get("quantize", {}).get("held_out") or {}
-        return _fail(
-            f"{measured} exceeds --error-budget "
-            f"{100 * budget:.2f}% on the {_budget_inputs(report)} inputs"
-            + (
-                f" ({held['over_budget']} of the {held['inputs']} held out from the search over it)"
-                if held.get("over_budget")
-                else ""
-            )
-            + "; nothing written"
-        )
     failed = [d for d in done.diffs if not d.ok]
     if report.fp == "quant" and all(d.nan and d.nan_in == "original" for d in failed):
         # not the quantization's error: the original gives NaN on the check's inputs (random
@@ -1102,6 +1094,18 @@ def _mismatch(args, done, src: Path, start: float) -> int:
         return _fail(
             f"{measured}: the original model gives NaN on the check's inputs, where no error "
             f"can be measured ({why}); nothing written"
+        )
+    if budget is not None:  # quantization error, not a wrong rule: nothing to bisect
+        held = report.extra.get("quantize", {}).get("held_out") or {}
+        return _fail(
+            f"{measured} exceeds --error-budget "
+            f"{100 * budget:.2f}% on the {_budget_inputs(report)} inputs"
+            + (
+                f" ({held['over_budget']} of the {held['inputs']} held out from the search over it)"
+                if held.get("over_budget")
+                else ""
+            )
+            + "; nothing written"
         )
     if report.fp == "quant":  # the quant rules' error, each within its verified bound
         return _fail(

@@ -2087,6 +2087,16 @@ def test_quantize_with_rules_given(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no rule of the rulesets --mode dynamic quantizes with" in err[0]
     assert not (tmp_path / "x.onnx").exists()
+    # rulesets that quantize nothing themselves (the Gemm helper, GPTQ's mark moves, the
+    # rounded rules without --rounding gptq) are no rules to quantize with either
+    for args in (
+        ["--mode", "weight-only", "--only", "ruleset:quant-weight-only-gemm"],
+        ["--only", "ruleset:quant-rounded-moves"],
+        ["--only", "ruleset:quant-dynamic-per-channel-rounded"],
+    ):
+        assert main(["quantize", src, str(tmp_path / "x.onnx"), *args]) == 1, args
+        assert "--skip/--only leave no rule of the rulesets" in capsys.readouterr().err
+        assert not (tmp_path / "x.onnx").exists()
 
 
 @pytest.mark.parametrize("ir_version", [3, 7])
@@ -2110,11 +2120,24 @@ def test_an_overridable_weight_read_as_a_constant_is_warned_of(ir_version):
         warnings.simplefilter("always")
         q, report = rewrite.optimize_model(model, quantize="dynamic")
     assert "MatMulInteger" in ops(q) and [i.name for i in q.graph.input] == ["x"]
+    # (an IR 3 model's new initializers are not inputs: the output is IR 4, which allows it)
+    onnx.checker.check_model(q, full_check=True)
     said = [str(m.message) for m in issued if "initializer default" in str(m.message)]
     if ir_version < 4:
         assert not said
-    else:
-        assert len(said) == 1 and "(w)" in said[0] and said[0] in report.extra["warning"]
+        return
+    assert len(said) == 1 and "(w) were read" in said[0] and said[0] in report.extra["warning"]
+    # still an input, as an Add reads it too, but the MatMul's weight was quantized from it
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [256, 256])
+    model.graph.input.append(helper.make_tensor_value_info("x2", TensorProto.FLOAT, [256, 256]))
+    model.graph.node.append(helper.make_node("Add", ["x2", "w"], ["z"]))
+    model.graph.output.append(z)
+    with warnings.catch_warnings(record=True) as issued:
+        warnings.simplefilter("always")
+        q, report = rewrite.optimize_model(model, quantize="dynamic")
+    assert "MatMulInteger" in ops(q) and "w" in [i.name for i in q.graph.input]
+    said = [str(m.message) for m in issued if "initializer default" in str(m.message)]
+    assert len(said) == 1 and "(w) are still inputs, but the rules rewrote" in said[0]
 
 
 def test_a_product_of_a_dequantized_weight_is_not_counted_in_float():
@@ -2164,3 +2187,10 @@ def test_an_original_that_gives_nan_on_the_check_inputs_is_said_so(tmp_path, cap
     assert len(err) == 1 and "a NaN in the original model's output" in err[0], err
     assert "--check-inputs" in err[0] and "--rtol" not in err[0]
     assert not (tmp_path / "q.onnx").exists()
+    # with --error-budget too: the original's NaN, not the budget, and the check's tolerance
+    # put down to the budget in the summary
+    argv = ["quantize", str(src), str(tmp_path / "q.onnx"), "--error-budget", "0.05"]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "the original model gives NaN on the check's inputs" in err and "exceeds" not in err
+    assert "(quant rules fired) (--error-budget): |a-b| <= atol + rtol*max|b| with rtol 0.05" in out

@@ -794,6 +794,16 @@ class Run:
     folder: Path | None
 
 
+def _quantizes(rule, keep: tuple[str, ...], rounding: str) -> bool:
+    """Whether `rule` quantizes in a run whose quant rulesets are `keep`: a rule of one of them
+    that states a bound (the helpers that hand a Gemm or a 1-D Conv to them, and the moves of
+    GPTQ's marks, quantize nothing themselves), of a `-rounded` ruleset only under
+    `--rounding gptq`, whose marks its rules match."""
+    if rule.ruleset not in keep or rule.bound is None:
+        return False
+    return rounding != "nearest" or "rounded" not in rule.ruleset
+
+
 def _left_out_reason(ruleset: str, quantize: str | None) -> str:
     """Why `run` leaves out a rule of `ruleset`: UNSMOOTH_RULESETS, or one of MODE_RULESETS
     that the run (`quantize`: its mode, None outside `rewrite quantize`) does not use."""
@@ -878,7 +888,7 @@ def run(
         )
         unsmoothing = _rulesets(rules, UNSMOOTH_RULESETS)
         keep = options.quant_rulesets
-        if keep and not any(r.ruleset in keep for r in rules.rules):
+        if keep and not any(_quantizes(r, keep, options.rounding) for r in rules.rules):
             which = "--skip/--only leave" if options.skip or options.only else "the rules have"
             raise OptionError(
                 f"{which} no rule of the rulesets --mode {options.quantize} quantizes with "
@@ -1235,10 +1245,10 @@ def run(
         extra = {**extra, "warning": LOWERS_NOTHING}
     if diffs and all(d.random for d in diffs) and report.fired:
         extra = {**extra, "warning": NOTHING_COMPARED}
-    frozen = _frozen_inputs(model, result)
-    if frozen:
+    frozen, partly = _frozen_inputs(model, result)
+    if frozen or partly:
         said = [extra["warning"]] if extra.get("warning") else []
-        extra = {**extra, "warning": "; ".join([*said, _frozen_warning(frozen)])}
+        extra = {**extra, "warning": "; ".join([*said, _frozen_warning(frozen, partly)])}
     report = replace(report, seconds=seconds, skipped={**excluded, **report.skipped}, extra=extra)
     done = Run(result, report, diffs, model, rules, folder)
     if not all(d.ok for d in diffs):
@@ -1248,25 +1258,48 @@ def run(
     return done
 
 
-def _frozen_inputs(model: onnx.ModelProto, result: onnx.ModelProto) -> list[str]:
+def _frozen_inputs(model: onnx.ModelProto, result: onnx.ModelProto) -> tuple[list[str], list[str]]:
     """The graph inputs of `model` with an initializer default (a caller may feed another
-    value: ONNX IR 4 and later) that `result` no longer takes: the rules read them as the
-    constants they hold (a weight quantized, a BatchNorm folded). IR 3 lists every
+    value: ONNX IR 4 and later) that the rules may have read as the constants they hold (a
+    weight quantized, a BatchNorm folded): those `result` no longer takes, and those it still
+    takes whose readers are not the same (by op, in the main graph: a reader rewritten reads a
+    constant made from the default now, or was merged with another). IR 3 lists every
     initializer as an input: none is counted there."""
     if model.ir_version < 4:
-        return []
+        return [], []
     inits = {t.name for t in model.graph.initializer}
+    overridable = [i.name for i in model.graph.input if i.name in inits]
+    if not overridable:
+        return [], []
     kept = {i.name for i in result.graph.input}
-    return [i.name for i in model.graph.input if i.name in inits and i.name not in kept]
+
+    def readers(m: onnx.ModelProto, name: str) -> list[str]:
+        return sorted(n.op_type for n in m.graph.node for i in n.input if i == name)
+
+    gone = [n for n in overridable if n not in kept]
+    partly = [n for n in overridable if n in kept and readers(model, n) != readers(result, n)]
+    return gone, partly
 
 
-def _frozen_warning(frozen: list[str]) -> str:
-    names = ", ".join(frozen[:5]) + (f", ... ({len(frozen) - 5} more)" if len(frozen) > 5 else "")
-    return (
-        f"{len(frozen)} graph input(s) with an initializer default ({names}) were read as the "
-        "constants they hold and are no longer inputs of the output: a caller that fed them "
-        "other values cannot"
-    )
+def _frozen_warning(gone: list[str], partly: list[str]) -> str:
+    def listed(names: list[str]) -> str:
+        return ", ".join(names[:5]) + (f", ... ({len(names) - 5} more)" if len(names) > 5 else "")
+
+    said = []
+    if gone:
+        said.append(
+            f"{len(gone)} graph input(s) with an initializer default ({listed(gone)}) were read "
+            "as the constants they hold and are no longer inputs of the output: a caller that "
+            "fed them other values cannot"
+        )
+    if partly:
+        said.append(
+            f"{len(partly)} graph input(s) with an initializer default ({listed(partly)}) are "
+            "still inputs, but the rules rewrote nodes that read them, which may read the "
+            "constants they hold now: a value fed to them may reach only the readers left as "
+            "they were"
+        )
+    return "; ".join(said)
 
 
 def optimize_model(model, **options) -> tuple[onnx.ModelProto, Report]:

@@ -95,6 +95,11 @@ def export_model(g: TermGraph, arrays: dict[str, np.ndarray] | None = None) -> o
     # an op a rule file declares runs anywhere with its body attached (vocab.declared)
     model.functions.extend(functions_for(nodes, _default_opset(model), src.functions))
     model.ir_version = min(src.ir_version, MAX_IR_VERSION)
+    listed = {i.name for i in graph.input}
+    if model.ir_version < 4 and any(t.name not in listed for t in graph.initializer):
+        # IR 3 lists every initializer as a graph input: one a rule made is a constant alone,
+        # which IR 4 allows (onnx.checker refused such an IR 3 file, and the CLI wrote it)
+        model.ir_version = 4
     for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
         setattr(model, field, getattr(src, field))
     model.metadata_props.extend(

@@ -590,26 +590,26 @@ class Chooser:
         # a Dropout in training mode whose output is returned is not removed, and drew at
         # random against the candidates' removed one (45% "errors" of a model quantized
         # at 2.2%), and a fusion that would hide a returned value is not made.
+        # (one session at a time: each holds its own copy of the weights, prepacked)
         plain = session(model, optimized=True, arrays=arrays)
-        probe = plain
+        want = [run(plain, feeds) for feeds in self.calibration]
+        searched = len(self._searched())
+        got = want[:searched]
         if extra:
+            del plain
             model.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in extra)
             try:
                 probe = session(model, optimized=True, arrays=arrays)
             finally:
                 del model.graph.output[len(outs) :]
+            got = [run(probe, feeds) for feeds in self.calibration[:searched]]
+            del probe
         weights = {  # read once
             n: arrays[n] if n in arrays else numpy_helper.to_array(inits[n])
             for n in wanted
             if n in inits
         }
-        want, values = [], []
-        searched = len(self._searched())
-        for i, feeds in enumerate(self.calibration):
-            want.append(run(plain, feeds))
-            if i < searched:
-                got = want[-1] if probe is plain else run(probe, feeds)
-                values.append(dict(zip(outs + extra, got)) | weights)
+        values = [dict(zip(outs + extra, g)) | weights for g in got]
         return (outs, want), values
 
     def _errors(
