@@ -294,3 +294,41 @@ def test_a_declared_op_keeps_the_symbolic_shape_its_body_gives():
     assert a.shapes[swish.outputs[0]] == (symbol("B"), symbol("S"), sympy.Integer(8))
     out, stats = fold_shapes(g)
     assert stats.noops == 1  # the Reshape of x to Swish(x)'s shape is x
+
+
+def test_gather_elements_and_scatter_shapes_follow_the_spec():
+    """GatherElements has its indices' shape, ScatterElements and ScatterND their data's
+    (ONNX spec). Without rules of their own these ops took the type the model declared, a
+    fresh symbol per dimension in a TorchScript export, so a Shape of them stayed unknown
+    once --input-shape fixed the inputs (BERT at batch 1: 106 nodes left against 74)."""
+    m = _model("""<ir_version: 10, opset_import: ["" : 17]>
+g (float[B, 8] x, int64[B, 4] i, float[B, 4] u, int64[B, 1] k) => (int64[6] y) {
+  e = GatherElements<axis = 1>(x, i)
+  se = ScatterElements<axis = 1>(x, i, u)
+  sn = ScatterND(x, k, x)
+  a = Shape(e)
+  b = Shape(se)
+  c = Shape(sn)
+  y = Concat<axis = 0>(a, b, c)
+}""")
+    # the exporter's declarations: a symbol of its own for each dimension
+    for name, rank in (("e", 2), ("se", 2), ("sn", 2)):
+        dims = [f"{name}_dim_{k}" for k in range(rank)]
+        m.graph.value_info.append(onnx.helper.make_tensor_value_info(name, 1, dims))
+    g = import_model(m)
+    a = analyze(g)
+    by_name = {v.name: vid for vid, v in enumerate(g.values)}
+    b = symbol("B")
+    assert a.shapes[by_name["e"]] == (b, 4)
+    assert a.shapes[by_name["se"]] == (b, 8) and a.shapes[by_name["sn"]] == (b, 8)
+    assert [str(d) for d in a.values[by_name["y"]].elems] == ["B", "4", "B", "8", "B", "8"]
+    folded, _ = _fold(m)
+    rng = np.random.default_rng(0)
+    for n in (1, 3):
+        feeds = {
+            "x": rng.standard_normal((n, 8)).astype(np.float32),
+            "i": rng.integers(0, 8, (n, 4)),
+            "u": rng.standard_normal((n, 4)).astype(np.float32),
+            "k": rng.integers(0, n, (n, 1)),
+        }
+        assert np.array_equal(run(m, feeds)[0], run(folded, feeds)[0])

@@ -141,6 +141,19 @@ def gather(c: Call) -> Shape | None:
     return x[:axis] + idx + x[axis + 1 :]
 
 
+@shape_rule("GatherElements")
+def gather_elements(c: Call) -> Shape | None:
+    """The indices' dims (ONNX spec, GatherElements: the output has the shape of indices)."""
+    return c.shape(1)
+
+
+@shape_rule("ScatterElements", "ScatterND")
+def scatter(c: Call) -> Shape | None:
+    """The data's dims (ONNX spec, ScatterElements and ScatterND: the output is a copy of
+    data with some elements replaced)."""
+    return c.shape(0)
+
+
 @value_rule("Gather")
 def gather_value(c: Call, out: Shape | None) -> np.ndarray | None:
     """numpy.take of the data at the indices along `axis` (ONNX spec, Gather)."""
