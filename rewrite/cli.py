@@ -258,6 +258,7 @@ def _optimize_parser(sub) -> None:
         smooth=None,
         cpu="any",
         rounding="nearest",
+        asymmetric=False,
     )
 
 
@@ -409,6 +410,14 @@ def _quantize_parser(sub) -> None:
         action="store_true",
         help="static: activation ranges symmetric around 0 (uint8 with zero point 128, int8's "
         "levels shifted) instead of ones spanning each range",
+    )
+    q.add_argument(
+        "--asymmetric",
+        action="store_true",
+        help="weight-only with --target onnxruntime, 4 bits: blocks with a zero point each, "
+        "their range [min(w, 0), max(w, 0)] in 16 levels (MatMulNBitsQuantizer's default), "
+        "instead of symmetric ones around 0: less error where a block's weights lean to "
+        "one sign",
     )
     q.add_argument(
         "--smooth",
@@ -899,6 +908,7 @@ def cmd_optimize(args) -> int:
             smooth=args.smooth,
             cpu=args.cpu,
             rounding=args.rounding,
+            asymmetric=args.asymmetric,
         )
     except OptionError as e:
         return _fail(str(e))

@@ -393,6 +393,7 @@ def test_shipped_library_checks():
         "quant-dynamic-per-channel-vnni-rounded",
         "quant-embedding",
         "quant-weight-only-4bit",
+        "quant-weight-only-4bit-asym",
         "quant-weight-only-8bit",
         "quant-weight-only-4bit-onnx",
         "quant-weight-only-8bit-onnx",

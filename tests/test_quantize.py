@@ -2194,3 +2194,42 @@ def test_an_original_that_gives_nan_on_the_check_inputs_is_said_so(tmp_path, cap
     out, err = capsys.readouterr()
     assert "the original model gives NaN on the check's inputs" in err and "exceeds" not in err
     assert "(quant rules fired) (--error-budget): |a-b| <= atol + rtol*max|b| with rtol 0.05" in out
+
+
+def test_weight_only_asymmetric_blocks_carry_zero_points(tmp_path, capsys):
+    """`--asymmetric` (MatMulNBitsQuantizer's default): MatMulNBits gets zero points, two a
+    byte [N, K / 64], the product stays within its bound, and on weights that lean to one sign
+    the blocks err less than the symmetric ones; it applies to 4-bit MatMulNBits only."""
+    model = named_mlp()
+    for init in model.graph.initializer:  # the weights shifted to lean positive
+        if len(init.dims) == 2:
+            w = numpy_helper.to_array(init)
+            init.CopyFrom(numpy_helper.from_array(w + 0.5 * np.abs(w).max(), init.name))
+    kw = {"quantize": "weight-only", "target": "onnxruntime", "check": False}
+    sym, _ = rewrite.optimize_model(model, **kw)
+    asym, report = rewrite.optimize_model(model, asymmetric=True, **kw)
+    assert report.fired.get("quantize-matmul-weight-4bit-asym") == 2
+    nbits = [n for n in asym.graph.node if n.op_type == "MatMulNBits"]
+    assert len(nbits) == 2 and all(len(n.input) == 4 for n in nbits)
+    inits = {i.name: numpy_helper.to_array(i) for i in asym.graph.initializer}
+    assert sorted(inits[n.input[3]].shape for n in nbits) == [(64, 4), (256, 4)]
+    assert all(inits[n.input[3]].dtype == np.uint8 for n in nbits)
+    x = RNG.normal(0, 1, (64, 256)).astype(np.float32)
+    want = run(model, x)
+    assert want.std() > 0.05
+    err_sym = np.abs(run(sym, x) - want).max()
+    err_asym = np.abs(run(asym, x) - want).max()
+    assert 0 < err_asym < 0.7 * err_sym, (err_asym, err_sym)
+    for bad in (
+        {"quantize": "weight-only", "target": "onnx"},
+        {"quantize": "weight-only", "target": "onnxruntime", "bits": 8},
+        {"quantize": "dynamic"},
+    ):
+        with pytest.raises(OptionError, match="asymmetric applies to mode weight-only"):
+            rewrite.optimize_model(model, asymmetric=True, **bad)
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    argv = ["quantize", str(src), str(tmp_path / "q.onnx"), "--mode", "weight-only"]
+    assert main([*argv, "--asymmetric", "--target", "onnxruntime", "--no-check", "-q"]) == 0
+    assert main([*argv, "--asymmetric"]) == 1  # (the default target: standard ONNX)
+    assert "asymmetric applies to mode weight-only" in capsys.readouterr().err

@@ -743,6 +743,38 @@ def test_weight_only_bounds_hold_and_are_not_loose(bits, levels):
     assert max(ratios) > 0.2  # attained within a small factor somewhere
 
 
+def test_weight_only_asymmetric_bound_holds_and_is_not_loose():
+    """quantize-matmul-weight-4bit-asym's blocks, [min(lo, 0), max(hi, 0)] in 16 levels with a
+    zero point each, computed as the rule computes them (in float32): the error of x @ w is
+    within the bound, which is attained within a small factor, and for weights of one sign
+    the asymmetric blocks err less than the symmetric ones."""
+    f = covers("matmul-weight-4bit-block32-asym").fn
+    rng = np.random.default_rng(7)
+    ratios, gains = [], []
+    for _ in range(200):
+        k, n = 64 * int(rng.integers(1, 3)), int(rng.integers(1, 6))
+        x = rng.normal(0, 1, (int(rng.integers(1, 4)), k))
+        w = (rng.normal(0, 1, (k, n)) * rng.uniform(0.01, 1, n)).astype(np.float32)
+        if rng.integers(0, 2):
+            w = np.abs(w) + np.float32(0.1)  # a block of one sign: zero point 0
+        b = w.reshape(k // 32, 32, n)
+        lo = np.minimum(b.min(axis=1, keepdims=True), np.float32(0))
+        hi = np.maximum(b.max(axis=1, keepdims=True), np.float32(0))
+        s = np.where(hi == lo, np.float32(1), (hi - lo) / np.float32(15))
+        z = np.clip(np.rint(-lo / s), 0, 15)
+        q = np.clip(np.rint(b / s) + z, 0, 15)
+        dq = ((q - z) * s).reshape(k, n).astype(np.float64)
+        err, bound = np.abs(x @ w.astype(np.float64) - x @ dq), f(x, w)
+        assert np.all(err <= bound)
+        ratios.append(float((err / bound).max()))
+        if w.min() > 0:
+            gains.append(float(_blockwise_error(x, w.astype(np.float64), 8).max() / err.max()))
+    assert max(ratios) > 0.2  # attained within a small factor somewhere
+    # one-signed weights: the symmetric blocks use half their levels (per example the sums'
+    # rounding varies, so the typical one)
+    assert np.median(gains) > 1.5, np.median(gains)
+
+
 @pytest.mark.parametrize("bits, levels", [(4, 8), (8, 128)])
 def test_weight_only_rounded_bounds_add_the_weights_move(bits, levels):
     # MatMul(x, orig) computed from w, a rounding of orig onto its blocks' levels (GPTQ's,

@@ -1372,6 +1372,28 @@ def matmul_weight_4bit_block32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return _blockwise_bound(x, w, 8)
 
 
+@bound("matmul-weight-4bit-block32-asym", TERM, TERM)
+def matmul_weight_4bit_block32_asym(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The error of MatMul(x, w) computed with w in 4 bits with a zero point per block of 32
+    along K (patterns/quant/weight_only.rules' quantize-matmul-weight-4bit-asym: the block's
+    range [lo, hi] = [min(its min, 0), max(its max, 0)] in 16 levels, s = (hi - lo) / 15,
+    z = round(-lo / s)). A weight's level before rounding, t = w / s + z, lies in
+    [lo / s + z, hi / s + z] = [-1/2, 15 + 1/2] up to z's rounding (lo / s + z in
+    [-1/2, 1/2], hi / s = lo / s + 15), so rounding and clipping to [0, 15] move it by at
+    most 1/2: each weight within s / 2 (and s 2^-20 for the float32 steps), sum_k abs(x_k)
+    s_kn / 2, plus the float32 rounding of both sides' sums ((K + 8) 2^-23 of
+    abs(x) @ (abs(w) + s))."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    k, n = w.shape
+    blocks = w.reshape(k // WEIGHT_ONLY_BLOCK, WEIGHT_ONLY_BLOCK, n)
+    lo = np.minimum(blocks.min(axis=1, initial=np.inf), 0.0)
+    hi = np.maximum(blocks.max(axis=1, initial=-np.inf), 0.0)
+    steps = np.where(hi > lo, (hi - lo) / 15.0, 1.0)
+    scale = np.repeat(steps, WEIGHT_ONLY_BLOCK, axis=0)  # [K, N]
+    ax = np.abs(x)
+    return ax @ (scale * (0.5 + 2.0**-20)) + (k + 8) * 2.0**-23 * (ax @ (np.abs(w) + scale))
+
+
 @bound("matmul-weight-8bit-block32", TERM, TERM)
 def matmul_weight_8bit_block32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The same with w in 8 bits (q - 128 in [-128, 127])."""

@@ -130,6 +130,9 @@ CPU_RULESETS = {
         "quant-static-matmul-rounded": "quant-static-matmul-vnni-rounded",
     },
 }
+# `asymmetric` weight-only blocks (a zero point each, `MatMulNBitsQuantizer`'s default) -> the
+# rulesets that stand in for the symmetric ones (4 bits, MatMulNBits, nearest rounding)
+ASYMMETRIC_RULESETS = {"quant-weight-only-4bit": "quant-weight-only-4bit-asym"}
 # ... and every mode's rulesets: without `quantize` (`rewrite optimize --allow quant`) the quant
 # class lowers graphs that are quantized already (QDQ groups to integer kernels, lower.rules),
 # and quantizes no float product (which would want a mode, its sites and their report)
@@ -137,6 +140,7 @@ MODE_RULESETS = tuple(
     dict.fromkeys(
         [r for rs in QUANT_RULESETS.values() for r in rs]
         + [r for m in CPU_RULESETS.values() for r in m.values()]
+        + list(ASYMMETRIC_RULESETS.values())
         + list(MODE_HELPER_RULESETS)
     )
 )
@@ -241,7 +245,9 @@ class Options:
         one or lower at the same speed, where one scale per weight, stepped for the kernels'
         int16 pairs, costs a fifth to a third more error), False the one with one scale per
         weight; `bits` the
-        weight-only ruleset's width (4, the default, or 8). `static`: activations quantized
+        weight-only ruleset's width (4, the default, or 8); `asymmetric` weight-only's 4-bit
+        MatMulNBits blocks with a zero point each (`ASYMMETRIC_RULESETS`; symmetric by
+        default). `static`: activations quantized
         with ranges calibrated ahead of time (`calibration`, or inputs drawn at random with a
         warning; `calibrate` is `minmax` or `percentile`, `symmetric` ranges around 0
         instead of uint8 ones), weights per output channel (always), Convs lowered to
@@ -327,6 +333,7 @@ class Options:
     smooth: float | None = None
     cpu: str = "any"
     rounding: str = "nearest"
+    asymmetric: bool = False
 
     @classmethod
     def from_keywords(cls, keywords: dict) -> Options:
@@ -365,6 +372,8 @@ class Options:
         if self.quantize == "weight-only":  # MatMulNBits for onnxruntime, else the ONNX form
             onnx_form = self.target != "onnxruntime"
             keep = tuple(r for r in keep if "bit" not in r or r.endswith("-onnx") == onnx_form)
+        if self.asymmetric:  # (validated: 4 bits, MatMulNBits, nearest rounding)
+            keep = tuple(ASYMMETRIC_RULESETS.get(r, r) for r in keep if "rounded" not in r)
         return keep
 
     def quantized(self) -> Options:
@@ -534,6 +543,16 @@ class Options:
             )
         if self.quantize != "static" and (self.symmetric or self.calibrate != "minmax"):
             raise OptionError("symmetric and calibrate apply to mode static only")
+        if self.asymmetric and (
+            self.quantize != "weight-only"
+            or self.target != "onnxruntime"
+            or self._quant_key[2] != 4
+            or self.rounding != "nearest"
+        ):
+            raise OptionError(
+                "asymmetric applies to mode weight-only with --target onnxruntime, 4 bits and "
+                "nearest rounding (MatMulNBits' zero points)"
+            )
         if self.calibrate not in CALIBRATION_METHODS:
             raise OptionError(
                 f"calibrate: unknown method {self.calibrate!r} "
