@@ -414,10 +414,9 @@ def _quantize_parser(sub) -> None:
     q.add_argument(
         "--asymmetric",
         action="store_true",
-        help="weight-only with --target onnxruntime, 4 bits: blocks with a zero point each, "
-        "their range [min(w, 0), max(w, 0)] in 16 levels (MatMulNBitsQuantizer's default), "
-        "instead of symmetric ones around 0: less error where a block's weights lean to "
-        "one sign",
+        help="weight-only, 4 bits: blocks with a zero point each, their range "
+        "[min(w, 0), max(w, 0)] in 16 levels (MatMulNBitsQuantizer's default), instead of "
+        "symmetric ones around 0: less error where a block's weights lean to one sign",
     )
     q.add_argument(
         "--smooth",

@@ -394,6 +394,7 @@ def test_shipped_library_checks():
         "quant-embedding",
         "quant-weight-only-4bit",
         "quant-weight-only-4bit-asym",
+        "quant-weight-only-4bit-asym-onnx",
         "quant-weight-only-8bit",
         "quant-weight-only-4bit-onnx",
         "quant-weight-only-8bit-onnx",

@@ -2198,8 +2198,9 @@ def test_an_original_that_gives_nan_on_the_check_inputs_is_said_so(tmp_path, cap
 
 def test_weight_only_asymmetric_blocks_carry_zero_points(tmp_path, capsys):
     """`--asymmetric` (MatMulNBitsQuantizer's default): MatMulNBits gets zero points, two a
-    byte [N, K / 64], the product stays within its bound, and on weights that lean to one sign
-    the blocks err less than the symmetric ones; it applies to 4-bit MatMulNBits only."""
+    byte [N, K / 64], and on weights that lean to one sign the blocks err less than the
+    symmetric ones; for standard ONNX the same levels are a uint4 DequantizeLinear's with
+    uint4 zero points. 4 bits only."""
     model = named_mlp()
     for init in model.graph.initializer:  # the weights shifted to lean positive
         if len(init.dims) == 2:
@@ -2220,8 +2221,16 @@ def test_weight_only_asymmetric_blocks_carry_zero_points(tmp_path, capsys):
     err_sym = np.abs(run(sym, x) - want).max()
     err_asym = np.abs(run(asym, x) - want).max()
     assert 0 < err_asym < 0.7 * err_sym, (err_asym, err_sym)
+    # standard ONNX: a uint4 DequantizeLinear with uint4 zero points, the same levels
+    dq, report = rewrite.optimize_model(model, quantize="weight-only", asymmetric=True, check=False)
+    assert report.fired.get("quantize-matmul-weight-4bit-asym-dq") == 2
+    deq = [n for n in dq.graph.node if n.op_type == "DequantizeLinear"]
+    inits = {i.name: i for i in dq.graph.initializer}
+    assert len(deq) == 2 and all(len(n.input) == 3 for n in deq)
+    assert all(inits[n.input[k]].data_type == TensorProto.UINT4 for n in deq for k in (0, 2))
+    ref = ReferenceEvaluator(dq).run(None, {"x": x})[0]
+    assert np.abs(ref - run(asym, x)).max() < 1e-3 * np.abs(want).max()  # the same weights
     for bad in (
-        {"quantize": "weight-only", "target": "onnx"},
         {"quantize": "weight-only", "target": "onnxruntime", "bits": 8},
         {"quantize": "dynamic"},
     ):
@@ -2231,5 +2240,5 @@ def test_weight_only_asymmetric_blocks_carry_zero_points(tmp_path, capsys):
     onnx.save(model, src)
     argv = ["quantize", str(src), str(tmp_path / "q.onnx"), "--mode", "weight-only"]
     assert main([*argv, "--asymmetric", "--target", "onnxruntime", "--no-check", "-q"]) == 0
-    assert main([*argv, "--asymmetric"]) == 1  # (the default target: standard ONNX)
+    assert main([*argv, "--asymmetric", "--bits", "8"]) == 1
     assert "asymmetric applies to mode weight-only" in capsys.readouterr().err

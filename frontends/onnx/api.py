@@ -131,8 +131,11 @@ CPU_RULESETS = {
     },
 }
 # `asymmetric` weight-only blocks (a zero point each, `MatMulNBitsQuantizer`'s default) -> the
-# rulesets that stand in for the symmetric ones (4 bits, MatMulNBits, nearest rounding)
-ASYMMETRIC_RULESETS = {"quant-weight-only-4bit": "quant-weight-only-4bit-asym"}
+# rulesets that stand in for the symmetric ones (4 bits, either target, nearest rounding)
+ASYMMETRIC_RULESETS = {
+    "quant-weight-only-4bit": "quant-weight-only-4bit-asym",
+    "quant-weight-only-4bit-onnx": "quant-weight-only-4bit-asym-onnx",
+}
 # ... and every mode's rulesets: without `quantize` (`rewrite optimize --allow quant`) the quant
 # class lowers graphs that are quantized already (QDQ groups to integer kernels, lower.rules),
 # and quantizes no float product (which would want a mode, its sites and their report)
@@ -246,13 +249,13 @@ class Options:
         int16 pairs, costs a fifth to a third more error), False the one with one scale per
         weight; `bits` the
         weight-only ruleset's width (4, the default, or 8); `asymmetric` weight-only's 4-bit
-        MatMulNBits blocks with a zero point each (`ASYMMETRIC_RULESETS`; symmetric by
-        default). `static`: activations quantized
-        with ranges calibrated ahead of time (`calibration`, or inputs drawn at random with a
-        warning; `calibrate` is `minmax` or `percentile`, `symmetric` ranges around 0
-        instead of uint8 ones), weights per output channel (always), Convs lowered to
-        QLinearConv, MatMuls by constant weights to QLinearMatMul (and, for target
-        onnxruntime, residual Adds to QLinearAdd), embedding tables stored in int8.
+        blocks with a zero point each (`ASYMMETRIC_RULESETS`; symmetric by default).
+        `static`: activations quantized with ranges calibrated ahead of time (`calibration`,
+        or inputs drawn at random with a warning; `calibrate` is `minmax` or `percentile`,
+        `symmetric` ranges around 0 instead of uint8 ones), weights per output channel
+        (always), Convs lowered to QLinearConv, MatMuls by constant weights to QLinearMatMul
+        (and, for target onnxruntime, residual Adds to QLinearAdd), embedding tables stored
+        in int8.
     keep_float: node-name globs (fnmatch) whose nodes stay in float; op_types: the ops to
         quantize (`MatMul`, `Gemm`; empty: all the mode covers); error_budget: the largest
         max|q - ref| / max|ref| allowed per float output over the calibration inputs (the
@@ -372,7 +375,7 @@ class Options:
         if self.quantize == "weight-only":  # MatMulNBits for onnxruntime, else the ONNX form
             onnx_form = self.target != "onnxruntime"
             keep = tuple(r for r in keep if "bit" not in r or r.endswith("-onnx") == onnx_form)
-        if self.asymmetric:  # (validated: 4 bits, MatMulNBits, nearest rounding)
+        if self.asymmetric:  # (validated: 4 bits, nearest rounding)
             keep = tuple(ASYMMETRIC_RULESETS.get(r, r) for r in keep if "rounded" not in r)
         return keep
 
@@ -544,14 +547,10 @@ class Options:
         if self.quantize != "static" and (self.symmetric or self.calibrate != "minmax"):
             raise OptionError("symmetric and calibrate apply to mode static only")
         if self.asymmetric and (
-            self.quantize != "weight-only"
-            or self.target != "onnxruntime"
-            or self._quant_key[2] != 4
-            or self.rounding != "nearest"
+            self.quantize != "weight-only" or self._quant_key[2] != 4 or self.rounding != "nearest"
         ):
             raise OptionError(
-                "asymmetric applies to mode weight-only with --target onnxruntime, 4 bits and "
-                "nearest rounding (MatMulNBits' zero points)"
+                "asymmetric applies to mode weight-only with 4 bits and nearest rounding"
             )
         if self.calibrate not in CALIBRATION_METHODS:
             raise OptionError(
