@@ -24,7 +24,7 @@ from engine.optimize import FP_CLASSES, as_given, optimize
 from engine.saturate import Limits
 from frontends.onnx import external
 from frontends.onnx.check import compare, subgraphs
-from frontends.onnx.exporter import export_model
+from frontends.onnx.exporter import export_model, lift_unlisted_initializers
 from frontends.onnx.external import ExternalDataError, check_locations, load_small_tensors
 from frontends.onnx.importer import (
     SKELETON_MAX_ELEMENTS,
@@ -66,7 +66,8 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     not through a symlink out of it, see `frontends.onnx.external`), then the main graph's
     initializers stay in their files, to be mapped by `optimize_model(..., folder=)`; other
     external tensors (subgraphs, attributes) are read into the model. An IR 3 model whose
-    initializers are not all graph inputs is read as IR 4 (`_lift_unlisted_initializers`)."""
+    initializers are not all graph inputs is read as IR 4
+    (`exporter.lift_unlisted_initializers`)."""
     p = Path(path)
     if not p.exists():
         raise ModelError(f"{p}: no such file")
@@ -82,7 +83,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         check_locations(model, p.parent)
     except ExternalDataError as e:
         raise ModelError(f"{p}: {e}") from None
-    _lift_unlisted_initializers(model)
+    lift_unlisted_initializers(model)
     try:
         # weights in the file: the weight-free skeleton (the weights as typed inputs), since
         # checking by path made the C++ checker read and parse the whole file again beside
@@ -135,19 +136,6 @@ def _read_proto(p: Path) -> onnx.ModelProto:
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             model.ParseFromString(memoryview(mapped))
     return model
-
-
-def _lift_unlisted_initializers(model: onnx.ModelProto) -> None:
-    """An IR 3 model with initializers its graph does not list as inputs gets IR 4 (in place):
-    IR 3 requires every initializer to be an input too (a default a caller may override), IR 4
-    lets an initializer be a constant alone, which is what an unlisted one is to a runtime.
-    onnxruntime's own quantizers write such files (the zero points and scales they add to an
-    IR 3 model of the ONNX model zoo); onnx.checker refuses them, onnxruntime runs them."""
-    if model.ir_version >= 4:
-        return
-    inputs = {i.name for i in model.graph.input}
-    if any(t.name not in inputs for t in model.graph.initializer):
-        model.ir_version = 4
 
 
 def _check_weights(model: onnx.ModelProto) -> None:

@@ -95,11 +95,9 @@ def export_model(g: TermGraph, arrays: dict[str, np.ndarray] | None = None) -> o
     # an op a rule file declares runs anywhere with its body attached (vocab.declared)
     model.functions.extend(functions_for(nodes, _default_opset(model), src.functions))
     model.ir_version = min(src.ir_version, MAX_IR_VERSION)
-    listed = {i.name for i in graph.input}
-    if model.ir_version < 4 and any(t.name not in listed for t in graph.initializer):
-        # IR 3 lists every initializer as a graph input: one a rule made is a constant alone,
-        # which IR 4 allows (onnx.checker refused such an IR 3 file, and the CLI wrote it)
-        model.ir_version = 4
+    # a constant a rule made is not an input: from an IR 3 model, an IR 4 one (onnx.checker
+    # refused such an IR 3 file, and the CLI wrote it)
+    lift_unlisted_initializers(model)
     for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
         setattr(model, field, getattr(src, field))
     model.metadata_props.extend(
@@ -188,6 +186,19 @@ IN_MEMORY_BYTES = 1 << 16
 # ONNX element types whose numpy arrays onnxruntime takes as they are (not bfloat16, float8
 # or the packed 4-bit types, which numpy spells as void)
 _IN_MEMORY_TYPES = frozenset("fiub")
+
+
+def lift_unlisted_initializers(model: onnx.ModelProto) -> None:
+    """An IR 3 model with initializers its graph does not list as inputs gets IR 4 (in place):
+    IR 3 requires every initializer to be an input too (a default a caller may override), IR 4
+    lets an initializer be a constant alone, which is what an unlisted one is to a runtime.
+    onnxruntime's own quantizers write such files (the zero points and scales they add to an
+    IR 3 model of the ONNX model zoo); onnx.checker refuses them, onnxruntime runs them."""
+    if model.ir_version >= 4:
+        return
+    inputs = {i.name for i in model.graph.input}
+    if any(t.name not in inputs for t in model.graph.initializer):
+        model.ir_version = 4
 
 
 def _settle_dims(vi: onnx.ValueInfoProto, shape) -> None:
