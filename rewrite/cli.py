@@ -1077,12 +1077,12 @@ def _mismatch(args, done, src: Path, start: float) -> int:
     if not args.quiet:
         from frontends.onnx.api import Options
 
-        given = getattr(args, "check_inputs", None)
-        budget = getattr(args, "error_budget", None)
-        rtol, atol = args.rtol, args.atol
-        if budget is not None and (rtol, atol) == (None, None):  # as `Options.quantized` sets
-            rtol, atol = budget, 0.0
-        options = Options(atol=atol, rtol=rtol, check_inputs=given, error_budget=budget)
+        options = Options(
+            atol=args.atol,
+            rtol=args.rtol,
+            check_inputs=getattr(args, "check_inputs", None),
+            error_budget=getattr(args, "error_budget", None),
+        ).budget_tolerance()
         _print_summary(report, done.diffs, options, False)
     _print_warning(report)
     if args.report:

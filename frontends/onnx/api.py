@@ -388,10 +388,14 @@ class Options:
         # onnxruntime's quantization pre-processing does: a QuantizeLinear then meets the Conv
         wanted = ("quant", "reassoc") if self.quantize == "static" else ("quant",)
         allow = (*self.allow, *(c for c in wanted if c not in self.allow))
-        out = replace(self, allow=allow)
+        return replace(self, allow=allow).budget_tolerance()
+
+    def budget_tolerance(self) -> Options:
+        """These options with the output check held to `error_budget` (rtol the budget, atol
+        0) when neither tolerance is given; unchanged otherwise."""
         if self.error_budget is not None and self.rtol is None and self.atol is None:
-            out = replace(out, rtol=self.error_budget, atol=0.0)  # the check holds the budget
-        return out
+            return replace(self, rtol=self.error_budget, atol=0.0)
+        return self
 
     @property
     def _quant_key(self) -> tuple:
