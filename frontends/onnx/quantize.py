@@ -1000,9 +1000,10 @@ def nothing_quantized(model: onnx.ModelProto, ops: set[str], mode: str) -> str:
     return "; ".join(f"{c} {op} {why}" for (op, why), c in sorted(reasons.items()))
 
 
-# ops that make a tensor from constants alone: a weight one computes (onnx's light model zoo
-# files make theirs with ConstantOfShape) is not a stored constant to the rules
-_MAKERS = {"ConstantOfShape", "RandomNormal", "RandomUniform", "EyeLike", "Range"}
+# ops that make a tensor from constants alone (and the op table's random draws): a weight one
+# computes (onnx's light model zoo files make theirs with ConstantOfShape) is not a stored
+# constant to the rules
+_MAKERS = {"ConstantOfShape", "EyeLike", "Range", *FAMILIES["RANDOM"]}
 
 
 def _unusual_gemm(n: onnx.NodeProto) -> bool:
