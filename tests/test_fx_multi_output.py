@@ -233,20 +233,31 @@ class OneItemRewritten(nn.Module):
         return a.sigmoid() * b, c.transpose(0, 1).transpose(0, 1)
 
 
+class OneUnbindItemRewritten(nn.Module):
+    """`OneItemRewritten` with unbind, whose items are Squeezes of a Split's outputs."""
+
+    def forward(self, x):
+        a, b, c = x.unbind(-1)
+        return a.sigmoid() * b, c.transpose(0, 1).transpose(0, 1)
+
+
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_a_rewritten_item_reads_the_copied_call(dialect):
-    """The rewritten item is read from the one copied chunk: no second split of the same
-    tensor is written beside it (the black-box tester's `x.chunk(3)`: a `split_with_sizes`
-    was added for the third item)."""
-    model = OneItemRewritten().eval()
-    x = torch.randn(4, 9, generator=torch.Generator().manual_seed(3)) + 0.5
+@pytest.mark.parametrize(
+    "model, shape", [(OneItemRewritten(), (4, 9)), (OneUnbindItemRewritten(), (4, 5, 3))]
+)
+def test_a_rewritten_item_reads_the_copied_call(dialect, model, shape):
+    """The rewritten item is read from the one copied chunk or unbind: no second split of the
+    same tensor is written beside it (the black-box tester's `x.chunk(3)`: a
+    `split_with_sizes` was added for the third item; the review found unbind's too)."""
+    model = model.eval()
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(3)) + 0.5
     want = _run(model, (x,))
     _non_constant(want)
     out, report = optimize_fx(_graph(model, (x,), dialect), (x,))
     assert report.fired.get("transpose-transpose", 0) >= 1, report.fired
     gm = out.graph_module if isinstance(out, torch.export.ExportedProgram) else out
     calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
-    splits = [n for n in calls if "chunk" in str(n.target) or "split" in str(n.target)]
+    splits = [n for n in calls if any(w in str(n.target) for w in ("chunk", "split", "unbind"))]
     assert len(splits) == 1, [str(n.target) for n in calls]
     for a, b in zip(_run(out, (x,)), want, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)

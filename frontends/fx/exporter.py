@@ -87,6 +87,8 @@ class _Exporter:
         self.copies: dict[tuple, fx.Node] = {}  # (source node, its new inputs) -> its copy
         self.tuples: dict[tuple, fx.Node] = {}  # multi-output application -> its torch call
         self.copyable: dict[tuple, list] = {}  # application -> a group copying its source call
+        self.unbound: dict[tuple, list] = {}  # Split application -> a group copying an unbind
+        self.producer = {v: n for n in g.nodes for v in n.outputs}
         self.projected = {_application(n) for n in g.nodes if "#" in n.op and not n.opaque}
 
     def run(self):
@@ -94,6 +96,7 @@ class _Exporter:
             self.copied[p] = self.graph.node_copy(p)
         groups = self._groups()
         self.copyable = _copyable_items(groups)
+        self.unbound = _unbind_items(groups)
         skip, fused = plan_linears(self, {id(n) for nodes in groups.values() for n in nodes})
         for n in self.g.nodes:
             origin = n.payload if isinstance(n.payload, Origin) else None
@@ -278,6 +281,8 @@ class _Exporter:
         key = _application(n)
         if base in TUPLES and not n.opaque and (k or base not in RAISE or key in self.projected):
             return self._item(n, key, int(k or 0))
+        if n.op == "Squeeze" and not n.opaque and (item := self._unbound_item(n)) is not None:
+            return item
         fn = RAISE.get(n.op)
         if fn is None or n.opaque:
             raise NoTorchForm(f"no torch form for {n.op}")
@@ -296,6 +301,24 @@ class _Exporter:
             name, fn = TUPLES[key[0]]
             self.tuples[key] = fn(Builder(self, n, name))
         return Builder(self, n).getitem(self.tuples[key], k)
+
+    def _unbound_item(self, n) -> fx.Node | None:
+        """Squeeze(Split#K(x), axis) read from an unbind call copied for the application's
+        untouched items (`_unbind_items`: unbind's item K is that Squeeze), so that a rewritten
+        item does not write a second split of x beside it; None when there is none."""
+        split = self.producer.get(n.inputs[0])
+        if split is None or split.op.partition("#")[0] != "Split":
+            return None
+        nodes = self.unbound.get(_application(split))
+        if nodes is None:
+            return None
+        head = next(p for p in nodes if p.payload.head)
+        axes = [self.g.constants.get(v) for v in (n.inputs[1], head.inputs[1])]
+        if any(a is None for a in axes) or not np.array_equal(*axes):
+            return None
+        self._copy_group(nodes)
+        call = self.env[head.outputs[0]].args[0]
+        return Builder(self, n).getitem(call, int(split.op.partition("#")[2] or 0))
 
     def _linear(self, n, plan: Linear) -> fx.Node:
         """F.linear(x, weight, bias) for a planned MatMul/Gemm (see `frontends.fx.linear`)."""
@@ -489,6 +512,25 @@ def _copyable_items(groups: dict[int, list]) -> dict[tuple, list]:
             continue
         if last.target is operator.getitem and last.args[1:] == (int(k or 0),):
             out.setdefault(_application(head), nodes)
+    return out
+
+
+def _unbind_items(groups: dict[int, list]) -> dict[tuple, list]:
+    """Split application (`_application`) -> a group of `groups` copying item k of an unbind
+    call: its pieces are Split#K (or Split for k = 0) and the head Squeeze of that axis
+    (`spellings.unbind_item`), and its last fx node is `operator.getitem(unbind, k)`."""
+    out = {}
+    for nodes in groups.values():
+        head = next(p for p in nodes if p.payload.head)
+        inner = [p for p in nodes if not p.payload.head]
+        last = head.payload.fx[-1] if head.payload.fx else None
+        if head.op != "Squeeze" or len(inner) != 1 or last is None or head.opaque:
+            continue
+        base, _, k = inner[0].op.partition("#")
+        if base != "Split" or inner[0].opaque or head.inputs[0] != inner[0].outputs[0]:
+            continue
+        if last.target is operator.getitem and last.args[1:] == (int(k or 0),):
+            out.setdefault(_application(inner[0]), nodes)
     return out
 
 
