@@ -21,7 +21,8 @@ and the report's `provenance` section (see README, "Provenance"):
 
     {"rule": NAME, "at": "FILE:LINE", "op": OP, "replaces": [ORIGINAL NODE NAMES],
      "ops": [THEIR OPS], "after": [TREES of the rewritten e-nodes the rule matched, fired
-     before it], "merged": [TREES of original nodes of the same value a rule removed]}
+     before it], "merged": [TREES of original nodes of the same value a rule removed],
+     "marks": [NAMES of the marks it consumed, see below; absent when none]}
 
 Folding adds `{"rule": "fold:OP", "at": "engine/shapes.py" or "engine/fold.py", ...}`, OP the
 op whose value was folded: on each constant that shape folding (before saturation,
@@ -29,6 +30,15 @@ op whose value was folded: on each constant that shape folding (before saturatio
 whose inputs shape folding changed; `replaces` names the nodes that folding removed. A rule that
 matched a node shape folding changed has that node's fold tree in its `after`. `describe` says
 in words what each firing of a tree did (`--explain`, `rewrite explain`).
+
+Marks (ops of the `MARK_DOMAIN` domain: an activation's calibrated range, a smoothing scale, a
+rounded weight) are nodes the quantization's own passes put on the graph, not the user's: a
+firing that consumed one lists it under `marks`, not `replaces`, and a mark a rule removed, or
+the constants its import shared, are not shown as the user's nodes.
+
+A node imported with a tree of its own (a model an earlier run wrote, or the graph of static
+quantization's first pass, which folds BatchNormalization) keeps it: a rule matching that node
+has its tree in `after`, as for a node shape folding changed.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ from vocab.graph import ABSENT, Node, TermGraph, unique_name
 from vocab.ops import OPS, encode_attr
 
 KEY = "rewrite.rules"  # ONNX metadata_props key, fx node.meta key is "rewrite"
+MARK_DOMAIN = "rewrite"  # the domain of the quantization's marks (patterns/quant/*.rules)
 MAX_TREE = 200  # tree nodes per explained node; a deeper history is cut (`"truncated": true`)
 
 
@@ -210,11 +221,13 @@ class Justification:
 
     def __init__(self, snap: Snapshot, fired: list[Firing]):
         self.names = original_names(snap)
-        # trees the shape folding (`engine.shapes`) left on imported nodes, by name
+        self.marks = {e for e in self.names if is_mark(e.op)}
+        # trees the shape folding (`engine.shapes`) or an earlier run left on imported nodes,
+        # by name
         self.folded = {
             n.name or snap.graph.values[n.outputs[0]].name: n.provenance
             for n in snap.graph.nodes
-            if n.provenance is not None
+            if n.provenance is not None and not is_mark(n.op)
         }
         self.fired = fired
         self.lhs: list[list[ENode]] = []
@@ -234,11 +247,16 @@ class Justification:
         self.originals: dict[int, list[ENode]] = {}
         for n in self.names:
             c = self.class_of.get(n)
-            if c is not None:
+            if c is not None and n not in self.marks:
                 self.originals.setdefault(c, []).append(n)
         self.by_root: dict[ENode, int] = {}
         for i, m in enumerate(self.lhs):
-            if m and m[0] in self.names and all(p in self.best for p in self.premises[i]):
+            if (
+                m
+                and m[0] in self.names
+                and m[0] not in self.marks
+                and all(p in self.best for p in self.premises[i])
+            ):
                 self.by_root.setdefault(m[0], i)
 
     def rewritten(self, n: ENode) -> bool:
@@ -278,6 +296,8 @@ class Justification:
         f = self.fired[i]
         budget[0] -= 1
         gone = sorted({(self.names[m], m.op) for m in self.lhs[i] if m in self.names})
+        marks = [name for name, op in gone if is_mark(op)]
+        gone = [(name, op) for name, op in gone if not is_mark(op)]
         node = {
             "rule": f.name,
             "at": f.at,
@@ -285,6 +305,8 @@ class Justification:
             "replaces": [name for name, _ in gone],
             "ops": [op for _, op in gone],
         }
+        if marks:
+            node["marks"] = marks
         if budget[0] <= 0:
             node["truncated"] = True
             node["after"] = []
@@ -347,6 +369,11 @@ class Justification:
         if merged:
             top["merged"] = merged
         return top
+
+
+def is_mark(op: str) -> bool:
+    """True for an op of `MARK_DOMAIN` (qualified name `rewrite.Observed`, ...)."""
+    return op.startswith(MARK_DOMAIN + ".")
 
 
 def attach(g: TermGraph, origins: tuple, just: Justification) -> tuple[TermGraph, int]:
@@ -439,7 +466,12 @@ def describe(name: str, op: str, tree: dict, patterns: dict[str, str] | None = N
             what = gone(t) or "rewritten nodes"
             lines.append(f"{pad}{t['rule']}: folded {what} into {made} ({t.get('at', '')})")
         elif t["rule"] != "original":
-            was = f"replaced {gone(t)} with" if t["replaces"] else "rewrote rewritten nodes into"
+            if t["replaces"]:
+                was = f"replaced {gone(t)} with"
+            elif t.get("marks"):
+                was = f"replaced the mark {', '.join(t['marks'])} with"
+            else:
+                was = "rewrote rewritten nodes into"
             lines.append(f"{pad}{t['rule']}: {was} {made}{where(t)}")
         for sub in t.get("merged", ()):
             lines.append(

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 import rewrite
+from engine.provenance import describe, replaced_names
 from frontends.onnx import api
 from frontends.onnx import quantize as quantize_module
 from frontends.onnx.api import OptionError
@@ -567,6 +568,27 @@ def test_static_mode_on_an_old_opset_model_with_batchnorm(calibration):
         want, got = run_plain(old, {"x": x})[0], run(q, x)
         errors.append(np.abs(got - want).max() / np.abs(want).max())
     assert 0 < max(errors) < 0.05
+
+
+def test_explain_names_the_folded_batchnorm_and_shows_marks_as_marks(calibration, tmp_path):
+    """The BatchNorm folding runs in a pass of its own before the marks go on: the second
+    pass keeps its trees, so a QLinearConv's says which BatchNormalization and Conv it
+    replaces; the calibration marks are the quantization's, never 'replaced' user nodes (the
+    twenty-fourth session's black-box tester: a Conv named after its folded BatchNorm's
+    output, the fold not in the tree, marks shown as replaced nodes)."""
+    path = tmp_path / "q.onnx"
+    q, report = rewrite.optimize_model(old_cnn(), quantize="static", calibration=str(calibration))
+    onnx.save(q, path)
+    trees = replaced_names(report.provenance)
+    convs = [n.name for n in q.graph.node if n.op_type == "QLinearConv"]
+    assert len(convs) == 3
+    for name in convs:
+        assert {"conv1", "conv2", "conv3"} & set(trees.get(name, ())), trees
+        assert any(r.endswith(".bn") for r in trees[name]), trees[name]
+    assert not any(r.endswith("/observed") for names in trees.values() for r in names)
+    text = "\n".join(x for c in convs for x in describe(c, "QLinearConv", report.provenance[c]))
+    assert "BatchNormalization conv1.bn" in text and "/observed" in text
+    assert "replaced rewrite.Observed" not in text and "share-constant" not in text
 
 
 def test_marks_the_rules_leave_are_stripped_and_reported(calibration):

@@ -47,6 +47,18 @@ def find_provenance(model: onnx.ModelProto, name: str) -> tuple[str, dict | None
     return what, tree
 
 
+def recorded_trees(model: onnx.ModelProto) -> dict[str, dict]:
+    """Name -> provenance tree of every node and initializer of the main graph that carries
+    one (its own metadata, else the model-level entry), e.g. a model `rewrite optimize` wrote;
+    empty for a model without provenance."""
+    out = dict(_model_trees(model))
+    for x in (*model.graph.node, *model.graph.initializer):
+        tree = _own(x)
+        if tree is not None and x.name:
+            out[x.name] = tree
+    return out
+
+
 def _own(proto) -> dict | None:
     for p in proto.metadata_props:
         if p.key == KEY:

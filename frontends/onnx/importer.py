@@ -20,6 +20,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.external_data_helper import uses_external_data
 
+from frontends.onnx.explain import recorded_trees
 from frontends.onnx.external import mapped_array
 from vocab.graph import ABSENT, Node, TermGraph, Value
 from vocab.ops import NONE, OPS, REQUIRED, TENSOR_ATTR_MAX, OpSpec, attribute_value
@@ -65,6 +66,7 @@ def import_model(
     except Exception:  # shape inference is best-effort: unknown shapes are sound
         inferred = model
     b = _Builder(opset, _types_of(inferred.graph))
+    b.recorded = recorded_trees(model)
     b.domains |= {
         i.domain: i.version for i in model.opset_import if i.domain not in ("", "ai.onnx")
     }
@@ -193,6 +195,7 @@ class _Builder:
         self._by_digest: dict[tuple, int] = {}
         self.read: set[str] | None = None  # names something reads (None: every named output)
         self.shared: dict[str, str] = {}  # aliased constant -> its Constant node's or own name
+        self.recorded: dict[str, dict] = {}  # name -> the tree an earlier run wrote on it
 
     def value(self, name: str) -> int:
         if not name:
@@ -216,7 +219,9 @@ class _Builder:
         self.values[vid] = Value(
             name,
             TensorType(helper.np_dtype_to_tensor_dtype(array.dtype), array.shape),
-            _tree("fold:Constant", "Constant", [node]) if node is not None else None,
+            _tree("fold:Constant", "Constant", [node])
+            if node is not None
+            else self.recorded.get(name),
         )
         self.constants[vid] = array
         if array.nbytes <= _DEDUP_MAX_BYTES and array.dtype != object:
@@ -236,6 +241,9 @@ class _Builder:
         n = own
         shared = sorted({self.shared[i] for i in n.input if i in self.shared})
         why = _tree("share-constant", n.op_type, shared) if shared else None
+        earlier = self.recorded.get(n.name) if n.name else None
+        if earlier is not None:  # a node an earlier run wrote: its history comes first
+            why = {**why, "after": [earlier]} if why else earlier
         domain = "" if n.domain == "ai.onnx" else n.domain
         version = self.domains.get(domain)
         spec = OPS.lookup(domain, n.op_type, version) if version else None
