@@ -93,6 +93,13 @@ def lower_guard(g: ast.GuardCall, scope: Scope, guards: dict) -> ir.Guard:
     fn = guards.get(g.fn)
     if fn is None:
         raise UnknownGuardError(g.span, f"unknown guard '{g.fn}'{did_you_mean(g.fn, guards)}")
+    if g.negate and not fn.negatable:
+        raise ArgumentError(
+            g.span,
+            f"guard '{g.fn}' cannot be negated: it is false also where it cannot decide (an "
+            "unknown shape, dtype or value), so (not ...) would hold on what is not known; "
+            f"negatable guards: {', '.join(sorted(n for n, f in guards.items() if f.negatable))}",
+        )
     args = _host_args(g.fn, "guard", fn.params, g.args, g.span, scope, None)
     return ir.Guard(g.fn, args, g.negate)
 

@@ -244,10 +244,10 @@ class _Match:
         """The first guard that does not hold, or None when all hold."""
         for g in self.rule.guards:
             try:
-                ok = bool(registry.GUARDS[g.fn].fn(*(self.value(x) for x in g.args)))
+                ok = registry.GUARDS[g.fn].fn(*(self.value(x) for x in g.args))
             except _Skip:  # a builder argument (a `with` binding) could not build: undecided
-                ok = False
-            if ok == g.negate:
+                ok = None
+            if ok is None or bool(ok) == g.negate:  # undecided fails either way
                 return g
         return None
 

@@ -57,6 +57,15 @@ EXPECTED = {
         "      (LeakyRelu @x :alpha 1e-400)\n"
         "                           ^",
     ),
+    "negated_guard": (  # same-type is false where a dtype is unknown: (not ...) held there
+        dsl.ArgumentError,
+        "negated_guard.rules:3:7: error: guard 'same-type' cannot be negated: it is false also "
+        "where it cannot decide (an unknown shape, dtype or value), so (not ...) would hold on "
+        "what is not known; negatable guards: all-equal, has-dtype, identity-perm, "
+        "is-constant, is-float, rank, zero-point-at-min\n"
+        "      (if (not (same-type @x @x)))\n"
+        "          ^",
+    ),
     "attribute_range": (
         dsl.AttributeTypeError,
         "attribute_range.rules:2:21: error: "

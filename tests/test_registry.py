@@ -1,11 +1,13 @@
 """One unit test per registered guard and builder (and a check that none is left untested)."""
 
 import numpy as np
+import onnx.parser
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+import rewrite
 from vocab import registry
 from vocab.types import ClassInfo, TensorType
 
@@ -1421,3 +1423,35 @@ def test_every_registered_function_has_a_test():
     names = set(registry.GUARDS) | set(registry.BUILDERS) | set(registry.BOUNDS)
     missing = sorted(names - TESTED)
     assert not missing, f"registry functions without a unit test: {missing}"
+
+
+NEGATED = """<ir_version: 10, opset_import: ["" : 18, "com.microsoft" : 1]>
+g (float[2,2] x) => (float[2,2] y) <float c1 = {1e30}, float c2 = {1e-30}> {
+    t = com.microsoft.Inverse(x)
+    a = Mul(t, c1)
+    b = Mul(a, c2)
+    y = Clip(b)
+}"""
+
+
+def test_a_negated_guard_that_cannot_decide_does_not_hold():
+    """`(not (is-float @x))` on a value whose dtype no rule infers (a contrib op's output):
+    clip-unbounded and mul-mul-constants-integer fired on float data, removing a Clip that
+    maps infinities to the largest finite floats and merging 1e30 * 1e-30 (the black-box rule
+    author's finding). Undecided fails the guard either way."""
+    model = onnx.parser.parse_model(NEGATED)
+    out, report = rewrite.optimize_model(model)
+    assert "clip-unbounded" not in report.fired
+    assert "mul-mul-constants-integer" not in report.fired
+    assert [n.op_type for n in out.graph.node].count("Clip") == 1
+    assert registry.is_float(ClassInfo(TensorType())) is None
+    assert registry.is_float(ClassInfo(TensorType(TP.INT32, (2,)))) is False
+    assert sorted(GUARD for GUARD, f in registry.GUARDS.items() if f.negatable) == [
+        "all-equal",
+        "has-dtype",
+        "identity-perm",
+        "is-constant",
+        "is-float",
+        "rank",
+        "zero-point-at-min",
+    ]

@@ -11,8 +11,11 @@ their parameters:
 - `list`: a list capture (`@xs...`); the function receives a list of `ClassInfo`.
 
 A guard that cannot decide (an unknown shape, a non-constant) returns False: a rule never fires
-on a fact the engine does not know. Builders return None when they cannot build; the match is
-then skipped.
+on a fact the engine does not know. Under `(not GUARD)` that False would read as a known
+fact, so only a guard registered `negatable=True` may be negated (`dsl.host.lower_guard`
+refuses the others): such a guard returns None when it cannot decide, and None fails the
+guard written either way (`engine.apply`). Builders return None when they cannot build; the
+match is then skipped.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class HostFn:
     fn: Callable[..., Any]
     params: tuple[str, ...]
     kind: str  # "guard" or "builder"
+    negatable: bool = False  # a guard returning None when it cannot decide (module docstring)
 
     @property
     def doc(self) -> str:
@@ -53,11 +57,13 @@ BUILDERS: dict[str, HostFn] = {}
 BOUNDS: dict[str, HostFn] = {}
 
 
-def guard(name: str, *params: str):
-    """Register a guard under `name` with parameter kinds `params` (TERM or ATTR)."""
+def guard(name: str, *params: str, negatable: bool = False):
+    """Register a guard under `name` with parameter kinds `params` (TERM or ATTR).
+    negatable: the guard returns None, not False, when it cannot decide, so that rules may
+    write `(not (name ...))` (module docstring)."""
 
     def deco(fn):
-        GUARDS[name] = HostFn(name, fn, params, "guard")
+        GUARDS[name] = HostFn(name, fn, params, "guard", negatable)
         return fn
 
     return deco
@@ -87,11 +93,11 @@ def bound(name: str, *params: str):
 # ---- permutations ----------------------------------------------------------------------------
 
 
-@guard("identity-perm", ATTR)
-def identity_perm(perm: tuple[int, ...] | None) -> bool:
+@guard("identity-perm", ATTR, negatable=True)
+def identity_perm(perm: tuple[int, ...] | None) -> bool | None:
     """True if `perm` is (0, 1, ..., n-1). An absent perm (reverse) is identity only for n<=1,
-    which needs the rank, so it is not accepted here."""
-    return perm is not None and tuple(perm) == tuple(range(len(perm)))
+    which needs the rank: None (undecided)."""
+    return None if perm is None else tuple(perm) == tuple(range(len(perm)))
 
 
 @builder("compose-perm", ATTR, ATTR)
@@ -108,16 +114,19 @@ def compose_perm(p: tuple[int, ...] | None, q: tuple[int, ...] | None) -> tuple[
 # ---- constants -------------------------------------------------------------------------------
 
 
-@guard("is-constant", TERM)
+@guard("is-constant", TERM, negatable=True)
 def is_constant(x: ClassInfo) -> bool:
     """True if the value is an imported constant (initializer or Constant node)."""
     return x.is_constant
 
 
-@guard("all-equal", TERM, ATTR)
-def all_equal(x: ClassInfo, v: Any) -> bool:
-    """True if `x` is a constant whose every element equals `v` (NaN never equals)."""
-    return x.value is not None and x.value.size > 0 and bool(np.all(x.value == v))
+@guard("all-equal", TERM, ATTR, negatable=True)
+def all_equal(x: ClassInfo, v: Any) -> bool | None:
+    """True if `x` is a constant whose every element equals `v` (NaN never equals); None
+    (undecided) when `x` is not a constant."""
+    if x.value is None:
+        return None
+    return x.value.size > 0 and bool(np.all(x.value == v))
 
 
 @guard("negative-zeros", TERM)
@@ -225,10 +234,10 @@ def no_zero_dims(s: ClassInfo) -> bool:
 # ---- shapes and dtypes -----------------------------------------------------------------------
 
 
-@guard("rank", TERM, ATTR)
-def rank(x: ClassInfo, n: int) -> bool:
-    """True if `x` has rank `n`."""
-    return x.type.rank == n
+@guard("rank", TERM, ATTR, negatable=True)
+def rank(x: ClassInfo, n: int) -> bool | None:
+    """True if `x` has rank `n`; None (undecided) when its rank is unknown."""
+    return None if x.type.rank is None else x.type.rank == n
 
 
 @guard("rank-at-least", TERM, ATTR)
@@ -271,10 +280,11 @@ def same_type(a: ClassInfo, b: ClassInfo) -> bool:
     )
 
 
-@guard("has-dtype", TERM, ATTR)
-def has_dtype(x: ClassInfo, elem_type: int) -> bool:
-    """True if `x`'s ONNX element type is `elem_type` (e.g. a Cast's `to`)."""
-    return bool(x.type.dtype) and x.type.dtype == elem_type
+@guard("has-dtype", TERM, ATTR, negatable=True)
+def has_dtype(x: ClassInfo, elem_type: int) -> bool | None:
+    """True if `x`'s ONNX element type is `elem_type` (e.g. a Cast's `to`); None (undecided)
+    when `x`'s element type is unknown."""
+    return x.type.dtype == elem_type if x.type.dtype else None
 
 
 def same_dim(a, b) -> bool:
@@ -341,10 +351,11 @@ def same_dtype(a: ClassInfo, b: ClassInfo) -> bool:
 _FLOATS = {1, 10, 11, 16}  # float, float16, double, bfloat16
 
 
-@guard("is-float", TERM)
-def is_float(x: ClassInfo) -> bool:
-    """True if `x`'s element type is known and is a floating-point type."""
-    return x.type.dtype in _FLOATS
+@guard("is-float", TERM, negatable=True)
+def is_float(x: ClassInfo) -> bool | None:
+    """True if `x`'s element type is a floating-point type; None (undecided) when it is
+    unknown (an op outside the op table's output, whose dtype no rule infers)."""
+    return x.type.dtype in _FLOATS if x.type.dtype else None
 
 
 @builder("dtype-of", TERM)
@@ -408,7 +419,7 @@ def all_equal_into(c: ClassInfo, v: Any, x: ClassInfo) -> bool:
     against an array), so `(all-equal-into @s 1.4142135623730951 @x)` accepts sqrt(2) as a
     float32, float16 or double constant, each rounded once from the exact value.
     """
-    return all_equal(c, v) and broadcasts_into(c, x)
+    return bool(all_equal(c, v)) and broadcasts_into(c, x)
 
 
 @builder("scalar-of", TERM)
@@ -1479,12 +1490,15 @@ def scale_ratio(a: ClassInfo, b: ClassInfo) -> bool:
     return 1 / SCALE_RATIO <= r <= SCALE_RATIO
 
 
-@guard("zero-point-at-min", TERM)
-def zero_point_at_min(z: ClassInfo) -> bool:
+@guard("zero-point-at-min", TERM, negatable=True)
+def zero_point_at_min(z: ClassInfo) -> bool | None:
     """True if `z` is a one-element 8-bit constant equal to its type's lowest value (uint8 0,
-    int8 -128): QuantizeLinear with a positive scale then maps every x <= 0 to it."""
+    int8 -128): QuantizeLinear with a positive scale then maps every x <= 0 to it. None
+    (undecided) when `z` is not a constant."""
     v = z.value
-    if v is None or v.size != 1 or z.type.dtype not in _EIGHT_BIT:
+    if v is None:
+        return None
+    if v.size != 1 or z.type.dtype not in _EIGHT_BIT:
         return False
     return int(v.reshape(())) == np.iinfo(_EIGHT_BIT[z.type.dtype]).min
 
