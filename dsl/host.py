@@ -100,7 +100,7 @@ def lower_guard(g: ast.GuardCall, scope: Scope, guards: dict) -> ir.Guard:
             "unknown shape, dtype or value), so (not ...) would hold on what is not known; "
             f"negatable guards: {', '.join(sorted(n for n, f in guards.items() if f.negatable))}",
         )
-    args = _host_args(g.fn, "guard", fn.params, g.args, g.span, scope, None)
+    args = _host_args(g.fn, "guard", fn, g.args, g.span, scope, None)
     return ir.Guard(g.fn, args, g.negate)
 
 
@@ -110,7 +110,7 @@ def lower_bound(g: ast.GuardCall, scope: Scope, bounds: dict) -> ir.Guard:
     fn = bounds.get(g.fn)
     if fn is None:
         raise UnknownGuardError(g.span, f"unknown bound '{g.fn}'{did_you_mean(g.fn, bounds)}")
-    return ir.Guard(g.fn, _host_args(g.fn, "bound", fn.params, g.args, g.span, scope, None))
+    return ir.Guard(g.fn, _host_args(g.fn, "bound", fn, g.args, g.span, scope, None))
 
 
 def lower_bindings(bindings, scope: Scope, lower_term, ops, builders: dict) -> None:
@@ -141,18 +141,33 @@ def lower_call(c: ast.BuilderCall, scope: Scope, builders: dict) -> ir.Call:
     if fn is None:
         hint = did_you_mean(c.fn, builders)
         raise UnknownBuilderError(c.span, f"unknown builder '{c.fn}'{hint}")
-    return ir.Call(c.fn, _host_args(c.fn, "builder", fn.params, c.args, c.span, scope, builders))
+    return ir.Call(c.fn, _host_args(c.fn, "builder", fn, c.args, c.span, scope, builders))
 
 
-def _host_args(name, what, params, args, span, scope, builders) -> tuple[ir.AttrExpr, ...]:
+def _host_args(name, what, fn, args, span, scope, builders) -> tuple[ir.AttrExpr, ...]:
+    params = fn.params
     if len(args) != len(params):
         n = len(params)
         msg = f"{what} '{name}' takes {n} argument{'s' * (n != 1)}, got {len(args)}"
         raise ArgumentError(span, msg)
-    return tuple(
+    out = tuple(
         _host_arg(name, what, i, p, a, scope, builders)
         for i, (p, a) in enumerate(zip(params, args))
     )
+    for i, (a, v) in enumerate(zip(args, out)):
+        kind = fn.literal(i)
+        if kind is None or not isinstance(v, ir.Literal) or isinstance(v.value, tuple):
+            continue
+        value = v.value
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            continue  # 2 is a float's value too
+        if not isinstance(value, kind):
+            msg = f"argument {i + 1} of {what} '{name}' must be {_KIND_WORDS[kind]}, not {value!r}"
+            raise ArgumentError(a.span, msg)
+    return out
+
+
+_KIND_WORDS = {int: "an integer", float: "a number", str: "a string"}
 
 
 _WANT = {TERM: "a term capture like @x", LIST: "a list capture like @xs..."}

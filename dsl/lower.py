@@ -8,7 +8,7 @@ and all attributes in op-table order:
 |-----------------------|----------------------------|-----------------------------------------|
 | no `:attrs`           | `Literal(default)` (strict)| `Literal(default)`                      |
 | `:attrs @rest`        | `Capture("rest.a")`        | `Capture("rest.a")` if bound, else default |
-| required, no default  | `Wildcard()`               | `MissingAttributeError`                 |
+| required, no default  | `MissingAttributeError`    | `MissingAttributeError`                 |
 
 `Literal(None)` is an attribute whose default is "absent" (`vocab.ops.NONE`). The left side
 of an `equal` rule is also a result (the rule runs both ways), so it is lowered in `equal`
@@ -162,10 +162,9 @@ def _left_attrs(t: ast.App, spec: OpSpec, scope: Scope, equal: bool):
             name = f"{t.rest.name}.{a.name}"
             scope.bind(name, "attr", t.rest.span, a.kind)
             out.append((a.name, ir.Capture(name)))
-        elif a.default is REQUIRED:
-            if equal:
-                raise _missing(t, a.name)
-            out.append((a.name, ir.Wildcard()))
+        elif a.default is REQUIRED:  # matching any value must be said: `:to _`
+            msg = f"{t.head} needs :{a.name} (it has no default); write it, capture it "
+            raise MissingAttributeError(t.span, msg + f"or write :{a.name} _ to match any")
         else:
             out.append((a.name, ir.Literal(a.default)))
     return tuple(out)

@@ -66,6 +66,20 @@ EXPECTED = {
         "      (if (not (same-type @x @x)))\n"
         "          ^",
     ),
+    "required_attribute_in_pattern": (  # it matched a Cast to any type, silently
+        dsl.MissingAttributeError,
+        "required_attribute_in_pattern.rules:3:4: error: Cast needs :to (it has no default); "
+        "write it, capture it or write :to _ to match any\n"
+        "      (Cast @x)\n"
+        "       ^",
+    ),
+    "guard_literal_kind": (  # check passed it, and verify raised int("two")
+        dsl.ArgumentError,
+        "guard_literal_kind.rules:3:16: error: argument 2 of guard 'rank' must be an integer, "
+        "not 'two'\n"
+        '      (if (rank @x "two"))\n'
+        "                   ^",
+    ),
     "attribute_range": (
         dsl.AttributeTypeError,
         "attribute_range.rules:2:21: error: "

@@ -12,7 +12,10 @@
   `|a - b| <= atol + rtol * max(|b|, S)`, S the largest finite magnitude among the example's
   inputs and intermediate values. Rounding errors of a regrouped sum are proportional to its
   terms, not to its result: (x + b) * s and x * s + b * s differ by about eps * |x * s| even
-  when the result is near 0. NaN equals NaN; an infinity only equals itself.
+  when the result is near 0. NaN equals NaN; an infinity only equals itself. An `exact`
+  rule gets no absolute floor (atol 0): its sides differ only by the order of sums, whose
+  error scales with S, and a floor let `ReduceSum(x + 1e-7) -> ReduceSum(x)` pass (it is
+  wrong by 4e-7 for x = 0, all of its result).
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ def tolerance(mode: str, fp: str, elem_type: int) -> Tolerance:
     if mode == "bitwise" or elem_type not in FLOAT_TYPES:
         return Tolerance()
     rtol, atol = TOLERANCES[fp].get(elem_type, (0.0, 0.0))
+    if fp == "exact":
+        atol = 0.0  # an exact rule regroups sums at most: its error scales with S (module doc)
     return Tolerance(rtol, atol)
 
 

@@ -21,6 +21,7 @@ match is then skipped.
 from __future__ import annotations
 
 import functools
+import inspect
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,13 @@ class HostFn:
     params: tuple[str, ...]
     kind: str  # "guard" or "builder"
     negatable: bool = False  # a guard returning None when it cannot decide (module docstring)
+
+    def literal(self, i: int) -> type | None:
+        """The Python type a literal argument `i` must have (int, float or str), from the
+        function's annotation of that parameter; None when it says none of those."""
+        params = list(inspect.signature(self.fn).parameters.values())
+        note = params[i].annotation if i < len(params) else None
+        return {"int": int, "float": float, "str": str}.get(str(note).removesuffix(" | None"))
 
     @property
     def doc(self) -> str:
