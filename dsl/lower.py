@@ -96,7 +96,7 @@ def lower_left(t: ast.Term, scope: Scope, lw: Lowering, equal: bool = False) -> 
     if t.commutative:
         _check_commutative(t, spec, equal)
         combos = [c2 for c in combos for c2 in (c, (c[1], c[0], *c[2:]))]
-    attrs = _left_attrs(t, spec, scope, equal)
+    attrs = _outputs_fit(t, _left_attrs(t, spec, scope, equal))
     nodes = [ir.OpNode(t.head, tuple(c), attrs, t.bind) for c in combos]
     return list(dict.fromkeys(nodes))
 
@@ -234,7 +234,7 @@ def lower_right(t: ast.Term, scope: Scope, lw: Lowering) -> ir.Term:
         elif i < spec.n_required and isinstance(a, ir.Absent):
             msg = f"input {i + 1} of {t.head} is required; it cannot be absent"
             raise PlacementError(t.span, msg)
-    return ir.OpNode(t.head, tuple(args), _right_attrs(t, spec, scope, lw))
+    return ir.OpNode(t.head, tuple(args), _outputs_fit(t, _right_attrs(t, spec, scope, lw)))
 
 
 def _right_list(t: ast.App, i: int, a: ast.CaptureRef, spec: OpSpec, scope: Scope):
@@ -308,6 +308,17 @@ def op_spec(t: ast.App, ops: OpTable) -> OpSpec:
     if not (spec.n_required <= n or lists) or n > spec.arity:
         raise ArityError(t.span, f"{t.head} takes {_inputs(spec)}, got {n}")
     return spec
+
+
+def _outputs_fit(t: ast.App, attrs: tuple) -> tuple:
+    """`attrs`, after checking that the output `t` names (`Split#5`) is among the ones its
+    `:num_outputs` literal gives (Split-18). Raises ArityError."""
+    base, sharp, k = t.head.partition("#")
+    n = dict(attrs).get("num_outputs")
+    if sharp and isinstance(n, ir.Literal) and isinstance(n.value, int) and int(k) >= n.value:
+        msg = f"'{t.head}': :num_outputs {n.value} gives {base} to {base}#{n.value - 1}"
+        raise ArityError(t.span, msg)
+    return attrs
 
 
 def _unknown(head: str, ops: OpTable) -> str:

@@ -80,6 +80,13 @@ EXPECTED = {
         '      (if (rank @x "two"))\n'
         "                   ^",
     ),
+    "output_beyond_num_outputs": (  # check passed it, and verify aborted in onnxruntime
+        dsl.ArityError,
+        "output_beyond_num_outputs.rules:2:4: error: 'Split#5': :num_outputs 2 gives Split to "
+        "Split#1\n"
+        "      (Split#5 @x :num_outputs 2)\n"
+        "       ^",
+    ),
     "attribute_range": (
         dsl.AttributeTypeError,
         "attribute_range.rules:2:21: error: "
