@@ -290,6 +290,19 @@ def test_these_ops_have_example_generators(op):
     assert res.status == "pass", res.detail or (res.failure and res.failure.text)
 
 
+@pytest.mark.parametrize("op", ["ArgMax", "CumSum"])
+def test_an_axis_op_over_another_ops_output_draws_a_valid_axis(op):
+    """ArgMax(Identity(x)) with its axis captured: Identity's output, drawn first, may be a
+    scalar, and drawing an axis of it raised Hypothesis's InvalidArgument (the black-box rule
+    author's correct rule came back FAIL with a traceback)."""
+    args, attrs = ("@x @a", "") if op == "CumSum" else ("@x", " :axis @a")
+    text = (
+        f"(simplify r ({op} (Identity {args.split()[0]}) {args[3:]}{attrs}) ({op} {args}{attrs}))"
+    )
+    res = verify_rule(rule(text), examples=30)
+    assert res.status == "pass", res.detail or (res.failure and res.failure.text)
+
+
 def test_a_rule_over_a_dtype_verify_does_not_draw_is_unsupported_not_unsat():
     """A bfloat16 round trip came back `unsat` ("no valid example"), as if its guards could
     not hold."""

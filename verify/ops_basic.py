@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from verify import hints as H
@@ -58,9 +59,20 @@ def _attr_strategy(ctx, name: str, rank: int):
         ("LogSoftmax", "axis"): ints(-rank, rank - 1),
         ("Hardmax", "axis"): ints(-rank, rank - 1),
     }
-    if (ctx.op, name) not in table:  # an attribute the registry added (Cast-25's round_mode):
-        return st.just(ctx.spec.attr_index[name].default)  # its default, nothing else is drawn
+    if (ctx.op, name) not in table:
+        return _declared_attr(ctx, name)
     return table[(ctx.op, name)]
+
+
+def _declared_attr(ctx, name: str):
+    """An attribute no table names: a float one of an op a rule file declares is drawn (its
+    default first, which shrinking returns to; a rule writing a constant where it captured
+    the attribute passed on the default alone), any other its default (an attribute the
+    registry added, like Cast-25's round_mode: nothing else is drawn)."""
+    a = ctx.spec.attr_index[name]
+    if ctx.spec.declared and a.kind == "float" and isinstance(a.default, float):
+        return st.just(a.default) | _SMALL_FLOATS
+    return st.just(a.default)
 
 
 # onnxruntime's contrib elementwise ops of one input are drawn like the standard ones, and
@@ -83,6 +95,7 @@ def _arg_extreme(ctx) -> None:
     # one axis of a tensor of rank >= 1 (ONNX ArgMax: axis in [-r, r-1]), kept or not, ties
     # to the first or the last index
     x = ctx.put(0, ctx.gen.nonscalar_shape())
+    assume(x.rank >= 1)  # an input drawn before (Identity's output) may be a scalar
     ctx.attr("axis", lambda: ctx.draw(ints(-x.rank, x.rank - 1), "axis"))
     ctx.attr("keepdims", lambda: ctx.pick([1, 0], "keepdims"))
     ctx.attr("select_last_index", lambda: ctx.pick([0, 1], "select_last_index"))
@@ -93,6 +106,7 @@ def _cumsum(ctx) -> None:
     # a tensor of rank >= 1 and one axis of it, a constant scalar (ONNX CumSum: axis in
     # [-r, r-1]), exclusive or not, from either end
     x = ctx.put(0, ctx.gen.nonscalar_shape())
+    assume(x.rank >= 1)  # as in _arg_extreme
     if ctx.free(1):
         ctx.put(1, (), ctx.draw(ints(-x.rank, x.rank - 1), "axis"))
     ctx.attr("exclusive", lambda: ctx.pick([0, 1], "exclusive"))
@@ -109,6 +123,9 @@ def _broadcast(ctx) -> None:
         ctx.attr("direction", lambda: ctx.pick(["LEFT", "RIGHT"], "direction"))
     if ctx.op == "Mod":  # fmod=0 is integer modulus; floats need fmod=1
         ctx.attr("fmod", lambda: 1 if ctx.dtype(0) in FLOATS else ctx.pick([0, 1], "fmod"))
+    if ctx.spec.declared:
+        for a in ctx.spec.attrs:
+            ctx.attr(a.name, lambda a=a: ctx.draw(_declared_attr(ctx, a.name), a.name))
 
 
 @sampler("Clip")
