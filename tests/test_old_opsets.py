@@ -336,3 +336,27 @@ def test_an_ir3_model_with_initializers_it_does_not_list_as_inputs_is_read(tmp_p
     onnx.checker.check_model(out)
     assert out.ir_version >= 4 and [n.op_type for n in out.graph.node].count("Relu") == 1
     assert "ok" in capsys.readouterr().out  # the output check ran on both
+
+
+def test_a_per_channel_prelu_slope_keeps_its_channel_axis_at_opset_7_and_later():
+    """PRelu-6 reads a slope [C] per channel (axis 1); from opset 7 it broadcasts against the
+    last axis. The converter's adapter kept [C]: onnx.reference read the result leniently, the
+    check passed, and onnxruntime refused the written model (the black-box tester's opset-6
+    PRelu after a Transpose pair, and onnx's own test_PReLU_*_multiparam)."""
+    slope = np.array([0.1, 0.2, 0.3], np.float32)
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("Transpose", ["t"], ["u"], perm=[0, 3, 1, 2]),
+        helper.make_node("PRelu", ["u", "slope"], ["y"]),
+    ]
+    f32 = TensorProto.FLOAT
+    inputs = [
+        helper.make_tensor_value_info(n, f32, s) for n, s in (("x", [2, 3, 4, 5]), ("slope", [3]))
+    ]
+    outputs = [helper.make_tensor_value_info("y", f32, [2, 3, 4, 5])]
+    m = _model(nodes, inputs, outputs, [numpy_helper.from_array(slope, "slope")])
+    out, _ = rewrite.optimize_model(m)
+    assert [n.op_type for n in out.graph.node] == ["PRelu"]
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    want = np.where(x >= 0, x, x * slope[None, :, None, None])
+    np.testing.assert_array_equal(run(out, {"x": x})[0], want)  # onnxruntime runs it

@@ -27,6 +27,7 @@ import onnx
 from onnx import helper, version_converter
 
 from frontends.onnx.importer import default_opset, is_weight, skeleton
+from vocab.graph import unique_name
 from vocab.ops import MAX_IR_VERSION, MAX_OPSET
 
 # Models older than OLDEST_TABLE_OPSET (the op table's oldest forms) are converted to
@@ -67,7 +68,43 @@ def convert_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
             ) from None
     need = helper.find_min_ir_version_for(list(out.opset_import), ignore_unknown=True)
     out.ir_version = min(max(out.ir_version, need), MAX_IR_VERSION)
+    if source < 7 <= target:
+        _channel_slopes(out)
     return out
+
+
+def _channel_slopes(model: onnx.ModelProto) -> None:
+    """PRelu's slope of one value per channel, as opsets 1-6 read it ("shared across
+    channels" when of size 1: a slope [C] is per channel, axis 1), reshaped to [C, 1, ...]
+    for opset 7's unidirectional broadcasting, which would align [C] with the last axis; the
+    converter's adapter keeps [C] (onnxruntime then refuses the model: "broadcast an axis by
+    a dimension other than 1. 3 by 5", and onnx.reference reads it leniently, so the check
+    passed). A new initializer, so a graph input of the old name keeps its declared shape."""
+    g = model.graph
+    slopes = {t.name: t for t in g.initializer}
+    prelus = [n for n in g.node if n.op_type == "PRelu" and n.domain in ("", "ai.onnx")]
+    prelus = [n for n in prelus if len(n.input) == 2 and n.input[1] in slopes]
+    if not prelus:
+        return
+    inferred = onnx.shape_inference.infer_shapes(skeleton(model)).graph
+    ranks = {
+        v.name: len(v.type.tensor_type.shape.dim)
+        for v in (*inferred.input, *inferred.value_info, *inferred.output)
+        if v.type.tensor_type.HasField("shape")
+    }
+    taken = {t.name for t in g.initializer} | {i.name for i in g.input}
+    taken |= {o for n in g.node for o in n.output}
+    for n in prelus:
+        t, rank = slopes[n.input[1]], ranks.get(n.input[0], 0)
+        if len(t.dims) != 1 or t.dims[0] <= 1 or rank < 3:
+            continue
+        name = unique_name(f"{t.name}_per_channel", taken)
+        channel = onnx.TensorProto()
+        channel.CopyFrom(t)
+        channel.name = name
+        channel.dims.extend([1] * (rank - 2))
+        g.initializer.append(channel)
+        n.input[1] = name
 
 
 def _convert(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
