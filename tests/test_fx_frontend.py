@@ -541,3 +541,21 @@ def test_an_output_the_rewrite_reduces_to_an_input_is_a_tensor_of_its_own(dialec
     torch.testing.assert_close(scaled, x, rtol=0, atol=0)
     assert scaled.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
     assert same is x or same.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_an_exported_program_returning_none_beside_a_rewritten_output():
+    """`return None, x * 1`: the output specs were paired with the output's nodes only, so the
+    None's spec took the clone of x and the program failed torch.export's verifier (the
+    black-box tester's finding; None outputs are common in transformers models)."""
+
+    class M(nn.Module):
+        def forward(self, x):
+            return None, x * 1
+
+    x = torch.randn(3, 4)
+    out, report = optimize_fx(torch.export.export(M(), (x,)), (x,))
+    assert report.fired
+    none, y = out.module()(x)
+    assert none is None
+    torch.testing.assert_close(y, x, rtol=0, atol=0)
+    assert y.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()

@@ -595,11 +595,13 @@ def _program(program, gm: fx.GraphModule, buffers: dict[str, torch.Tensor], was:
         else:
             specs.append(spec)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    flat: list[fx.Node] = []
-    fx.node.map_arg(out_node.args[0], flat.append)
+    # an export graph returns a flat tuple, one item per output spec (a None output too)
+    result = out_node.args[0]
+    flat = list(result) if isinstance(result, tuple | list) else [result]
     outs = []
-    for spec, node in zip(program.graph_signature.output_specs, flat):
-        arg = TensorArgument(node.name) if isinstance(spec.arg, TensorArgument) else spec.arg
+    for spec, node in zip(program.graph_signature.output_specs, flat, strict=True):
+        tensor = isinstance(spec.arg, TensorArgument) and isinstance(node, fx.Node)
+        arg = TensorArgument(node.name) if tensor else spec.arg
         outs.append(dataclasses.replace(spec, arg=arg))
     state = {**program.state_dict, **buffers}
     signature = ExportGraphSignature(specs, outs)
