@@ -1059,6 +1059,9 @@ def _outcome(report) -> str:
     """`N -> M nodes`, and why the model is unchanged or the best so far. An unchanged model
     written anew (the CLI writes what it imported) holds its Constant nodes as initializers."""
     same = "the input unchanged"
+    conv = report.extra.get("opset", {})
+    if conv.get("converted"):  # --opset asked for it: the conversion is kept all the same
+        same = f"the input converted to opset {conv['output']}"
     constants = report.ops_before.get("Constant", 0)
     if not report.changed and constants and report.nodes_before - report.nodes_after == constants:
         same = f"the input's graph, its {constants} Constant nodes as initializers"
