@@ -559,3 +559,29 @@ def test_an_exported_program_returning_none_beside_a_rewritten_output():
     assert none is None
     torch.testing.assert_close(y, x, rtol=0, atol=0)
     assert y.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
+def test_the_check_of_a_training_mode_graph_draws_the_same_dropout_and_touches_no_state(dialect):
+    """A Dropout in training mode drew anew in the original and the rewritten graph, so the
+    check refused a correct rewrite (BERT in training mode: max |a-b| 2.07); and running the
+    module, to check it or to learn its types, moved the user's BatchNorm statistics and random
+    state (the black-box tester's findings)."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn, self.drop, self.lin = nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.drop(self.lin(self.bn(x))) + 0
+
+    model, x = M().train(), torch.randn(4, 8)
+    graph = _traced(model, x, dialect)
+    torch.manual_seed(7)
+    expected_draw = torch.rand(1)
+    torch.manual_seed(7)
+    out, report = optimize_fx(graph, (x,), allow=["reassoc"])
+    assert report.fired
+    assert torch.equal(torch.rand(1), expected_draw)  # the caller's random state, as it was
+    assert model.bn.num_batches_tracked.item() == 0 and not model.bn.running_mean.any()

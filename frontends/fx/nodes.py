@@ -7,6 +7,7 @@ from module state. What follows from effects for the order of nodes is `frontend
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any
 
@@ -134,9 +135,30 @@ def run(gm: fx.GraphModule, inputs) -> dict[fx.Node, tuple[TensorType, Any]]:
             seen[n] = (type_of(result), getattr(result, "device", None))
             return result
 
-    with torch.no_grad():
+    with torch.no_grad(), untouched(gm):
         Recorder(gm).run(*inputs)
     return seen
+
+
+@contextlib.contextmanager
+def untouched(m):
+    """Run code on `m` (a module or an ExportedProgram) from a fixed random state (seed 0: a
+    Dropout in training mode draws the same mask on each run, the original and the rewritten
+    graph alike) and leave no trace on the user's state: the global random state and the
+    buffers (BatchNorm's running statistics in training mode) are as they were before."""
+    if isinstance(m, torch.export.ExportedProgram):
+        named = [m.state_dict[n] for n in m.graph_signature.buffers if n in m.state_dict]
+    else:
+        named = [b for _, b in m.named_buffers()] if m is not None else []
+    buffers = [(b, b.clone()) for b in named]
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            yield
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
 
 
 def resolve(gm: torch.nn.Module, target: str):
