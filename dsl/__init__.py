@@ -10,6 +10,7 @@ The shipped rule library lives in the `patterns` package (`shipped_rules_dir()`)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -49,6 +50,8 @@ __all__ = [
     "parse",
     "check",
     "load_rules",
+    "rules_given",
+    "RulePathError",
     "rule_files",
     "shipped_rules_dir",
     "format_file",
@@ -133,3 +136,32 @@ def load_rules(paths: Iterable[str | Path] | str | Path | None = None) -> RuleSe
         return rules, [declaration(name) for name in made]
 
     return cached_rules(texts, load)
+
+
+class RulePathError(ValueError):
+    """Rules given as something that is not rules: a path that does not exist, paths that
+    hold no `.rules` file (a directory without one), or a value that is neither a RuleSet nor
+    paths. One line, naming the `rules` option."""
+
+
+def rules_given(rules) -> RuleSet:
+    """The RuleSet a frontend's `rules` option names: a RuleSet as it is, a path or a list of
+    paths parsed (`load_rules`). Raises RulePathError (see its doc), and `RulesError` for
+    rules that do not check."""
+    if isinstance(rules, RuleSet):
+        return rules
+    if isinstance(rules, str | os.PathLike):
+        paths = [rules]
+    elif isinstance(rules, list | tuple) and all(isinstance(p, str | os.PathLike) for p in rules):
+        paths = list(rules)
+    else:
+        raise RulePathError(
+            f"rules: takes a RuleSet, a .rules path or a list of them, not {type(rules).__name__}"
+        )
+    for p in paths:
+        if not Path(p).exists():
+            raise RulePathError(f"rules: {p}: no such file or directory")
+    loaded = load_rules(paths)
+    if paths and not loaded.files:
+        raise RulePathError(f"rules: {', '.join(map(str, paths))}: no .rules file in it")
+    return loaded

@@ -477,6 +477,26 @@ def test_option_values_no_option_takes_are_refused_as_the_onnx_api_refuses_them(
         optimize_fx(torch.fx.symbolic_trace(ConvBn().eval()), (X,), **kw)
 
 
+@pytest.mark.parametrize(
+    "args, kw, error, text",
+    [
+        ((X,), {"rules": 123}, ValueError, "rules: takes a RuleSet, a .rules path or a list"),
+        ((X,), {"rules": "/no/such.rules"}, ValueError, "rules: /no/such.rules: no such file"),
+        ((X,), {"rules": "EMPTY"}, ValueError, "rules: .*: no .rules file in it"),
+        ((X,), {"check": "yes"}, TypeError, "check takes True or False, not 'yes'"),
+        (X, {}, TypeError, r"example_inputs is a tuple of inputs, \(x,\) for one tensor"),
+    ],
+)
+def test_arguments_no_option_takes_are_one_line_errors(args, kw, error, text, tmp_path):
+    """A bare tensor raised "Boolean value of Tensor ... is ambiguous", rules=123 an
+    AttributeError, a missing rules file a FileNotFoundError; a folder without a `.rules` file
+    ran no rule and check='yes' was taken, silently (the black-box tester's findings)."""
+    if kw.get("rules") == "EMPTY":
+        kw = {"rules": str(tmp_path)}
+    with pytest.raises(error, match=f"^optimize_fx: {text}"):
+        optimize_fx(torch.fx.symbolic_trace(ConvBn().eval()), args, **kw)
+
+
 def test_a_program_exported_with_kwargs_is_checked_on_its_args_and_kwargs():
     """torch.export with kwargs (a transformers model's attention_mask=): the check called
     the program's module with the flat inputs as positional arguments, which torch refused;

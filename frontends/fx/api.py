@@ -15,12 +15,11 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from torch import fx
 
-from dsl import load_rules, shipped_rules_dir
+from dsl import RulePathError, load_rules, rules_given, shipped_rules_dir
 from engine.cost import CostModel
 from engine.optimize import TOLERANCES, Report, optimize, option_problem
 from engine.saturate import Limits
@@ -80,10 +79,12 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
         gets `node.meta["rewrite"]`, the tree of rules that justify it (`engine.provenance`).
     max_iterations, max_nodes, timeout (seconds): saturation limits.
     Returns (module, Report): a new GraphModule (ExportedProgram for one), or `gm` itself when
-    nothing cheaper was found. Raises TypeError for a `gm` of another type (an nn.Module) and
-    for an unknown keyword (naming it and the accepted ones), ValueError for a value no option
+    nothing cheaper was found. Raises TypeError for a `gm` of another type (an nn.Module), for
+    an unknown keyword (naming it and the accepted ones), for example_inputs given as a tensor
+    and for a check/freeze/provenance that is not a bool, ValueError for a value no option
     takes (`engine.optimize.option_problem`: an unknown numeric class, a limit that is not
-    positive), FxCheckError when the check fails, and
+    positive; `dsl.rules_given`: a rules path that does not exist or holds no `.rules` file),
+    FxCheckError when the check fails, and
     `engine.selection.UnknownRulePatternError` for a skip/only pattern matching no rule.
     """
     unknown = sorted(set(options) - set(FX_OPTIONS))
@@ -99,6 +100,11 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
             "torch.export.export(module, inputs) makes one; torch.compile(module, "
             "backend='rewrite') takes a module)"
         )
+    if isinstance(example_inputs, torch.Tensor):
+        raise TypeError("optimize_fx: example_inputs is a tuple of inputs, (x,) for one tensor")
+    for flag in ("check", "freeze", "provenance"):
+        if flag in options and not isinstance(options[flag], bool):
+            raise TypeError(f"optimize_fx: {flag} takes True or False, not {options[flag]!r}")
     allow = _listed(options.get("allow", ()))
     limits = {k: options[k] for k in ("max_iterations", "max_nodes", "timeout") if k in options}
     problem = option_problem(allow, **limits, atol=options.get("atol"), rtol=options.get("rtol"))
@@ -152,9 +158,10 @@ def _listed(value) -> tuple[str, ...]:
 
 
 def _rules(rules):
-    if isinstance(rules, (str, Path)) or isinstance(rules, (list, tuple)):
-        return load_rules([rules] if isinstance(rules, (str, Path)) else list(rules))
-    return rules
+    try:
+        return rules_given(rules)
+    except RulePathError as e:
+        raise ValueError(f"optimize_fx: {e}") from None
 
 
 def skipped_report(ops: dict[str, int], reason: str) -> Report:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import onnx
 
+from dsl import RulePathError, rules_given, shipped_rules_dir
 from dsl import load_rules as parse_rules
-from dsl import shipped_rules_dir
 from dsl.ir import RuleSet
 from engine.optimize import FP_CLASSES, Report, option_problem
 from engine.provenance import replaced_names
@@ -751,16 +751,10 @@ def load_rules(rules):
     paths that hold no `.rules` file (a directory without one)."""
     if rules is None:
         return _shipped(shipped_rules_dir())
-    if not isinstance(rules, (str, os.PathLike, list, tuple)):
-        return rules
-    paths = [Path(p) for p in ([rules] if isinstance(rules, (str, os.PathLike)) else rules)]
-    for p in paths:
-        if not p.exists():
-            raise OptionError(f"rules: {p}: no such file or directory")
-    loaded = parse_rules(paths)
-    if paths and not loaded.files:
-        raise OptionError(f"rules: {', '.join(map(str, paths))}: no .rules file in it")
-    return loaded
+    try:
+        return rules_given(rules)
+    except RulePathError as e:
+        raise OptionError(str(e)) from None
 
 
 def with_weights(model: onnx.ModelProto, folder: Path) -> onnx.ModelProto:
