@@ -380,3 +380,28 @@ def test_a_per_channel_prelu_slope_keeps_its_channel_axis_at_opset_7_and_later()
     x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
     want = np.where(x >= 0, x, x * slope[None, :, None, None])
     np.testing.assert_array_equal(run(out, {"x": x})[0], want)  # onnxruntime runs it
+
+
+def test_a_model_newer_than_the_op_table_is_converted_down_to_its_newest_opset(tmp_path):
+    """onnx 1.23's make_model writes opset 28 (IR 14), which onnxruntime 1.32 runs: the CLI
+    refused it ("newer than onnxruntime supports") while optimize_model(ModelProto) read its
+    nodes in the op table's older forms (Cast, QuantizeLinear, Range changed at 27 and 28).
+    Both convert it to the table's newest opset now."""
+    g = helper.make_graph(
+        [
+            helper.make_node("Transpose", ["x"], ["a"], perm=[1, 0]),
+            helper.make_node("Transpose", ["a"], ["y"], perm=[1, 0]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 28)], ir_version=14)
+    src, dst = tmp_path / "new.onnx", tmp_path / "out.onnx"
+    onnx.save(m, src)
+    assert main(["optimize", str(src), str(dst), "-q"]) == 0
+    out = onnx.load(dst)
+    assert (out.opset_import[0].version, out.ir_version) == (26, 13)
+    assert [n.op_type for n in out.graph.node] == ["Identity"]
+    _, report = rewrite.optimize_model(m)
+    assert report.extra["opset"] == {"input": 28, "output": 26, "converted": True}

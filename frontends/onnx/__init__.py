@@ -98,9 +98,6 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise ModelError(
             f"{p}: rejected by onnx.checker: {str(e).strip().splitlines()[0]}"
         ) from None
-    opset = default_opset(model)
-    if opset > MAX_OPSET:
-        raise ModelError(f"{p}: opset {opset} is newer than onnxruntime supports (<= {MAX_OPSET})")
     load_small_tensors(model, p.parent)
     return model
 
@@ -210,6 +207,11 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
         except OpsetError as e:
             if opset is not None:
                 raise
+            if source > MAX_OPSET:  # the op table would read its nodes in older forms
+                raise OpsetError(
+                    f"opset {source} is newer than the forms the op table knows (<= "
+                    f"{MAX_OPSET}, onnxruntime 1.32's), and {e}"
+                ) from None
             info["note"] = str(e)
     t_convert = time.perf_counter() - clock
     if info["converted"]:

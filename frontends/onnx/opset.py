@@ -141,6 +141,10 @@ def _convert_skeleton(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
 
 def auto_target(model: onnx.ModelProto) -> int | None:
     """The opset to convert `model` to when none is asked for: UPGRADE_OPSET for a model
-    older than the op table's forms, None (keep it) otherwise."""
+    older than the op table's forms, MAX_OPSET for one newer than them (the onnx package
+    writes opset 28 by default, and ops such as Cast, QuantizeLinear and Range changed at 27
+    and 28), None (keep it) otherwise."""
     source = default_opset(model)
+    if source > MAX_OPSET:
+        return MAX_OPSET
     return UPGRADE_OPSET if 0 < source < OLDEST_TABLE_OPSET else None
