@@ -303,6 +303,25 @@ def test_a_contiguous_graph_output_is_its_own_contiguous_tensor(dialect):
         assert a.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
 
 
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
+def test_an_output_computed_elementwise_from_a_contiguous_keeps_its_layout(dialect):
+    """x.transpose(1, 2).contiguous() * 2 + 1 is contiguous in eager (the elementwise ops lay
+    their result out as their input); with the contiguous read as Identity and removed, the
+    output had the transposed strides and a caller's out.view(-1) failed (the black-box
+    tester's finding)."""
+
+    class M(nn.Module):
+        def forward(self, x):
+            return x.transpose(1, 2).contiguous() * 2 + 1
+
+    model, x = M(), torch.randn(2, 3, 4)
+    out, _ = optimize_fx(_traced(model, x, dialect), (x,))
+    got = (out.module() if dialect == "export" else out)(x)
+    want = model(x)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert got.stride() == want.stride() == (12, 3, 1)
+
+
 def test_split_with_a_use_other_than_getitem_stays_opaque():
     class M(nn.Module):
         def forward(self, x):

@@ -699,19 +699,62 @@ def contiguous(lo: Lowering, a: dict) -> None:
     writes `reshape`, never `view`, so no later view depends on the layout (a copied view too,
     `exporter._as_reshape`). It stays a `contiguous` call where the layout may matter: a graph
     output (the caller gets a tensor of its own, not a view of an input it could write
-    through), and a reader of the layout (`as_strided`, `view_as`, `stride()`, ...:
+    through), a value that reaches one through ops that keep its layout
+    (`_output_in_its_layout`), and a reader of the layout (`as_strided`, `view_as`, `stride()`, ...:
     `_LAYOUT_READERS`) or a view of another dtype."""
     if a.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
         raise Unmapped("memory format")
     if any(u.op == "output" for u in lo.node.users):
         raise Unmapped("a graph output: its own memory, contiguous")
     for u in lo.node.users:  # a reader of the layout itself, a view of another dtype
-        name = u.target if isinstance(u.target, str) else getattr(u.target, "__name__", "")
-        name = str(u.target) if isinstance(u.target, torch._ops.OpOverload) else name
+        name = _target_name(u)
         given = (*u.args[1:], *u.kwargs.values())
         if set(name.split(".")) & _LAYOUT_READERS or any(isinstance(a, torch.dtype) for a in given):
             raise Unmapped(f"read by {name}, which depends on the layout")
+    if _output_in_its_layout(lo.node):
+        raise Unmapped("a graph output is laid out as it is: contiguous")
     lo.emit("Identity", [lo.tensor(a["input"])])
+
+
+# ops whose result is laid out afresh, row-major, whatever their input's strides: the layout a
+# `contiguous` before them gives reaches no caller through them
+_FRESH_LAYOUT = {
+    *("view", "reshape", "flatten", "matmul", "mm", "bmm", "linear", "addmm", "embedding"),
+    *("conv1d", "conv2d", "conv3d", "convolution", "softmax", "_softmax", "log_softmax"),
+    *("layer_norm", "native_layer_norm", "layernorm", "sum", "mean", "amax", "amin"),
+    *("scaled_dot_product_attention", "conv", "cat", "stack"),
+}
+
+
+def _target_name(u: fx.Node) -> str:
+    """What `u` calls, as `_LAYOUT_READERS` and `_FRESH_LAYOUT` name it: an ATen overload's
+    dotted name, a function's or method's name, a submodule's class (lower case)."""
+    if u.op == "call_module" and u.graph.owning_module is not None:
+        return type(u.graph.owning_module.get_submodule(u.target)).__name__.lower()
+    if isinstance(u.target, torch._ops.OpOverload):
+        return str(u.target)
+    return u.target if isinstance(u.target, str) else getattr(u.target, "__name__", "")
+
+
+def _output_in_its_layout(node: fx.Node, limit: int = 64) -> bool:
+    """True when `node`'s value may reach a graph output through ops that keep its strides
+    (torch lays an elementwise op's result out as its input): x.transpose(1, 2).contiguous()
+    * 2 + 1 is contiguous in eager and had the transposed strides once the contiguous went, so
+    a caller's `out.view(-1)` failed. Ops of `_FRESH_LAYOUT` stop the walk; an unknown op
+    continues it, and a walk longer than `limit` nodes says True (the copy stays, as in eager)."""
+    seen: set[fx.Node] = set()
+    stack = [node]
+    while stack:
+        for u in stack.pop().users:
+            if u.op == "output":
+                return True
+            if u in seen or set(_target_name(u).split(".")) & _FRESH_LAYOUT:
+                continue
+            seen.add(u)
+            if len(seen) > limit:
+                return True
+            stack.append(u)
+    return False
 
 
 def repeat(lo: Lowering, a: dict) -> None:
