@@ -624,3 +624,26 @@ def test_the_check_of_a_training_mode_graph_draws_the_same_dropout_and_touches_n
     assert report.fired
     assert torch.equal(torch.rand(1), expected_draw)  # the caller's random state, as it was
     assert model.bn.num_batches_tracked.item() == 0 and not model.bn.running_mean.any()
+
+
+def test_an_exported_dynamic_batch_survives_the_rewrite():
+    """Propagating fake values again through a copied upsample_bilinear2d, in the program's
+    shape environment, specialized the dynamic batch to the example's 2 (MobileViT from the
+    black-box tester: Guard failed: pixel_values.size()[0] == 2), the user's program too."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 1)
+
+        def forward(self, x):
+            y = self.conv(x).mean((2, 3), keepdim=True)
+            return F.interpolate(y, size=(2, 2), mode="bilinear") * 1.0
+
+    model, x2, x3 = M().eval(), torch.randn(2, 3, 4, 4), torch.randn(3, 3, 4, 4)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(model, (x2,), dynamic_shapes={"x": {0: batch}})
+    out, report = optimize_fx(program, (x2,))
+    assert report.fired
+    torch.testing.assert_close(out.module()(x3), model(x3))
+    torch.testing.assert_close(program.module()(x3), model(x3))

@@ -564,12 +564,21 @@ def _fake(program, tensor: torch.Tensor):
 
 
 def _propagate_vals(gm: fx.GraphModule) -> None:
-    """Fill `meta["val"]` (fake tensors) of every node, as torch.export's verifier requires."""
+    """Fill `meta["val"]` (fake tensors) of every node, as torch.export's verifier requires.
+    A node copied from the program keeps its own: propagating through it again, in the
+    program's shape environment, specialized MobileViT's dynamic batch to the example's 2 at
+    an `upsample_bilinear2d` (the black-box tester's finding), in the user's program too."""
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    class Missing(FakeTensorProp):
+        def run_node(self, n):
+            if n.op != "placeholder" and "val" in n.meta:
+                return n.meta["val"]
+            return super().run_node(n)
 
     vals = [p.meta.get("val") for p in gm.graph.nodes if p.op == "placeholder"]
     mode = torch._guards.detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*vals)
+    Missing(gm, mode).propagate_dont_convert_inputs(*vals)
 
 
 def _program(program, gm: fx.GraphModule, buffers: dict[str, torch.Tensor], was: dict[str, str]):
