@@ -623,6 +623,7 @@ def test_the_check_of_a_training_mode_graph_draws_the_same_dropout_and_touches_n
     out, report = optimize_fx(graph, (x,), allow=["reassoc"])
     assert report.fired
     assert torch.equal(torch.rand(1), expected_draw)  # the caller's random state, as it was
+    assert report.seconds["output check"] > 0  # the check's time is the report's too
     assert model.bn.num_batches_tracked.item() == 0 and not model.bn.running_mean.any()
 
 

@@ -13,6 +13,7 @@ are named in `report.extra["in_order"]`.
 from __future__ import annotations
 
 import functools
+import time
 from collections import Counter
 from dataclasses import replace
 
@@ -147,7 +148,10 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
     )
     if check and result is not gm and _concrete(example_inputs):
         tolerance = (options.get("rtol"), options.get("atol"))
+        clock = time.perf_counter()
         compare(gm, result, example_inputs, report.fp, tolerance)
+        seconds = {**report.seconds, "output check": time.perf_counter() - clock}
+        report = replace(report, seconds=seconds)
     return result, report
 
 
