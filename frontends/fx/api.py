@@ -74,7 +74,9 @@ def optimize_fx(gm, example_inputs=None, rules=None, **options):
     check (default True): run both modules on `example_inputs` and compare every output with
         the tolerance of the loosest numeric class that fired (`engine.optimize.TOLERANCES`),
         or `atol`/`rtol` when given (float outputs).
-    freeze: take parameters that torch.compile passes as inputs as constants (inference only).
+    freeze: take parameters that torch.compile passes as inputs as constants (inference only);
+        a GraphModule's own parameters (`get_attr` nodes) are constants either way, and the
+        folded ones come back as buffers, not trainable parameters.
     cost: a `engine.cost.CostModel`.
     provenance (default True): each fx node a rewrite produced (and each folded constant's node)
         gets `node.meta["rewrite"]`, the tree of rules that justify it (`engine.provenance`).
