@@ -1249,11 +1249,15 @@ def _bisect_failure(args, model, rules, fired, folder, start: float) -> str:
     ("; culprit: rule R (file:line)"), or "" with --no-bisect. fired: the failing run's
     `report.fired` (None: the bisection finds out)."""
     from frontends.onnx.bisect import BisectError, bisect_model
+    from frontends.onnx.quantize import CalibrationError, load_calibration
 
     if args.no_bisect:
         return ""
     options = _options(args)
     try:
+        feeds = None
+        if options.check_inputs is not None:  # compared where the check compared
+            feeds = load_calibration(options.check_inputs, model, "check-inputs")
         found = bisect_model(
             model,
             rules,
@@ -1262,8 +1266,9 @@ def _bisect_failure(args, model, rules, fired, folder, start: float) -> str:
             folder=folder,
             fired=fired,
             progress=_progress,
+            feeds=feeds,
         )
-    except BisectError as e:
+    except (BisectError, CalibrationError) as e:
         return f"; bisection failed: {e}"
     for line in _bisect_lines(found, args):
         err.print(line, markup=False)

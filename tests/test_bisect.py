@@ -352,3 +352,39 @@ def test_bisect_planted_rule_in_shipped_library_on_bert(planted):
     assert report.rule_runs <= 2 * math.ceil(math.log2(n)) + 2
     assert len(c.sites) == 1 and c.nodes[0].endswith("/Div")
     assert report.site_runs <= 2 * math.ceil(math.log2(max(m, 2))) + 1
+
+
+def test_bisect_compares_on_the_given_inputs(planted):
+    """A model that runs only on its own inputs (a Reshape to a shape given as an input): the
+    bisection drew random ones and said the original could not run, where the check had just
+    run it on --check-inputs (the black-box tester's onnx test_affine_grid_2d_expanded)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from frontends.onnx.bisect import BisectError, bisect_model, format_report
+
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+        helper.make_node("Div", ["r", "two"], ["y"], name="d1"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [6]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [two],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    rules = load_rules([shipped_rules_dir(), planted])
+    with pytest.raises(BisectError):
+        bisect_model(model, rules)
+    x = np.arange(6, dtype=np.float32) + 1
+    feeds = [{"x": x, "shape": np.array([2, 3], np.int64)}]
+    report = bisect_model(model, rules, feeds=feeds)
+    (c,) = report.culprits
+    assert c.rule == "div-constant-dropped" and report.seed is None
+    assert "(the given inputs)" in "\n".join(format_report(report, model="m.onnx"))

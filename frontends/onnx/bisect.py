@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 
 from dsl.ir import Rule, RuleSet
@@ -77,7 +78,8 @@ class BisectReport:
     failing: whether the optimized model failed at all (nothing to bisect otherwise).
     culprits: the minimal failing set of rules, each with its sites. fired: the rules that fired
     in the failing run. error: the failure of the minimal set, one line. inputs: the
-    counterexample's inputs, name -> "dtype[shape]", and seed: its `random_inputs` seed.
+    counterexample's inputs, name -> "dtype[shape]", and seed: its `random_inputs` seed (None:
+    the inputs were given, `feeds`; then the index of the failing one).
     rule_runs / site_runs: optimize runs spent on each round (the first, failing run and the
     reproduction with the fired rules only are counted in rule_runs). complete: False when
     the deadline stopped the search. note: why there is no culprit, or what is approximate.
@@ -88,7 +90,7 @@ class BisectReport:
     fired: tuple[str, ...] = ()
     error: str = ""
     inputs: dict[str, str] = field(default_factory=dict)
-    seed: int = SEED
+    seed: int | None = SEED
     rule_runs: int = 0
     site_runs: int = 0
     complete: bool = True
@@ -105,13 +107,14 @@ class _Trials:
     """Runs optimize with a subset of rules and tells whether the output check fails; the
     original model's outputs are computed once."""
 
-    def __init__(self, model, fp, limits: Limits, folder):
+    def __init__(self, model, fp, limits: Limits, folder, feeds=None):
         if folder is not None and any(True for _ in external.external_tensors(model)):
             # onnxruntime runs it from bytes: read the weights `load_model` left in their files
             model = onnx.ModelProto.FromString(model.SerializeToString())
             onnx.external_data_helper.load_external_data_for_model(model, str(folder))
         self.model, self.fp, self.limits, self.folder = model, fp, limits, folder
-        self.feeds = [random_inputs(model, SEED + r) for r in range(RUNS)]
+        self.given = bool(feeds)
+        self.feeds = feeds or [random_inputs(model, SEED + r) for r in range(RUNS)]
         # a model with random nodes: every run reads the original's draws, as the check does
         self.random = random_outputs(model)
         self.draws = draw_values(model, self.feeds) if self.random else None
@@ -212,6 +215,7 @@ def bisect_model(
     folder=None,
     fired: dict[str, int] | None = None,
     progress: Callable[[str], None] | None = None,
+    feeds: list[dict[str, np.ndarray]] | None = None,
 ) -> BisectReport:
     """Find a minimal set of rules, and of their match sites, whose application breaks the
     outputs of `model` (see the module docstring).
@@ -221,7 +225,8 @@ def bisect_model(
     from now) bounds the whole bisection. fired: the `report.fired` of a failing run already
     made (saves one run); without it, the rules that fire in a first run with all of them, or
     all of them where that run raises. progress: called with one line per run (runs so far,
-    candidates left).
+    candidates left). feeds: the inputs to compare on (`--check-inputs`), in place of random
+    ones (a model that runs only on its own inputs was said not to run at all).
     Returns a BisectReport. Raises BisectError when the original model cannot be run.
     """
     start = time.perf_counter()
@@ -229,7 +234,7 @@ def bisect_model(
         limits = Limits(
             limits.max_iterations, limits.max_nodes, limits.timeout, start + limits.timeout
         )
-    trials = _Trials(model, fp, limits, folder)
+    trials = _Trials(model, fp, limits, folder, feeds)
     try:
         return _bisect(trials, rules, fired, progress or (lambda _line: None), start)
     except _OutOfTime:
@@ -381,7 +386,7 @@ def _report(trials, start, culprits, candidates, error, *, rule_runs=None, compl
         fired=tuple(r.name for r in candidates),
         error=error,
         inputs={k: f"{v.dtype}[{', '.join(map(str, v.shape))}]" for k, v in feeds.items()},
-        seed=SEED + trials.failed_feed,
+        seed=None if trials.given else SEED + trials.failed_feed,
         rule_runs=trials.runs if rule_runs is None else rule_runs,
         site_runs=0 if rule_runs is None else trials.runs - rule_runs,
         complete=complete,
@@ -415,7 +420,9 @@ def format_report(
             lines.append(f"  site: not isolated: {c.site_note}")
     if report.error:
         shapes = ", ".join(f"{k} {v}" for k, v in report.inputs.items())
-        lines.append(f"  counterexample input: {shapes} (check.random_inputs seed {report.seed})")
+        where = "the given inputs" if report.seed is None else "check.random_inputs seed"
+        seed = "" if report.seed is None else f" {report.seed}"
+        lines.append(f"  counterexample input: {shapes} ({where}{seed})")
         lines.append(f"  error: {report.error}")
     rules = f" --rules {','.join(map(str, rule_paths))}" if rule_paths else ""
     rules += f" --add-rules {','.join(map(str, added))}" if added else ""
