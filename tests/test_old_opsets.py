@@ -405,3 +405,29 @@ def test_a_model_newer_than_the_op_table_is_converted_down_to_its_newest_opset(t
     assert [n.op_type for n in out.graph.node] == ["Identity"]
     _, report = rewrite.optimize_model(m)
     assert report.extra["opset"] == {"input": 28, "output": 26, "converted": True}
+
+
+def test_check_inputs_of_bfloat16_as_numpy_writes_them(tmp_path, capsys):
+    """numpy.savez writes an ml_dtypes bfloat16 array as raw 2-byte items (|V2), which
+    --check-inputs refused as another type: a bfloat16 input could not be given at all (the
+    black-box tester's test_range_bfloat16 node test needs its own inputs)."""
+    import ml_dtypes
+
+    g = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT),
+            helper.make_node("Relu", ["f"], ["r"]),
+            helper.make_node("Relu", ["r"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    src, dst = tmp_path / "bf16.onnx", tmp_path / "out.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), src)
+    given, floats = tmp_path / "given.npz", tmp_path / "floats.npz"
+    np.savez(given, x=np.linspace(-2, 2, 8).reshape(2, 4).astype(ml_dtypes.bfloat16))
+    np.savez(floats, x=np.ones((2, 4), np.float32))
+    assert main(["optimize", str(src), str(dst), "-q", "--check-inputs", str(given)]) == 0
+    assert main(["optimize", str(src), str(dst), "-q", "--check-inputs", str(floats)]) == 1
+    assert "(an ml_dtypes.bfloat16 array)" in capsys.readouterr().err

@@ -185,6 +185,7 @@ def load_calibration(
         )
     for vi in model.graph.input:
         if vi.name in names and vi.type.HasField("tensor_type"):
+            arrays[vi.name] = _unpacked(arrays[vi.name], vi.type.tensor_type.elem_type)
             _check_samples(arrays[vi.name], vi.type.tensor_type, f"{what} file {path}", vi.name)
     # np.asarray: a scalar input's sample is a 0-d array (onnxruntime takes no numpy scalar)
     return [{n: np.asarray(arrays[n][i]) for n in names} for i in range(counts.pop())]
@@ -199,6 +200,20 @@ def nonfinite(feeds: list[dict[str, np.ndarray]]) -> str:
             if np.issubdtype(a.dtype, np.inexact) and not np.isfinite(a).all():
                 return f"input {name!r}, sample {i}"
     return ""
+
+
+def _unpacked(array: np.ndarray, elem_type: int) -> np.ndarray:
+    """`array` as the input's element type where numpy's own .npz cannot hold it (bfloat16,
+    the float8s: ml_dtypes' types, which `numpy.savez` writes as raw bytes of the same size,
+    dtype |V2 or |V1, and loads back so): those bytes read as that type; any other array as
+    it is (`_check_samples` then judges it)."""
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except KeyError:
+        return array
+    if array.dtype.kind == "V" and dtype.kind == "V" and array.dtype.itemsize == dtype.itemsize:
+        return array.view(dtype)
+    return array
 
 
 def _check_samples(array: np.ndarray, tensor_type, where: str, name: str) -> None:
@@ -219,8 +234,10 @@ def _check_samples(array: np.ndarray, tensor_type, where: str, name: str) -> Non
         )
     dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
     if dtype != np.dtype(object) and array.dtype != dtype:  # strings load as numpy's str
+        hint = f" (an ml_dtypes.{np.dtype(dtype)} array)" if np.dtype(dtype).kind == "V" else ""
         raise CalibrationError(
-            f"{where}: input {name!r} is {array.dtype}, the model's input is {np.dtype(dtype)}"
+            f"{where}: input {name!r} is {array.dtype}, the model's input is "
+            f"{np.dtype(dtype)}{hint}"
         )
 
 
