@@ -472,13 +472,7 @@ def _add_optimize_options(o) -> None:
         "dim fixed here is fixed wherever its name appears, other dims stay symbolic",
     )
     o.add_argument("--no-check", action="store_true", help="skip the onnxruntime output comparison")
-    o.add_argument(
-        "--check-inputs",
-        metavar="FILE.npz",
-        help="the inputs the output check runs on (one array per graph input, named as the "
-        "input, its first axis the samples), instead of random ones: for a model whose integer "
-        "inputs are shapes or axes (random draws are 0 or 1)",
-    )
+    _add_check_inputs(o)
     o.add_argument(
         "--atol",
         type=float,
@@ -551,9 +545,20 @@ def _bisect_parser(sub) -> None:
         "it ran to the end (culprit found, or nothing fails), 1 on bad input.",
     )
     b.add_argument("input", metavar="IN.onnx", help="the model whose optimization fails")
+    _add_check_inputs(b)
     _add_rule_options(b)
     _add_limits(b, timeout=600.0, what="the whole bisection")
     b.set_defaults(func=cmd_bisect)
+
+
+def _add_check_inputs(p) -> None:
+    p.add_argument(
+        "--check-inputs",
+        metavar="FILE.npz",
+        help="the inputs the output check runs on (one array per graph input, named as the "
+        "input, its first axis the samples), instead of random ones: for a model whose integer "
+        "inputs are shapes or axes (random draws are 0 or 1)",
+    )
 
 
 def _add_rule_options(p) -> None:
@@ -1210,6 +1215,7 @@ def cmd_bisect(args) -> int:
     from frontends.onnx import ModelError, load_model
     from frontends.onnx.api import OptionError
     from frontends.onnx.bisect import BisectError, bisect_model
+    from frontends.onnx.quantize import CalibrationError, load_calibration
 
     start = time.perf_counter()
     try:
@@ -1222,6 +1228,9 @@ def cmd_bisect(args) -> int:
     try:
         rules, _ = pick_rules(rules, options.skip, options.only)
         model = load_model(args.input)
+        feeds = None
+        if args.check_inputs is not None:
+            feeds = load_calibration(args.check_inputs, model, "check-inputs")
         report = bisect_model(
             model,
             rules,
@@ -1229,8 +1238,9 @@ def cmd_bisect(args) -> int:
             limits=options.limits(start),
             folder=Path(args.input).parent,
             progress=_progress,
+            feeds=feeds,
         )
-    except (UnknownRulePatternError, ModelError, BisectError) as e:
+    except (UnknownRulePatternError, ModelError, BisectError, CalibrationError) as e:
         return _fail(str(e))
     for line in _bisect_lines(report, args):
         out.print(line, markup=False)
@@ -1256,8 +1266,9 @@ def _bisect_failure(args, model, rules, fired, folder, start: float) -> str:
     options = _options(args)
     try:
         feeds = None
-        if options.check_inputs is not None:  # compared where the check compared
-            feeds = load_calibration(options.check_inputs, model, "check-inputs")
+        given = getattr(args, "check_inputs", None)
+        if given is not None:  # compared where the check compared
+            feeds = load_calibration(given, model, "check-inputs")
         found = bisect_model(
             model,
             rules,
@@ -1286,7 +1297,12 @@ def _bisect_lines(found, args) -> list[str]:
 
     added = getattr(args, "add_rules", None)
     return format_report(
-        found, model=args.input, rule_paths=args.rules, added=added, allow=args.allow
+        found,
+        model=args.input,
+        rule_paths=args.rules,
+        added=added,
+        allow=args.allow,
+        check_inputs=getattr(args, "check_inputs", None),
     )
 
 

@@ -354,14 +354,10 @@ def test_bisect_planted_rule_in_shipped_library_on_bert(planted):
     assert report.site_runs <= 2 * math.ceil(math.log2(max(m, 2))) + 1
 
 
-def test_bisect_compares_on_the_given_inputs(planted):
-    """A model that runs only on its own inputs (a Reshape to a shape given as an input): the
-    bisection drew random ones and said the original could not run, where the check had just
-    run it on --check-inputs (the black-box tester's onnx test_affine_grid_2d_expanded)."""
+def _reshape_to_an_input_shape():
+    """Reshape(x, shape) / 2, `shape` an input: random draws (0s and 1s) cannot run it."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
-
-    from frontends.onnx.bisect import BisectError, bisect_model, format_report
 
     two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
     nodes = [
@@ -379,12 +375,44 @@ def test_bisect_compares_on_the_given_inputs(planted):
         [two],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    feeds = {"x": np.arange(6, dtype=np.float32) + 1, "shape": np.array([2, 3], np.int64)}
+    return model, feeds
+
+
+def test_bisect_compares_on_the_given_inputs(planted):
+    """A model that runs only on its own inputs (a Reshape to a shape given as an input): the
+    bisection drew random ones and said the original could not run, where the check had just
+    run it on --check-inputs (the black-box tester's onnx test_affine_grid_2d_expanded)."""
+    from frontends.onnx.bisect import BisectError, bisect_model, format_report
+
+    model, feeds = _reshape_to_an_input_shape()
     rules = load_rules([shipped_rules_dir(), planted])
     with pytest.raises(BisectError):
         bisect_model(model, rules)
-    x = np.arange(6, dtype=np.float32) + 1
-    feeds = [{"x": x, "shape": np.array([2, 3], np.int64)}]
-    report = bisect_model(model, rules, feeds=feeds)
+    report = bisect_model(model, rules, feeds=[feeds])
     (c,) = report.culprits
     assert c.rule == "div-constant-dropped" and report.seed is None
-    assert "(the given inputs)" in "\n".join(format_report(report, model="m.onnx"))
+    text = "\n".join(format_report(report, model="m.onnx", check_inputs="in.npz"))
+    assert "(the given inputs)" in text and "--check-inputs in.npz" in text
+
+
+def test_the_cli_bisects_on_check_inputs(planted, tmp_path, capsys):
+    """`optimize --check-inputs` and `bisect --check-inputs` bisect on the given inputs, and
+    the reproduce line passes them on (the review: the CLI's bisection still drew random
+    inputs, its reproduce line dropped the option, and `rewrite bisect` had none)."""
+    import numpy as np
+    import onnx
+
+    from rewrite.cli import main
+
+    model, feeds = _reshape_to_an_input_shape()
+    src, npz = tmp_path / "m.onnx", tmp_path / "in.npz"
+    onnx.save(model, src)
+    np.savez(npz, **{k: v[None] for k, v in feeds.items()})
+    args = ["--add-rules", str(planted), "--check-inputs", str(npz)]
+    assert main(["optimize", str(src), str(tmp_path / "out.onnx"), *args]) == 1
+    err = capsys.readouterr().err
+    assert "culprit: rule div-constant-dropped" in err and f"--check-inputs {npz}" in err, err
+    assert main(["bisect", str(src), *args]) == 0
+    out = capsys.readouterr().out
+    assert "culprit: rule div-constant-dropped" in out and "(the given inputs)" in out, out

@@ -79,7 +79,7 @@ class BisectReport:
     culprits: the minimal failing set of rules, each with its sites. fired: the rules that fired
     in the failing run. error: the failure of the minimal set, one line. inputs: the
     counterexample's inputs, name -> "dtype[shape]", and seed: its `random_inputs` seed (None:
-    the inputs were given, `feeds`; then the index of the failing one).
+    the inputs were given, `feeds`).
     rule_runs / site_runs: optimize runs spent on each round (the first, failing run and the
     reproduction with the fired rules only are counted in rule_runs). complete: False when
     the deadline stopped the search. note: why there is no culprit, or what is approximate.
@@ -396,12 +396,12 @@ def _report(trials, start, culprits, candidates, error, *, rule_runs=None, compl
 
 
 def format_report(
-    report: BisectReport, *, model: str, rule_paths=None, added=None, allow=()
+    report: BisectReport, *, model: str, rule_paths=None, added=None, allow=(), check_inputs=None
 ) -> list[str]:
     """The report as lines for a terminal: per culprit its rule, `file:line`, sites (node
     names), then the counterexample's inputs, the error, the commands that reproduce it, and
-    the runs it took. model, rule_paths (--rules), added (--add-rules), allow: what the
-    reproduce commands pass on."""
+    the runs it took. model, rule_paths (--rules), added (--add-rules), allow, check_inputs
+    (--check-inputs): what the reproduce commands pass on."""
     if not report.failing or not report.culprits:
         return [f"bisect: {report.note}"] if report.note else []
     lines = []
@@ -427,6 +427,7 @@ def format_report(
     rules = f" --rules {','.join(map(str, rule_paths))}" if rule_paths else ""
     rules += f" --add-rules {','.join(map(str, added))}" if added else ""
     allowed = f" --allow {','.join(allow)}" if allow else ""
+    allowed += f" --check-inputs {check_inputs}" if check_inputs else ""
     names = ",".join(c.rule for c in report.culprits)
     lines.append(f"  reproduce: rewrite optimize {model} out.onnx{rules} --only {names}{allowed}")
     for c in report.culprits:
