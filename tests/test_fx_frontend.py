@@ -253,14 +253,16 @@ class Views(nn.Module):
     """Basic indexing, split/chunk items, contiguous, repeat and a same-device `to`: the view
     ops of transformers' attention (GPT-2's qkv split, RoPE's halves, masks' [:, None], the
     heads merged by transpose(1, 2).contiguous().view(...), which needs the layout that the
-    Identity `contiguous` lowers to gives up)."""
+    Identity `contiguous` lowers to gives up, and then projected: a contiguous whose layout
+    can reach an output stays, `_output_in_its_layout`)."""
 
     def forward(self, x):
         a, b, c = x.split(2, dim=-1)  # 6 -> 2 + 2 + 2
         h1, h2 = torch.chunk(x, 2, dim=1)
         d = x[..., :3] * x[:, None, 1, 1::2].contiguous()[0, :, None, 0]
         e = x.split([1, 5], -1)[1].repeat(1, 1, 2).to("cpu")
-        return a + b - c, h1 * h2, d.transpose(1, 2).contiguous().view(2, 12), e, x[1][-1]
+        heads = d.transpose(1, 2).contiguous().view(2, 12)
+        return a + b - c, h1 * h2, heads @ heads.t(), e, x[1][-1]
 
 
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
@@ -648,3 +650,19 @@ def test_an_exported_dynamic_batch_survives_the_rewrite():
     assert report.fired
     torch.testing.assert_close(out.module()(x3), model(x3))
     torch.testing.assert_close(program.module()(x3), model(x3))
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "export"])
+def test_a_reshape_that_can_view_keeps_the_contiguous_before_it(dialect):
+    """A reshape of a strided tensor is a view where the strides allow one (here: a trailing
+    axis of 1), so the contiguous before it decides the output's layout; the review found it
+    dropped (`_FRESH_LAYOUT` had reshape in it) and the caller's view(-1) failing."""
+
+    class M(nn.Module):
+        def forward(self, x):
+            return (x.transpose(1, 2).contiguous() * 2).reshape(2, 4, 3, 5, 1)
+
+    model, x = M(), torch.randn(2, 3, 4, 5)
+    out, _ = optimize_fx(_traced(model, x, dialect), (x,))
+    got = (out.module() if dialect == "export" else out)(x)
+    assert got.is_contiguous() and got.view(-1).shape == (120,)

@@ -717,13 +717,11 @@ def contiguous(lo: Lowering, a: dict) -> None:
 
 
 # ops whose result is laid out afresh, row-major, whatever their input's strides: the layout a
-# `contiguous` before them gives reaches no caller through them
-_FRESH_LAYOUT = {
-    *("view", "reshape", "flatten", "matmul", "mm", "bmm", "linear", "addmm", "embedding"),
-    *("conv1d", "conv2d", "conv3d", "convolution", "softmax", "_softmax", "log_softmax"),
-    *("layer_norm", "native_layer_norm", "layernorm", "sum", "mean", "amax", "amin"),
-    *("scaled_dot_product_attention", "conv", "cat", "stack"),
-}
+# `contiguous` before them gives reaches no caller through them. Not reshape, view or flatten
+# (a view of a strided tensor where its strides allow one), nor conv or cat (they keep
+# channels_last), nor reductions (their result follows the input's order): the review found
+# reshape and a channels_last conv here first
+_FRESH_LAYOUT = {"matmul", "mm", "bmm", "linear", "addmm", "embedding"}
 
 
 def _target_name(u: fx.Node) -> str:
