@@ -666,3 +666,27 @@ def test_a_reshape_that_can_view_keeps_the_contiguous_before_it(dialect):
     out, _ = optimize_fx(_traced(model, x, dialect), (x,))
     got = (out.module() if dialect == "export" else out)(x)
     assert got.is_contiguous() and got.view(-1).shape == (120,)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_the_check_restores_an_exported_programs_buffers_persistent_or_not(persistent):
+    """A buffer the graph updates in place (a step counter; a static KV cache is often not
+    persistent): an ExportedProgram keeps a non-persistent one in `constants`, which the
+    check's runs moved, so the second run saw another state and a correct rewrite failed the
+    check (the review's finding)."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("steps", torch.zeros(()), persistent=persistent)
+
+        def forward(self, x):
+            self.steps.add_(1)
+            return torch.relu(torch.relu(x)) + self.steps
+
+    x = torch.randn(8, 4)
+    program = torch.export.export(M(), (x,))
+    out, report = optimize_fx(program, (x,))
+    assert report.changed
+    steps = program.state_dict["steps"] if persistent else program.constants["steps"]
+    assert float(steps) == 0.0

@@ -146,13 +146,16 @@ def untouched(m):
     Dropout in training mode draws the same mask on each run, the original and the rewritten
     graph alike) and leave no trace on the user's state: the global random state and the
     buffers (BatchNorm's running statistics in training mode) are as they were before."""
-    if isinstance(m, torch.export.ExportedProgram):
+    if isinstance(m, torch.export.ExportedProgram):  # persistent ones, then the others
         named = [m.state_dict[n] for n in m.graph_signature.buffers if n in m.state_dict]
+        named += [t for t in m.constants.values() if isinstance(t, torch.Tensor)]
     else:
         named = [b for _, b in m.named_buffers()] if m is not None else []
     buffers = [(b, b.clone()) for b in named]
+    # every CUDA device's generator too: torch.manual_seed seeds them all
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=cuda):
             torch.manual_seed(0)
             yield
     finally:
