@@ -10,10 +10,13 @@ import onnx
 import onnx.parser
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper
 
+import rewrite
 from dsl import load_rules, shipped_rules_dir
-from engine.provenance import KEY
+from engine.provenance import KEY, describe
 from frontends.onnx import optimize_model
+from frontends.onnx.explain import find_provenance
 from rewrite.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -352,3 +355,25 @@ def test_efficientnet_like_every_changed_node_is_explained(tmp_path, capsys):
 @pytest.mark.slow
 def test_efficientnet_b0_every_changed_node_is_explained(tmp_path, capsys):
     _every_change_explained(_efficientnet(full=True), tmp_path, capsys)
+
+
+@pytest.mark.parametrize("value", ["not json", '"a string"', "[1, 2]", '{"rule": 3}'])
+def test_rewrite_rules_metadata_that_is_not_a_tree_is_left_out(value):
+    """A node whose `rewrite.rules` metadata another tool wrote, or a hand edit: the import
+    now reads earlier trees, and invalid JSON aborted the optimization, a JSON string broke
+    `describe` (the review's finding). It is left out; the node is read as an original one."""
+    node = helper.make_node("Relu", ["x"], ["r"], name="relu")
+    entry = node.metadata_props.add()
+    entry.key, entry.value = KEY, value
+    graph = helper.make_graph(
+        [node, helper.make_node("Relu", ["r"], ["y"], name="relu2")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    out, report = rewrite.optimize_model(model)
+    assert report.fired
+    for n in out.graph.node:
+        what, tree = find_provenance(out, n.name)
+        assert tree is None or describe(n.name, n.op_type, tree)

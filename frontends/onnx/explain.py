@@ -62,8 +62,28 @@ def recorded_trees(model: onnx.ModelProto) -> dict[str, dict]:
 def _own(proto) -> dict | None:
     for p in proto.metadata_props:
         if p.key == KEY:
-            return json.loads(p.value)
+            tree = _parsed(p.value)
+            return tree if _is_tree(tree) else None
     return None
+
+
+def _parsed(text: str):
+    """`text` as JSON, or None where it is not JSON (metadata another tool wrote)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _is_tree(t) -> bool:
+    """True for a provenance tree in the format `engine.provenance` describes (a rule name,
+    the names it replaces, the trees before it): metadata of that key written by something
+    else is left out rather than read as ours (it crashed the import and `explain`)."""
+    if not isinstance(t, dict) or not isinstance(t.get("rule"), str):
+        return False
+    if not all(isinstance(t.get(k, []), list) for k in ("replaces", "after", "merged", "marks")):
+        return False
+    return all(_is_tree(a) for k in ("after", "merged") for a in t.get(k, []))
 
 
 def _any_own(g: onnx.GraphProto) -> bool:
@@ -73,5 +93,8 @@ def _any_own(g: onnx.GraphProto) -> bool:
 def _model_trees(model: onnx.ModelProto) -> dict:
     for p in model.metadata_props:
         if p.key == KEY:
-            return json.loads(p.value)
+            trees = _parsed(p.value)
+            if not isinstance(trees, dict):
+                return {}
+            return {k: t for k, t in trees.items() if _is_tree(t)}
     return {}
