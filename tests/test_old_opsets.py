@@ -358,7 +358,8 @@ def test_an_ir3_model_with_initializers_it_does_not_list_as_inputs_is_read(tmp_p
     assert "ok" in capsys.readouterr().out  # the output check ran on both
 
 
-def test_a_per_channel_prelu_slope_keeps_its_channel_axis_at_opset_7_and_later():
+@pytest.mark.parametrize("given_as", ["initializer", "Constant node"])
+def test_a_per_channel_prelu_slope_keeps_its_channel_axis_at_opset_7_and_later(given_as):
     """PRelu-6 reads a slope [C] per channel (axis 1); from opset 7 it broadcasts against the
     last axis. The converter's adapter kept [C]: onnx.reference read the result leniently, the
     check passed, and onnxruntime refused the written model (the black-box tester's opset-6
@@ -370,11 +371,16 @@ def test_a_per_channel_prelu_slope_keeps_its_channel_axis_at_opset_7_and_later()
         helper.make_node("PRelu", ["u", "slope"], ["y"]),
     ]
     f32 = TensorProto.FLOAT
-    inputs = [
-        helper.make_tensor_value_info(n, f32, s) for n, s in (("x", [2, 3, 4, 5]), ("slope", [3]))
-    ]
+    inputs = [helper.make_tensor_value_info("x", f32, [2, 3, 4, 5])]
+    inits = [numpy_helper.from_array(slope, "slope")]
+    if given_as == "initializer":  # IR 3: initializers are graph inputs too
+        inputs.append(helper.make_tensor_value_info("slope", f32, [3]))
+    else:  # the review: a slope no initializer holds kept its [C]
+        value = numpy_helper.from_array(slope)
+        nodes.insert(0, helper.make_node("Constant", [], ["slope"], value=value))
+        inits = []
     outputs = [helper.make_tensor_value_info("y", f32, [2, 3, 4, 5])]
-    m = _model(nodes, inputs, outputs, [numpy_helper.from_array(slope, "slope")])
+    m = _model(nodes, inputs, outputs, inits)
     out, _ = rewrite.optimize_model(m)
     assert [n.op_type for n in out.graph.node] == ["PRelu"]
     x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)

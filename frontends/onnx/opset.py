@@ -24,7 +24,7 @@ from __future__ import annotations
 import warnings
 
 import onnx
-from onnx import helper, version_converter
+from onnx import TensorProto, helper, version_converter
 
 from frontends.onnx.importer import default_opset, is_weight, skeleton
 from vocab.graph import unique_name
@@ -69,21 +69,22 @@ def convert_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
     need = helper.find_min_ir_version_for(list(out.opset_import), ignore_unknown=True)
     out.ir_version = min(max(out.ir_version, need), MAX_IR_VERSION)
     if source < 7 <= target:
-        _channel_slopes(out)
+        _channel_slopes(out, target)
     return out
 
 
-def _channel_slopes(model: onnx.ModelProto) -> None:
+def _channel_slopes(model: onnx.ModelProto, target: int) -> None:
     """PRelu's slope of one value per channel, as opsets 1-6 read it ("shared across
-    channels" when of size 1: a slope [C] is per channel, axis 1), reshaped to [C, 1, ...]
+    channels" when of size 1: a slope [C] is per channel, axis 1), given the shape [C, 1, ...]
     for opset 7's unidirectional broadcasting, which would align [C] with the last axis; the
     converter's adapter keeps [C] (onnxruntime then refuses the model: "broadcast an axis by
     a dimension other than 1. 3 by 5", and onnx.reference reads it leniently, so the check
-    passed). A new initializer, so a graph input of the old name keeps its declared shape."""
+    passed). An initializer slope gets a reshaped copy (a graph input of the old name keeps
+    its declared shape); a computed one (a Constant node's) an Unsqueeze before the PRelu.
+    Only where the input's rank is known (shape inference) and is at least 3."""
     g = model.graph
-    slopes = {t.name: t for t in g.initializer}
     prelus = [n for n in g.node if n.op_type == "PRelu" and n.domain in ("", "ai.onnx")]
-    prelus = [n for n in prelus if len(n.input) == 2 and n.input[1] in slopes]
+    prelus = [n for n in prelus if len(n.input) == 2 and n.input[1]]
     if not prelus:
         return
     inferred = onnx.shape_inference.infer_shapes(skeleton(model)).graph
@@ -92,18 +93,38 @@ def _channel_slopes(model: onnx.ModelProto) -> None:
         for v in (*inferred.input, *inferred.value_info, *inferred.output)
         if v.type.tensor_type.HasField("shape")
     }
+    slopes = {t.name: t for t in g.initializer}
     taken = {t.name for t in g.initializer} | {i.name for i in g.input}
     taken |= {o for n in g.node for o in n.output}
     for n in prelus:
-        t, rank = slopes[n.input[1]], ranks.get(n.input[0], 0)
-        if len(t.dims) != 1 or t.dims[0] <= 1 or rank < 3:
+        slope, rank = n.input[1], ranks.get(n.input[0], 0)
+        t = slopes.get(slope)
+        if rank < 3:
             continue
-        name = unique_name(f"{t.name}_per_channel", taken)
-        channel = onnx.TensorProto()
-        channel.CopyFrom(t)
-        channel.name = name
-        channel.dims.extend([1] * (rank - 2))
-        g.initializer.append(channel)
+        if t is not None and (len(t.dims) != 1 or t.dims[0] <= 1):
+            continue
+        if t is None and ranks.get(slope) != 1:
+            continue
+        name = unique_name(f"{slope}_per_channel", taken)
+        if t is not None:
+            channel = onnx.TensorProto()
+            channel.CopyFrom(t)
+            channel.name = name
+            channel.dims.extend([1] * (rank - 2))
+            g.initializer.append(channel)
+        else:
+            axes = list(range(1, rank - 1))
+            if target >= 13:  # Unsqueeze-13 takes its axes as an input
+                axes_name = unique_name(f"{slope}_channel_axes", taken)
+                g.initializer.append(
+                    helper.make_tensor(axes_name, TensorProto.INT64, [len(axes)], axes)
+                )
+                inputs, attrs = [slope, axes_name], {}
+            else:
+                inputs, attrs = [slope], {"axes": axes}
+            unsqueeze = helper.make_node("Unsqueeze", inputs, [name], **attrs)
+            position = list(g.node).index(n)
+            g.node.insert(position, unsqueeze)
         n.input[1] = name
 
 
