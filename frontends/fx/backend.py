@@ -37,7 +37,7 @@ from contextlib import nullcontext
 import torch
 
 from frontends.fx import cache
-from frontends.fx.api import optimize_fx
+from frontends.fx.api import FX_OPTIONS, optimize_fx
 
 NAME = "rewrite"
 REPORTS: list = []
@@ -63,6 +63,15 @@ def rewrite_backend(
         except Exception:  # an unkeyable graph compiles without the cache
             k = None
     optimized = cache.load(k, gm, example_inputs) if k else None
+    unknown = sorted(set(opts) - set(FX_OPTIONS))
+    if unknown:  # optimize_fx's TypeError would list its own options, not the backend's
+        accepted = ", ".join(("backend", "cache", *FX_OPTIONS))
+        warnings.warn(
+            f"rewrite backend: graph left unchanged (unknown option "
+            f"{', '.join(map(repr, unknown))}; accepted: {accepted})",
+            stacklevel=2,
+        )
+        optimized = gm
     if optimized is None:
         try:
             optimized, report = optimize_fx(
