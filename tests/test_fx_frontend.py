@@ -690,14 +690,3 @@ def test_the_check_restores_an_exported_programs_buffers_persistent_or_not(persi
     assert report.changed
     steps = program.state_dict["steps"] if persistent else program.constants["steps"]
     assert float(steps) == 0.0
-
-
-def test_the_backends_unknown_option_warning_lists_its_own_options():
-    """The warning came from optimize_fx's TypeError, which lists optimize_fx's options and
-    not the backend's own `backend` and `cache` (the black-box tester's finding)."""
-    torch._dynamo.reset()
-    model, x = ConvBn().eval(), X
-    compiled = torch.compile(model, backend="rewrite", options={"backend": "eager", "alow": 1})
-    with pytest.warns(UserWarning, match=r"unknown option 'alow'; accepted: backend, cache, allow"):
-        y = compiled(x)
-    torch.testing.assert_close(y, model(x))
