@@ -89,6 +89,22 @@ def test_grows_alone_and_in_pairs(tmp_path):
     assert "together with abs-to-exp" in pair.reason and "iteration-limit" in pair.reason
 
 
+def test_commutativity_and_associativity_of_one_op_grow_together(tmp_path):
+    """Each alone, and the pair on its own small patterns, saturate; nested, they enumerate
+    every bracketing and order. lint passed the pair, and optimize stopped at the node limit
+    (479,370 e-nodes) on a 14-operand Add chain (the black-box rule author's finding)."""
+    p = rules_file(
+        tmp_path,
+        """
+(equal add-comm (Add @a @b) (Add @b @a))
+(equal add-assoc (Add (Add @a @b) @c) (Add @a (Add @b @c)))
+""",
+    )
+    (f,) = lint([p], numeric=False).open
+    assert (f.kind, f.rule, f.other) == ("grows", "add-assoc", "add-comm")
+    assert "nested in itself" in f.reason
+
+
 WRONG_PAIR = """
 ;; relu(|x|) -> |x|
 (simplify relu-abs (Relu (Abs @x)) (Abs @x))
