@@ -36,7 +36,7 @@ from frontends.onnx.importer import (
     value_fields,
 )
 from frontends.onnx.opset import OLDEST_TABLE_OPSET, OpsetError, auto_target, convert_opset
-from vocab.ops import MAX_OPSET, TARGETS
+from vocab.ops import TARGETS
 
 __all__ = [
     "ModelError",
@@ -207,11 +207,8 @@ def optimize_model(model: onnx.ModelProto, rules, *, opset: int | None = None, *
         except OpsetError as e:
             if opset is not None:
                 raise
-            if source > MAX_OPSET:  # the op table would read its nodes in older forms
-                raise OpsetError(
-                    f"opset {source} is newer than the forms the op table knows (<= "
-                    f"{MAX_OPSET}, onnxruntime 1.32's), and {e}"
-                ) from None
+            # optimized at its own opset: an op whose form changed after the table's newest
+            # (Cast-28 of an opset-28 model) has no spec there, so it is opaque to the rules
             info["note"] = str(e)
     t_convert = time.perf_counter() - clock
     if info["converted"]:
