@@ -1455,3 +1455,14 @@ def test_a_negated_guard_that_cannot_decide_does_not_hold():
         "rank",
         "zero-point-at-min",
     ]
+
+
+def test_a_zero_point_not_known_at_its_lowest_lets_relu_become_a_max():
+    """zero-point-at-min is False, not None, for a zero point that is not a constant: its one
+    negation, in quantize-of-relu-as-max (exact for any zero point), means "not known to be at
+    the lowest"; None dropped that rule on a computed zero point (the review)."""
+    computed = ClassInfo(TensorType(TP.UINT8, ()))
+    assert registry.zero_point_at_min(computed) is False
+    low = ClassInfo(TensorType(TP.UINT8, ()), np.array(0, np.uint8))
+    high = ClassInfo(TensorType(TP.INT8, ()), np.array(3, np.int8))
+    assert registry.zero_point_at_min(low) is True and registry.zero_point_at_min(high) is False

@@ -14,8 +14,8 @@ A guard that cannot decide (an unknown shape, a non-constant) returns False: a r
 on a fact the engine does not know. Under `(not GUARD)` that False would read as a known
 fact, so only a guard registered `negatable=True` may be negated (`dsl.host.lower_guard`
 refuses the others): such a guard returns None when it cannot decide, and None fails the
-guard written either way (`engine.apply`). Builders return None when they cannot build; the
-match is then skipped.
+guard written either way (`engine.apply`); `zero-point-at-min` says why it returns False.
+Builders return None when they cannot build; the match is then skipped.
 """
 
 from __future__ import annotations
@@ -1501,12 +1501,14 @@ def scale_ratio(a: ClassInfo, b: ClassInfo) -> bool:
 @guard("zero-point-at-min", TERM, negatable=True)
 def zero_point_at_min(z: ClassInfo) -> bool | None:
     """True if `z` is a one-element 8-bit constant equal to its type's lowest value (uint8 0,
-    int8 -128): QuantizeLinear with a positive scale then maps every x <= 0 to it. None
-    (undecided) when `z` is not a constant."""
+    int8 -128): QuantizeLinear with a positive scale then maps every x <= 0 to it. False, not
+    None, for a `z` that is not a constant, although it cannot be decided there: the one rule
+    that negates it, `quantize-of-relu-as-max`, is exact for any zero point and negates it only
+    to leave a zero point known to be at its lowest to `quantize-of-relu`, so "not known to
+    be at the lowest" is the negation it means (None dropped that rule where the zero point is
+    computed: the twenty-fifth session's review)."""
     v = z.value
-    if v is None:
-        return None
-    if v.size != 1 or z.type.dtype not in _EIGHT_BIT:
+    if v is None or v.size != 1 or z.type.dtype not in _EIGHT_BIT:
         return False
     return int(v.reshape(())) == np.iinfo(_EIGHT_BIT[z.type.dtype]).min
 
