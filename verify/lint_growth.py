@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from dsl.ir import Absent, Capture, Literal, OpNode, Rule, RuleSet
+from dsl.unify import apart, strip, substitute
 from engine.egraph import EGraph
 from engine.emit import emit
 from engine.saturate import Limits, saturate
@@ -163,7 +164,7 @@ def _grows_nested(a: Rule, b: Rule) -> str:
     if len(heads) != 1 or None in heads:
         return ""
     for r in (a, b):
-        g = run_growth([a, b], _substitute(r.lhs, r.lhs))
+        g = run_growth([a, b], _nested(r))
         if g.grows:
             counts = " -> ".join(map(str, g.enodes))
             return (
@@ -174,24 +175,11 @@ def _grows_nested(a: Rule, b: Rule) -> str:
     return ""
 
 
-def _substitute(t, pattern: OpNode, k: list | None = None):
-    """`t` with each capture replaced by a copy of `pattern` whose captures are renamed
-    apart (`name.K`), so that the copies are distinct subterms."""
-    k = [0] if k is None else k
-    if isinstance(t, Capture):
-        k[0] += 1
-        return _renamed(pattern, f".{k[0]}")
-    if isinstance(t, OpNode):
-        return dataclasses.replace(t, args=tuple(_substitute(x, pattern, k) for x in t.args))
-    return t
-
-
-def _renamed(t, suffix: str):
-    if isinstance(t, Capture):
-        return Capture(t.name + suffix)
-    if isinstance(t, OpNode):
-        return dataclasses.replace(t, args=tuple(_renamed(x, suffix) for x in t.args))
-    return t
+def _nested(r: Rule) -> OpNode:
+    """`r`'s pattern with each term capture replaced by a copy of the pattern, its captures
+    renamed apart (`dsl.unify.apart`), so that the copies are distinct subterms."""
+    copies = {c: strip(apart(r, f"n{i}").lhs) for i, c in enumerate(r.term_captures)}
+    return substitute(r.lhs, copies)
 
 
 def _matches(r: Rule) -> frozenset:
