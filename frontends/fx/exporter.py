@@ -87,7 +87,7 @@ class _Exporter:
         self.copies: dict[tuple, fx.Node] = {}  # (source node, its new inputs) -> its copy
         self.tuples: dict[tuple, fx.Node] = {}  # multi-output application -> its torch call
         self.copyable: dict[tuple, list] = {}  # application -> a group copying its source call
-        self.unbound: dict[tuple, list] = {}  # Split application -> a group copying an unbind
+        self.unbound: dict[tuple, list] = {}  # Split application -> a group copying an unbind item
         self.producer = {v: n for n in g.nodes for v in n.outputs}
         self.projected = {_application(n) for n in g.nodes if "#" in n.op and not n.opaque}
 
@@ -95,8 +95,7 @@ class _Exporter:
         for p in self.placeholders.values():
             self.copied[p] = self.graph.node_copy(p)
         groups = self._groups()
-        self.copyable = _copyable_items(groups)
-        self.unbound = _unbind_items(groups)
+        self.copyable, self.unbound = _copyable_items(groups)
         skip, fused = plan_linears(self, {id(n) for nodes in groups.values() for n in nodes})
         for n in self.g.nodes:
             origin = n.payload if isinstance(n.payload, Origin) else None
@@ -304,7 +303,7 @@ class _Exporter:
 
     def _unbound_item(self, n) -> fx.Node | None:
         """Squeeze(Split#K(x), axis) read from an unbind call copied for the application's
-        untouched items (`_unbind_items`: unbind's item K is that Squeeze), so that a rewritten
+        untouched items (`_copyable_items`: unbind's item K is that Squeeze), so that a rewritten
         item does not write a second split of x beside it; None when there is none."""
         split = self.producer.get(n.inputs[0])
         if split is None or split.op.partition("#")[0] != "Split":
@@ -499,39 +498,28 @@ class Builder:
         return self.ex.buffer(value, self.node.outputs[0], None)
 
 
-def _copyable_items(groups: dict[int, list]) -> dict[tuple, list]:
-    """Application (`_application`) -> a group of `groups` (untouched, copied as it is) whose
-    head is item k of that application (`Op#K`, or `Op` for item 0) and whose last copied fx
-    node is `operator.getitem(call, k)`: the call computes every item of the application."""
-    out = {}
+def _copyable_items(groups: dict[int, list]) -> tuple[dict[tuple, list], dict[tuple, list]]:
+    """Two maps from an application (`_application`) to a group of `groups` (untouched,
+    copied as it is) whose last copied fx node is `operator.getitem(call, k)`, the call
+    computing every item of the application: (1) groups whose head is item k itself (`Op#K`,
+    or `Op` for item 0); (2) groups of an unbind's item k, a Split#K (or Split) and the head
+    Squeeze of that axis (`spellings.unbind_item`), keyed by the Split's application."""
+    items, unbound = {}, {}
     for nodes in groups.values():
         head = next(p for p in nodes if p.payload.head)
-        base, _, k = head.op.partition("#")
         last = head.payload.fx[-1] if head.payload.fx else None
-        if base not in TUPLES or head.opaque or last is None:
+        if last is None or head.opaque or last.target is not operator.getitem:
             continue
-        if last.target is operator.getitem and last.args[1:] == (int(k or 0),):
-            out.setdefault(_application(head), nodes)
-    return out
-
-
-def _unbind_items(groups: dict[int, list]) -> dict[tuple, list]:
-    """Split application (`_application`) -> a group of `groups` copying item k of an unbind
-    call: its pieces are Split#K (or Split for k = 0) and the head Squeeze of that axis
-    (`spellings.unbind_item`), and its last fx node is `operator.getitem(unbind, k)`."""
-    out = {}
-    for nodes in groups.values():
-        head = next(p for p in nodes if p.payload.head)
         inner = [p for p in nodes if not p.payload.head]
-        last = head.payload.fx[-1] if head.payload.fx else None
-        if head.op != "Squeeze" or len(inner) != 1 or last is None or head.opaque:
+        item, out = head, items
+        if head.op == "Squeeze" and len(inner) == 1 and head.inputs[0] == inner[0].outputs[0]:
+            item, out = inner[0], unbound  # unbind's item: the Squeeze of a Split's output
+        base, _, k = item.op.partition("#")
+        if base not in TUPLES or item.opaque or (out is unbound and base != "Split"):
             continue
-        base, _, k = inner[0].op.partition("#")
-        if base != "Split" or inner[0].opaque or head.inputs[0] != inner[0].outputs[0]:
-            continue
-        if last.target is operator.getitem and last.args[1:] == (int(k or 0),):
-            out.setdefault(_application(inner[0]), nodes)
-    return out
+        if last.args[1:] == (int(k or 0),):
+            out.setdefault(_application(item), nodes)
+    return items, unbound
 
 
 def _application(n) -> tuple:
