@@ -1214,8 +1214,8 @@ def cmd_bisect(args) -> int:
     from engine.selection import UnknownRulePatternError, pick_rules
     from frontends.onnx import ModelError, load_model
     from frontends.onnx.api import OptionError
-    from frontends.onnx.bisect import BisectError, bisect_model
-    from frontends.onnx.quantize import CalibrationError, load_calibration
+    from frontends.onnx.bisect import BisectError
+    from frontends.onnx.quantize import CalibrationError
 
     start = time.perf_counter()
     try:
@@ -1228,18 +1228,7 @@ def cmd_bisect(args) -> int:
     try:
         rules, _ = pick_rules(rules, options.skip, options.only)
         model = load_model(args.input)
-        feeds = None
-        if args.check_inputs is not None:
-            feeds = load_calibration(args.check_inputs, model, "check-inputs")
-        report = bisect_model(
-            model,
-            rules,
-            fp=options.fp,
-            limits=options.limits(start),
-            folder=Path(args.input).parent,
-            progress=_progress,
-            feeds=feeds,
-        )
+        report = _run_bisect(args, model, rules, options, start, Path(args.input).parent)
     except (UnknownRulePatternError, ModelError, BisectError, CalibrationError) as e:
         return _fail(str(e))
     for line in _bisect_lines(report, args):
@@ -1258,27 +1247,14 @@ def _bisect_failure(args, model, rules, fired, folder, start: float) -> str:
     --timeout, print the detailed report on stderr, and return the end of the one-line error
     ("; culprit: rule R (file:line)"), or "" with --no-bisect. fired: the failing run's
     `report.fired` (None: the bisection finds out)."""
-    from frontends.onnx.bisect import BisectError, bisect_model
-    from frontends.onnx.quantize import CalibrationError, load_calibration
+    from frontends.onnx.bisect import BisectError
+    from frontends.onnx.quantize import CalibrationError
 
     if args.no_bisect:
         return ""
     options = _options(args)
     try:
-        feeds = None
-        given = getattr(args, "check_inputs", None)
-        if given is not None:  # compared where the check compared
-            feeds = load_calibration(given, model, "check-inputs")
-        found = bisect_model(
-            model,
-            rules,
-            fp=options.fp,
-            limits=options.limits(start),
-            folder=folder,
-            fired=fired,
-            progress=_progress,
-            feeds=feeds,
-        )
+        found = _run_bisect(args, model, rules, options, start, folder, fired)
     except (BisectError, CalibrationError) as e:
         return f"; bisection failed: {e}"
     for line in _bisect_lines(found, args):
@@ -1289,6 +1265,26 @@ def _bisect_failure(args, model, rules, fired, folder, start: float) -> str:
     sites = [n or s for c in found.culprits for s, n in zip(c.sites, c.nodes)]
     at = f" at {', '.join(sites)}" if sites else ""
     return f"; culprit: rule {names}{at}" + ("" if found.complete else " (bisection incomplete)")
+
+
+def _run_bisect(args, model, rules, options, start: float, folder, fired=None):
+    """`bisect_model` with the command's options, on the `--check-inputs` given (where the
+    check compared) or random inputs. Raises BisectError, CalibrationError."""
+    from frontends.onnx.bisect import bisect_model
+    from frontends.onnx.quantize import load_calibration
+
+    given = getattr(args, "check_inputs", None)
+    feeds = None if given is None else load_calibration(given, model, "check-inputs")
+    return bisect_model(
+        model,
+        rules,
+        fp=options.fp,
+        limits=options.limits(start),
+        folder=folder,
+        fired=fired,
+        progress=_progress,
+        feeds=feeds,
+    )
 
 
 def _bisect_lines(found, args) -> list[str]:
